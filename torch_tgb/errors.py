@@ -1,0 +1,102 @@
+"""The one error hierarchy of torch_tgb.
+
+Every error a user can see is a :class:`TGBError`. Where a builtin says the
+same thing (a missing object is a ``FileNotFoundError``, a malformed input a
+``ValueError``) the error subclasses it too, so generic handlers keep working.
+Messages name the namespace, key, version or step concerned; the original
+cause is chained with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousWriteError",
+    "CommitConflict",
+    "ConditionalWriteUnsupported",
+    "CorruptObject",
+    "DataTimeout",
+    "FencedError",
+    "InvalidKey",
+    "LayoutError",
+    "ManifestError",
+    "ObjectNotFound",
+    "SchemaMismatch",
+    "StorageError",
+    "StorageFull",
+    "TGBError",
+    "TransientStorageError",
+]
+
+
+class TGBError(Exception):
+    """Base class of every error raised by torch_tgb."""
+
+
+# --- storage -----------------------------------------------------------------
+
+
+class StorageError(TGBError, OSError):
+    """An object-store operation failed permanently (or after all retries)."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The key does not exist in the namespace."""
+
+
+class InvalidKey(StorageError, ValueError):
+    """A key is not a safe relative path inside the namespace."""
+
+
+class StorageFull(StorageError):
+    """The store refused a write for lack of space (ENOSPC, quota)."""
+
+
+class TransientStorageError(StorageError):
+    """A failure that may go away on retry: timeout, 5xx, throttling, 409."""
+
+
+class AmbiguousWriteError(TransientStorageError):
+    """A write whose outcome is unknown: the request was sent, no reply came.
+
+    The write may or may not have landed. Callers of ``put_if_absent`` must
+    read the key back and compare content before deciding (the "lost
+    acknowledgement" case of the commit protocol).
+    """
+
+
+class ConditionalWriteUnsupported(StorageError):
+    """The store does not honour create-if-absent; it cannot host a namespace."""
+
+
+# --- format, layout, manifest -----------------------------------------------
+
+
+class CorruptObject(TGBError, ValueError):
+    """A stored object is malformed, truncated or fails its checksum."""
+
+
+class SchemaMismatch(TGBError, ValueError):
+    """A producer's or consumer's layout/schema disagrees with the namespace."""
+
+
+class LayoutError(TGBError, ValueError):
+    """A batch cannot be cut by a Layout, or a Mesh cannot read a Layout."""
+
+
+class ManifestError(TGBError, ValueError):
+    """A manifest version, snapshot or dataset.json is malformed or inconsistent."""
+
+
+# --- protocol ------------------------------------------------------------------
+
+
+class CommitConflict(TGBError):
+    """Another producer committed the version we tried to write (retried internally)."""
+
+
+class FencedError(TGBError):
+    """A newer incarnation of this producer_id exists; this one must stop."""
+
+
+class DataTimeout(TGBError, TimeoutError):
+    """No new step became visible within the consumer's timeout."""

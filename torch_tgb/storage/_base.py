@@ -1,0 +1,152 @@
+"""The abstract object store every backend implements.
+
+A store is bound to one namespace (a URL prefix); keys are relative paths
+inside it. The surface is deliberately small (zarr's ``Store`` is the model):
+
+=================  ===========================================================
+``get``            whole object
+``get_range``      bytes ``[start, end)``; a range past the end is cut short
+``stat``           size and modification time
+``exists``         cheap existence check
+``list``           keys under a prefix, sorted
+``put``            write or replace; readers never see a partial object
+``put_if_absent``  atomic create-if-absent, ``True`` iff this call created it
+``delete``         idempotent removal of one or many keys
+=================  ===========================================================
+
+``get_ranges`` (many range reads, bounded concurrency, results in request
+order) is built on ``get_range`` here; backends may override it.
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from torch_tgb.errors import StorageError, TGBError
+
+__all__ = ["ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
+
+
+@dataclass(frozen=True)
+class RangeRequest:
+    """A read of bytes ``[start, end)`` of ``key``."""
+
+    key: str
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.start <= self.end):
+            raise ValueError(f"invalid byte range [{self.start}, {self.end}) for key {self.key!r}")
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class RangeFailure:
+    """Placeholder for a failed read in ``get_ranges(..., continue_on_error=True)``."""
+
+    request: RangeRequest
+    error: TGBError
+
+    def __bool__(self) -> bool:  # lets callers write ``if not result:``
+        return False
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch, as the backend reports it
+
+
+class ObjectStore(abc.ABC):
+    """An object store bound to one namespace. Thread-safe."""
+
+    #: the namespace URL, with any credentials removed (safe to log)
+    url: str
+    #: upper bound of concurrent requests ``get_ranges`` issues
+    max_in_flight: int = 16
+
+    # --- primitives every backend implements --------------------------------
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, end: int) -> bytes: ...
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> ObjectInfo: ...
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]: ...
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes | memoryview) -> None: ...
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, keys: str | Iterable[str]) -> None: ...
+
+    # --- derived operations ---------------------------------------------------
+
+    def size(self, key: str) -> int:
+        return self.stat(key).size
+
+    def local_path(self, key: str) -> str | None:
+        """Absolute path of ``key`` if it is a local file that may be memory-mapped."""
+        return None
+
+    def get_ranges(
+        self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
+    ) -> list[bytes | RangeFailure]:
+        """Read many ranges concurrently; results come back in request order.
+
+        At most ``max_in_flight`` requests run at once. Without
+        ``continue_on_error`` the first failure (in request order) is raised;
+        with it, each failed read is a :class:`RangeFailure` at its position.
+        """
+        if not requests:
+            return []
+        if len(requests) == 1 or self.max_in_flight <= 1:
+            return [self._read_one(r, continue_on_error) for r in requests]
+        workers = min(self.max_in_flight, len(requests))
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-get") as pool:
+            return list(pool.map(lambda r: self._read_one(r, continue_on_error), requests))
+
+    def _read_one(self, request: RangeRequest, continue_on_error: bool) -> bytes | RangeFailure:
+        try:
+            return self.get_range(request.key, request.start, request.end)
+        except TGBError as e:
+            if not continue_on_error:
+                raise
+            return RangeFailure(request, e)
+        except Exception as e:  # a backend bug must not vanish into a placeholder untyped
+            error = StorageError(f"{self.url}: reading {request.key!r} failed: {e!r}")
+            error.__cause__ = e
+            if not continue_on_error:
+                raise error from e
+            return RangeFailure(request, error)
+
+    def close(self) -> None:
+        """Release connections and pools. The store must not be used afterwards."""
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
