@@ -1,4 +1,14 @@
-"""torch_tgb: Transactional Global Batches for PyTorch training."""
+"""torch_tgb: Transactional Global Batches for PyTorch training.
+
+Public names are imported on first use, so that ``import torch_tgb`` (and the
+``tgb`` command) stay fast and a module's optional dependencies load only when
+that module is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from torch_tgb.errors import (
     CommitConflict,
@@ -14,14 +24,43 @@ from torch_tgb.errors import (
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CommitConflict",
-    "CorruptObject",
-    "DataTimeout",
-    "FencedError",
-    "LayoutError",
-    "ManifestError",
-    "SchemaMismatch",
-    "StorageError",
-    "TGBError",
-]
+_LAZY = {
+    "DataLoader": "torch_tgb.consumer",
+    "Layout": "torch_tgb.layout",
+    "Mesh": "torch_tgb.layout",
+    "Producer": "torch_tgb.producer",
+    "Reclaimer": "torch_tgb.checkpoint",
+    "TGBDataset": "torch_tgb.consumer",
+    "checkpoint": "torch_tgb.checkpoint",
+    "open_store": "torch_tgb.storage",
+    "write_dataset": "torch_tgb.producer",
+}
+
+__all__ = sorted(
+    [
+        "CommitConflict",
+        "CorruptObject",
+        "DataTimeout",
+        "FencedError",
+        "LayoutError",
+        "ManifestError",
+        "SchemaMismatch",
+        "StorageError",
+        "TGBError",
+        *_LAZY,
+    ]
+)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'torch_tgb' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if name == module_name.rsplit(".", 1)[-1] else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
