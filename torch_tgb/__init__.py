@@ -33,7 +33,7 @@ _LAZY = {
     "TGBDataset": "torch_tgb.consumer",
     "checkpoint": "torch_tgb.checkpoint",
     "open_store": "torch_tgb.storage",
-    "write_dataset": "torch_tgb.producer",
+    "write_dataset": "torch_tgb.offline",
 }
 
 __all__ = sorted(
