@@ -1,0 +1,235 @@
+"""Watermarks: which steps a live checkpoint can roll back to.
+
+After a checkpoint is saved the trainer records the cursor stored in it as
+``_tgb/watermarks/<checkpoint_id>.json``; when it deletes the checkpoint it
+writes the marker ``_tgb/retired/<checkpoint_id>``. A checkpoint is *live*
+when it is recorded and not retired. The *safe boundary* is the smallest
+cursor step over live checkpoints (0 when there is none): nothing at or above
+it may be reclaimed, and producers with ``max_lag`` stay within ``max_lag``
+steps of it.
+
+Ordering rules (why this is safe without locks):
+
+- A watermark is written *before* ``record_watermark`` returns, so a
+  Reclaimer that lists watermarks afterwards protects it. A Reclaimer that
+  listed earlier may advance the GC boundary past a cursor that is older than
+  every other live checkpoint; ``record_watermark`` re-reads the GC boundary
+  after writing and fails loud if the checkpoint can no longer resume.
+- A retirement marker is permanent: re-recording a retired id is refused, so
+  a Reclaimer never sees a retired checkpoint come back to life under data it
+  has already deleted.
+- Reading is strict: a malformed watermark raises instead of being skipped,
+  since skipping one could let the Reclaimer delete what it protects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch_tgb.checkpoint._cursor import position_of
+from torch_tgb.checkpoint._store import as_store
+from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
+from torch_tgb.storage import ObjectStore
+
+__all__ = [
+    "RETIRED_PREFIX",
+    "WATERMARK_PREFIX",
+    "Watermark",
+    "keep_last",
+    "live_checkpoints",
+    "read_watermarks",
+    "record_watermark",
+    "retire",
+    "retired_ids",
+    "safe_boundary",
+    "validate_checkpoint_id",
+]
+
+WATERMARK_PREFIX = "_tgb/watermarks/"
+RETIRED_PREFIX = "_tgb/retired/"
+_FORMAT = 1
+# One plain key segment: no separators, no dot-only names, bounded length.
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._=+@-]{0,199}$")
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """The cursor saved in checkpoint ``checkpoint_id`` (TGB-step units)."""
+
+    checkpoint_id: str
+    step: int
+    version: int
+    sub_step: int = 0
+    time: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "checkpoint_id": self.checkpoint_id,
+            "step": self.step,
+            "version": self.version,
+            "sub_step": self.sub_step,
+            "time": self.time,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, *, key: str) -> Watermark:
+        try:
+            if not isinstance(data, dict) or data.get("format") != _FORMAT:
+                raise ValueError(f"expected a format-{_FORMAT} object")
+            mark = cls(
+                checkpoint_id=data["checkpoint_id"],
+                step=data["step"],
+                version=data["version"],
+                sub_step=data.get("sub_step", 0),
+                time=float(data["time"]),
+            )
+            validate_checkpoint_id(mark.checkpoint_id)
+            for name in ("step", "version", "sub_step"):
+                value = getattr(mark, name)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"{name}={value!r} is not a non-negative integer")
+        except (KeyError, TypeError, ValueError) as e:
+            raise ManifestError(f"malformed watermark {key!r}: {e}") from e
+        if key != _watermark_key(mark.checkpoint_id):
+            raise ManifestError(f"watermark {key!r} names checkpoint_id={mark.checkpoint_id!r}")
+        return mark
+
+
+def validate_checkpoint_id(checkpoint_id: object) -> str:
+    """Return ``checkpoint_id`` if it is one safe key segment, else raise :class:`InvalidKey`.
+
+    DCP checkpoint ids are often paths; pass a name (``os.path.basename``).
+    """
+    if not isinstance(checkpoint_id, str) or not _ID.match(checkpoint_id):
+        raise InvalidKey(
+            f"checkpoint_id={checkpoint_id!r} must be 1-200 characters of [A-Za-z0-9._=+@-], "
+            "not starting with '.' or '-' and without '/' (pass a name, not a path)"
+        )
+    return checkpoint_id
+
+
+def _watermark_key(checkpoint_id: str) -> str:
+    return f"{WATERMARK_PREFIX}{checkpoint_id}.json"
+
+
+def _retired_key(checkpoint_id: str) -> str:
+    return f"{RETIRED_PREFIX}{checkpoint_id}"
+
+
+def record_watermark(
+    ns_or_store: str | ObjectStore,
+    checkpoint_id: str,
+    state: Mapping[str, Any],
+    storage_options: Mapping[str, Any] | None = None,
+) -> Watermark:
+    """Record the cursor of ``state`` (a dataset/loader ``state_dict()``) for a saved checkpoint.
+
+    Call it after the checkpoint is durable (on one rank: every rank's cursor
+    is at the same step). Re-recording the same live id replaces its watermark.
+    Raises :class:`ManifestError` if the id was retired, or if data the cursor
+    needs has already been reclaimed (the checkpoint could not resume).
+    """
+    validate_checkpoint_id(checkpoint_id)
+    store = as_store(ns_or_store, storage_options)
+    position = position_of(state)
+    if store.exists(_retired_key(checkpoint_id)):
+        raise ManifestError(f"{store.url}: checkpoint_id={checkpoint_id!r} is retired; record it under a new id")
+    mark = Watermark(checkpoint_id, position.step, position.version, position.sub_step, time.time())
+    key = _watermark_key(checkpoint_id)
+    store.put(key, json.dumps(mark.to_json(), sort_keys=True).encode())
+    reclaimed = _reclaimed_step(store)
+    if mark.step < reclaimed:
+        store.delete(key)
+        raise ManifestError(
+            f"{store.url}: checkpoint_id={checkpoint_id!r} resumes at step={mark.step}, "
+            f"but steps below {reclaimed} are already reclaimed (no live checkpoint protected them)"
+        )
+    return mark
+
+
+def retire(
+    ns_or_store: str | ObjectStore,
+    checkpoint_id: str,
+    storage_options: Mapping[str, Any] | None = None,
+) -> None:
+    """Mark a checkpoint deleted: its data may be reclaimed. Idempotent; retiring is permanent."""
+    validate_checkpoint_id(checkpoint_id)
+    store = as_store(ns_or_store, storage_options)
+    key = _retired_key(checkpoint_id)
+    if not store.exists(key):
+        store.put(key, json.dumps({"checkpoint_id": checkpoint_id, "time": time.time()}).encode())
+
+
+def read_watermarks(store: ObjectStore) -> list[Watermark]:
+    """Every recorded watermark (live or retired), sorted by (time, step, id)."""
+    marks = []
+    for key in store.list(WATERMARK_PREFIX):
+        if not key.endswith(".json"):
+            continue  # temporary files of a backend, never ours
+        try:
+            raw = store.get(key)
+        except ObjectNotFound:
+            continue  # removed after listing (cleanup of a retired checkpoint)
+        try:
+            data = json.loads(raw)
+        except ValueError as e:
+            raise ManifestError(f"{store.url}: watermark {key!r} is not JSON: {e}") from e
+        marks.append(Watermark.from_json(data, key=key))
+    return sorted(marks, key=lambda m: (m.time, m.step, m.checkpoint_id))
+
+
+def retired_ids(store: ObjectStore) -> set[str]:
+    """Ids with a retirement marker."""
+    return {key[len(RETIRED_PREFIX) :] for key in store.list(RETIRED_PREFIX)}
+
+
+def live_checkpoints(ns_or_store: str | ObjectStore, storage_options: Mapping[str, Any] | None = None) -> list[Watermark]:
+    """Watermarks of checkpoints recorded and not retired, oldest recorded first.
+
+    Markers are listed after watermarks, so a checkpoint retired between the
+    two listings is seen as retired, and one recorded in between is not seen
+    at all (the race ``record_watermark`` checks for).
+    """
+    store = as_store(ns_or_store, storage_options)
+    marks = read_watermarks(store)
+    retired = retired_ids(store)
+    return [m for m in marks if m.checkpoint_id not in retired]
+
+
+def safe_boundary(ns_or_store: str | ObjectStore, storage_options: Mapping[str, Any] | None = None) -> int:
+    """Smallest cursor step over live checkpoints; 0 when there is none.
+
+    Steps at or above it must stay readable; steps strictly below it are
+    unreachable from every live checkpoint.
+    """
+    live = live_checkpoints(ns_or_store, storage_options)
+    return min((m.step for m in live), default=0)
+
+
+def keep_last(
+    ns_or_store: str | ObjectStore, k: int, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Retire every live checkpoint but the ``k`` most recently recorded; returns the ids retired."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"keep_last: k={k!r} must be a non-negative integer")
+    store = as_store(ns_or_store, storage_options)
+    live = live_checkpoints(store)
+    doomed = live[: max(0, len(live) - k)]
+    for mark in doomed:
+        retire(store, mark.checkpoint_id)
+    return [m.checkpoint_id for m in doomed]
+
+
+def _reclaimed_step(store: ObjectStore) -> int:
+    """First step not yet reclaimed: the GC boundary's step (0 before any reclamation)."""
+    try:
+        from torch_tgb.manifest import Manifest  # type: ignore[attr-defined]
+    except ImportError:  # manifest not built yet: nothing can have been reclaimed by us
+        return 0
+    return int(Manifest(store).gc_boundary().step)
