@@ -1,0 +1,132 @@
+"""The body of ``tgb produce``: a token source feeding a :class:`~torch_tgb.Producer`."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch_tgb.cli._common import CommandError, print_json, require, storage_options
+
+__all__ = ["file_batches", "produce", "synthetic_batch"]
+
+
+def synthetic_batch(offset: int, *, global_batch: int, seq_len: int, vocab_size: int, seed: int) -> dict[str, Any]:
+    """Global batch number ``offset`` of the synthetic stream: a pure function of its arguments.
+
+    ``labels`` are ``input_ids`` shifted by one token, as in language-model training.
+    """
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng([seed, offset])
+    tokens = rng.integers(0, vocab_size, size=(global_batch, seq_len + 1), dtype=np.int64)
+    tokens = torch.from_numpy(tokens.astype(np.int32))
+    return {"input_ids": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous()}
+
+
+def file_batches(
+    path: str, *, dtype: str, global_batch: int, seq_len: int
+) -> tuple[int, Callable[[int], dict[str, Any]]]:
+    """(number of full batches in the file, offset → batch) for a flat token file.
+
+    Sequence ``j`` of batch ``i`` is tokens ``[(i*B+j)*L, (i*B+j)*L + L + 1)``,
+    so every token is predicted once; a short tail is dropped.
+    """
+    import numpy as np
+    import torch
+
+    try:
+        if path.endswith(".npy"):
+            tokens = np.load(path, mmap_mode="r")
+        else:
+            tokens = np.memmap(path, dtype=np.dtype(dtype), mode="r")
+    except (OSError, ValueError, TypeError) as e:
+        raise CommandError(f"cannot read token file {path!r}: {e}") from e
+    if tokens.ndim != 1:
+        raise CommandError(f"token file {path!r} must be a flat array, got shape {tokens.shape}")
+    per_batch = global_batch * seq_len
+    available = max(0, (len(tokens) - 1) // per_batch)
+
+    def batch(offset: int) -> dict[str, Any]:
+        starts = (offset * global_batch + np.arange(global_batch)) * seq_len
+        rows = np.stack([np.asarray(tokens[s : s + seq_len + 1]) for s in starts]).astype(np.int32)
+        t = torch.from_numpy(rows)
+        return {"input_ids": t[:, :-1].contiguous(), "labels": t[:, 1:].contiguous()}
+
+    return available, batch
+
+
+def produce(args: argparse.Namespace) -> int:
+    from torch_tgb._progress import progress
+
+    for name in ("steps", "global_batch", "seq_len", "dp", "cp", "vocab_size"):
+        if getattr(args, name) < 1:
+            raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.global_batch % args.dp:
+        raise CommandError(f"--global-batch {args.global_batch} is not divisible by --dp {args.dp}")
+    if args.seq_len % args.cp:
+        raise CommandError(f"--seq-len {args.seq_len} is not divisible by --cp {args.cp}")
+    producer_mod = require("torch_tgb.producer", command="produce")
+    layout_mod = require("torch_tgb.layout", command="produce")
+
+    steps = args.steps
+    if args.tokens:
+        available, make = file_batches(
+            args.tokens, dtype=args.dtype, global_batch=args.global_batch, seq_len=args.seq_len
+        )
+        if available < steps:
+            steps = available
+    else:
+
+        def make(offset: int) -> dict[str, Any]:
+            return synthetic_batch(
+                offset, global_batch=args.global_batch, seq_len=args.seq_len, vocab_size=args.vocab_size, seed=args.seed
+            )
+
+    layout = layout_mod.Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
+    started = time.perf_counter()
+    with producer_mod.Producer(
+        args.ns,
+        producer_id=args.producer_id,
+        layout=layout,
+        commit_policy=args.commit_policy,
+        max_lag=args.max_lag,
+        storage_options=storage_options(args),
+    ) as producer:
+        start = producer.resume_offset
+        interval = 1.0 / args.rate if args.rate else 0.0
+        next_at = time.perf_counter()
+        with progress(total=max(0, steps - start), desc=f"produce {args.producer_id}", unit="batch") as bar:
+            for offset in range(start, steps):
+                if interval:
+                    delay = next_at - time.perf_counter()
+                    if delay > 0:
+                        time.sleep(delay)
+                    next_at += interval
+                producer.append(make(offset), offset=offset)
+                bar.update(1)
+        producer.flush()
+        if args.seal:
+            producer.close(seal=True)
+        stats = producer.stats()
+    seconds = time.perf_counter() - started
+    summary = {
+        "ns": args.ns,
+        "producer_id": args.producer_id,
+        "resumed_at": start,
+        "written": max(0, steps - start),
+        "next_offset": max(start, steps),
+        "sealed": bool(args.seal),
+        "seconds": round(seconds, 3),
+        "stats": stats,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"producer {args.producer_id}: wrote offsets {start}..{max(start, steps) - 1} "
+            f"({summary['written']} batches) in {seconds:.2f}s{' and sealed' if args.seal else ''}"
+        )
+    return 0
