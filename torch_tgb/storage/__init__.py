@@ -1,15 +1,33 @@
-"""Object stores: one small interface, atomic create-if-absent on every backend."""
+"""Object stores: one small interface, atomic create-if-absent on every backend.
+
+Backends: :class:`LocalStore` (a directory), :class:`MemoryStore` (this
+process), :class:`FsspecStore` (S3 and other fsspec URLs). Wrappers:
+:class:`RetryingStore` (backoff + jitter), :class:`FaultyStore` and
+:class:`LatencyStore` (tests, benchmarks). :func:`open_store` picks and wraps.
+"""
 
 from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._open import open_store
+from torch_tgb.storage.capabilities import CAPABILITIES_KEY, ensure_conditional_writes
+from torch_tgb.storage.fsspec_store import FsspecStore
+from torch_tgb.storage.local import LocalStore
 from torch_tgb.storage.memory import MemoryStore
+from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
 __all__ = [
+    "CAPABILITIES_KEY",
+    "FsspecStore",
+    "LocalStore",
     "MemoryStore",
     "ObjectInfo",
     "ObjectStore",
     "RangeFailure",
     "RangeRequest",
+    "RetryPolicy",
+    "RetryingStore",
+    "ensure_conditional_writes",
+    "open_store",
     "validate_key",
     "validate_prefix",
 ]

@@ -1,0 +1,255 @@
+"""A namespace on any fsspec file system (S3 first of all).
+
+Atomicity
+---------
+* ``put``: one ``PUT`` of the whole object (S3 objects appear whole or not at
+  all; objects above 5 GiB would need multipart uploads, which also become
+  visible only on completion).
+* ``put_if_absent``: ``pipe_file(..., mode="create")``, which s3fs sends as
+  ``PUT`` with ``If-None-Match: *``; the store itself decides, atomically,
+  and answers ``412 Precondition Failed`` (s3fs: ``FileExistsError``) to every
+  writer but the first. Only protocols known to implement ``mode="create"``
+  server-side are trusted (:data:`CONDITIONAL_PROTOCOLS`); on others
+  ``put_if_absent`` raises :class:`ConditionalWriteUnsupported` rather than
+  fall back to fsspec's check-then-write. S3 clones that ignore the header are
+  caught by :func:`torch_tgb.storage.ensure_conditional_writes`.
+
+File systems are built per store (``skip_instance_cache=True``) and S3
+listings are not cached (``use_listings_cache=False``), so two stores never
+share stale state. ``get_ranges`` uses the async ``_cat_ranges`` of async
+file systems (one event loop, ``max_in_flight`` requests in flight) instead
+of a thread per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import fsspec
+from fsspec.asyn import AsyncFileSystem, sync
+
+from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
+from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._errors import translate
+from torch_tgb.storage._keys import validate_key, validate_prefix
+
+__all__ = ["CONDITIONAL_PROTOCOLS", "FsspecStore", "redact_url"]
+
+#: protocols whose ``pipe_file(mode="create")`` is a server-side conditional create
+CONDITIONAL_PROTOCOLS = frozenset({"s3", "s3a"})
+# Defaults that make a store see its own writes and other stores' writes at once.
+_PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {"skip_instance_cache": True, "use_listings_cache": False},
+    "s3a": {"skip_instance_cache": True, "use_listings_cache": False},
+}
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info, query or fragment (they may hold credentials)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class FsspecStore(ObjectStore):
+    """Objects under ``url`` on the fsspec file system its protocol names."""
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        max_in_flight: int = 32,
+    ) -> None:
+        self.url = redact_url(url).rstrip("/")
+        protocol = urlsplit(url).scheme or "file"
+        options = {**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})}
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except Exception as e:  # unknown protocol, missing driver, bad option
+            raise translate(e, url=self.url, op="open", key=None) from e
+        self.fs = fs
+        self.protocol = protocol
+        self.root = root.rstrip("/")
+        self.max_in_flight = max_in_flight
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{validate_key(key, namespace=self.url)}"
+
+    def _fail(self, e: BaseException, op: str, key: str | None, *, write: bool = False) -> TGBError:
+        return translate(e, url=self.url, op=op, key=key, write_sent=write)
+
+    # --- reads -----------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return bytes(self.fs.cat_file(path))
+        except Exception as e:
+            raise self._fail(e, "get", key) from e
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if not (0 <= start <= end):
+            raise ValueError(f"{self.url}: invalid byte range [{start}, {end}) for key {key!r}")
+        path = self._path(key)
+        if start == end:
+            self.stat(key)  # an empty range of a missing object is still an error
+            return b""
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except Exception as e:
+            error = self._fail(e, "get_range", key)
+        return self._past_end(key, start, error)
+
+    def _past_end(self, key: str, start: int, error: TGBError) -> bytes:
+        """S3 answers a range starting at or past the end with 416; we return ``b""``."""
+        if isinstance(error, ObjectNotFound):
+            raise error
+        if start >= self.size(key):
+            return b""
+        raise error
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            info = self.fs.info(path)
+        except Exception as e:
+            raise self._fail(e, "stat", key) from e
+        if info.get("type") != "file":
+            raise ObjectNotFound(f"{self.url}: stat {key!r}: no such object (a prefix)")
+        return ObjectInfo(key, int(info["size"]), _mtime(info))
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.stat(key)
+        except ObjectNotFound:
+            return False
+        return True
+
+    def list(self, prefix: str = "") -> list[str]:
+        prefix = validate_prefix(prefix, namespace=self.url)
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        base = f"{self.root}/{head}" if head else self.root
+        try:
+            found = self.fs.find(base, withdirs=False)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise self._fail(e, "list", prefix) from e
+        root = self.fs._strip_protocol(self.root).rstrip("/") + "/"
+        keys = []
+        for path in found:
+            path = self.fs._strip_protocol(path)
+            if path.startswith(root):
+                key = path[len(root) :]
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def get_ranges(
+        self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
+    ) -> list[bytes | RangeFailure]:
+        """One async batch on async file systems; the thread pool otherwise."""
+        if not isinstance(self.fs, AsyncFileSystem) or len(requests) <= 1:
+            return super().get_ranges(requests, continue_on_error=continue_on_error)
+        results: list[bytes | RangeFailure | None] = [None] * len(requests)
+        batch: list[int] = []
+        for i, r in enumerate(requests):
+            try:
+                validate_key(r.key, namespace=self.url)
+            except TGBError as e:
+                results[i] = RangeFailure(r, e)
+                continue
+            if r.start == r.end:
+                results[i] = self._read_one(r, True)  # needs an existence check, not a read
+            else:
+                batch.append(i)
+        if batch:
+            raw = sync(
+                self.fs.loop,
+                self.fs._cat_ranges,
+                [self._path(requests[i].key) for i in batch],
+                [requests[i].start for i in batch],
+                [requests[i].end for i in batch],
+                batch_size=self.max_in_flight,
+                on_error="return",
+            )
+            for i, value in zip(batch, raw):
+                results[i] = self._settle(requests[i], value)
+        out: list[bytes | RangeFailure] = []
+        for r in results:
+            if r is None:
+                raise AssertionError("every request has a result")  # internal invariant
+            if isinstance(r, RangeFailure) and not continue_on_error:
+                raise r.error
+            out.append(r)
+        return out
+
+    def _settle(self, request: RangeRequest, value: object) -> bytes | RangeFailure:
+        """Turn one ``_cat_ranges`` result (bytes or an exception) into ours."""
+        if not isinstance(value, BaseException):
+            return bytes(value)  # type: ignore[arg-type]
+        error = self._fail(value, "get_range", request.key)
+        try:
+            return self._past_end(request.key, request.start, error)
+        except TGBError as e:
+            return RangeFailure(request, e)
+
+    # --- writes ----------------------------------------------------------------
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        path = self._path(key)
+        try:
+            self.fs.pipe_file(path, bytes(data))
+        except Exception as e:
+            raise self._fail(e, "put", key, write=True) from e
+
+    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+        path = self._path(key)
+        if self.protocol not in CONDITIONAL_PROTOCOLS:
+            raise ConditionalWriteUnsupported(
+                f"{self.url}: put_if_absent {key!r}: protocol {self.protocol!r} has no server-side "
+                f"create-if-absent known to torch_tgb (supported: {sorted(CONDITIONAL_PROTOCOLS)})"
+            )
+        try:
+            self.fs.pipe_file(path, bytes(data), mode="create")
+        except FileExistsError:
+            return False
+        except Exception as e:
+            raise self._fail(e, "put_if_absent", key, write=True) from e
+        return True
+
+    def delete(self, keys: str | Iterable[str]) -> None:
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        paths = [self._path(k) for k in keys]
+        if not paths:
+            return
+        bulk = getattr(self.fs, "_bulk_delete", None)
+        try:
+            if bulk is not None and isinstance(self.fs, AsyncFileSystem):
+                for i in range(0, len(paths), 1000):  # S3 DeleteObjects takes up to 1000 keys
+                    sync(self.fs.loop, bulk, paths[i : i + 1000])
+                return
+            for key, path in zip(keys, paths):
+                try:
+                    self.fs.rm_file(path)
+                except FileNotFoundError:
+                    continue
+        except Exception as e:
+            raise self._fail(e, "delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys") from e
+
+    def close(self) -> None:
+        """Nothing to release eagerly: s3fs closes its session with the file system."""
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    for name in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(name)
+        if isinstance(value, datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+    return 0.0

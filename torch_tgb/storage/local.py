@@ -1,0 +1,259 @@
+"""A namespace in a local directory (also a shared POSIX file system).
+
+Atomicity
+---------
+No reader ever sees a partial object under its final name: every write goes
+to a temporary file in the target's directory (same file system), is written
+completely and ``fsync``-ed, and only then gets its final name.
+
+* ``put`` publishes with ``os.replace`` (atomic rename over any old object).
+* ``put_if_absent`` publishes with ``os.link(temp, final)``: the kernel
+  creates the link only if ``final`` does not exist, in one step, so among
+  concurrent writers exactly one link succeeds and every other gets
+  ``EEXIST`` and returns ``False``. (fsspec's ``pipe_file(mode="create")``
+  checks, then writes: two writers can both "win" and a reader can see a
+  half-written file. It is not used.)
+* After publishing, the directory is ``fsync``-ed so the name survives a crash.
+
+Temporary files are named ``.tgb-tmp.<random>`` next to their target; keys
+with a segment starting with ``.tgb-tmp.`` are refused and ``list`` skips
+such files, so leftovers of a crashed writer are never seen as objects.
+
+Containment: a key is a relative path (see ``_keys``) and its resolved real
+path (symlinks followed) must lie inside the namespace root, so a symlink in
+the directory cannot lead a read or write out of the namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
+
+from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
+from torch_tgb.storage._base import ObjectInfo, ObjectStore
+from torch_tgb.storage._errors import translate
+from torch_tgb.storage._keys import validate_key, validate_prefix
+
+__all__ = ["LocalStore"]
+
+_TMP_PREFIX = ".tgb-tmp."
+# Errors from os.link that mean "this file system has no hard links".
+_NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS})
+
+
+class LocalStore(ObjectStore):
+    """Objects are files under ``root``; keys are their relative paths.
+
+    ``fsync=False`` skips the file and directory syncs (faster, still atomic
+    for readers, not crash-durable): for scratch namespaces and benchmarks.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        root = os.fspath(root)
+        if root.startswith("file://"):
+            root = root[len("file://") :]
+        self.root = os.path.realpath(os.path.expanduser(root))
+        self.url = f"file://{self.root}"
+        self.fsync = fsync
+
+    # --- keys and paths ------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        """The absolute path of ``key``; refuses anything that resolves outside the root."""
+        key = validate_key(key, namespace=self.url)
+        parts = key.split("/")
+        if any(p.startswith(_TMP_PREFIX) for p in parts):
+            raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
+        path = os.path.join(self.root, *parts)
+        real = os.path.realpath(path)
+        if real != path and not real.startswith(self.root + os.sep):
+            raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
+        return path
+
+    def local_path(self, key: str) -> str | None:
+        return self._path(key)
+
+    # --- reads -----------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except IsADirectoryError:
+            raise ObjectNotFound(f"{self.url}: get {key!r}: no such object (a directory)") from None
+        except OSError as e:
+            raise translate(e, url=self.url, op="get", key=key) from e
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        if not (0 <= start <= end):
+            raise ValueError(f"{self.url}: invalid byte range [{start}, {end}) for key {key!r}")
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except IsADirectoryError:
+            raise ObjectNotFound(f"{self.url}: get_range {key!r}: no such object (a directory)") from None
+        except OSError as e:
+            raise translate(e, url=self.url, op="get_range", key=key) from e
+        try:
+            length = end - start
+            data = os.pread(fd, length, start)
+            if len(data) == length or not data:
+                return data
+            # A short read before the end of file: keep reading (rare, large reads).
+            chunks = [data]
+            got = len(data)
+            while got < length:
+                more = os.pread(fd, length - got, start + got)
+                if not more:
+                    break
+                chunks.append(more)
+                got += len(more)
+            return b"".join(chunks)
+        except OSError as e:
+            raise translate(e, url=self.url, op="get_range", key=key) from e
+        finally:
+            os.close(fd)
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise translate(e, url=self.url, op="stat", key=key) from e
+        if not _is_regular(st.st_mode):
+            raise ObjectNotFound(f"{self.url}: stat {key!r}: no such object (not a file)")
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def exists(self, key: str) -> bool:
+        return os.path.isfile(self._path(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        prefix = validate_prefix(prefix, namespace=self.url)
+        # Walk only the deepest directory the prefix names completely.
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = os.path.join(self.root, *head.split("/")) if head else self.root
+        real = os.path.realpath(start)
+        if real != self.root and not real.startswith(self.root + os.sep):
+            raise InvalidKey(f"{self.url}: prefix {prefix!r} resolves outside the namespace (symlink)")
+        base = f"{head}/" if head else ""
+        try:
+            keys = [k for k in self._walk(start, base) if k.startswith(prefix)]
+        except OSError as e:
+            raise translate(e, url=self.url, op="list", key=prefix) from e
+        return sorted(keys)
+
+    def _walk(self, directory: str, base: str) -> Iterator[str]:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.name.startswith(_TMP_PREFIX):
+                continue
+            if entry.is_symlink():
+                real = os.path.realpath(entry.path)
+                if not real.startswith(self.root + os.sep):
+                    continue  # a link out of the namespace is not an object of it
+            if entry.is_dir():
+                yield from self._walk(entry.path, f"{base}{entry.name}/")
+            elif entry.is_file():
+                yield f"{base}{entry.name}"
+
+    # --- writes ----------------------------------------------------------------
+
+    def _write_temp(self, path: str, data: bytes | memoryview, key: str, op: str) -> str:
+        """Write ``data`` completely to a fresh temp file beside ``path``; return its path."""
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f"{_TMP_PREFIX}{secrets.token_hex(8)}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            raise translate(e, url=self.url, op=op, key=key) from e
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException as e:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            if isinstance(e, OSError):
+                raise translate(e, url=self.url, op=op, key=key) from e
+            raise
+        os.close(fd)
+        return tmp
+
+    def _sync_dir(self, path: str) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(os.path.dirname(path), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        path = self._path(key)
+        tmp = self._write_temp(path, data, key, "put")
+        try:
+            os.replace(tmp, path)  # atomic: readers see the old or the new object
+            self._sync_dir(path)
+        except OSError as e:
+            _unlink_quietly(tmp)
+            raise translate(e, url=self.url, op="put", key=key) from e
+
+    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+        path = self._path(key)
+        tmp = self._write_temp(path, data, key, "put_if_absent")
+        try:
+            # The commit point: link(2) fails with EEXIST if the name exists.
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno in _NO_LINK_ERRNOS:
+                raise ConditionalWriteUnsupported(
+                    f"{self.url}: put_if_absent {key!r}: the file system refuses hard links "
+                    f"({e.strerror}); atomic create-if-absent is impossible here"
+                ) from e
+            raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+        finally:
+            _unlink_quietly(tmp)
+        try:
+            self._sync_dir(path)
+        except OSError as e:  # the object is published; only its durability is unknown
+            raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+        return True
+
+    def delete(self, keys: str | Iterable[str]) -> None:
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        paths = [(k, self._path(k)) for k in keys]
+        for key, path in paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            except IsADirectoryError:
+                continue  # a "directory" is a prefix, not an object: nothing to delete
+            except OSError as e:
+                if e.errno == errno.EPERM and os.path.isdir(path):  # macOS reports EPERM
+                    continue
+                raise translate(e, url=self.url, op="delete", key=key) from e
+
+
+def _is_regular(mode: int) -> bool:
+    return stat.S_ISREG(mode)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
