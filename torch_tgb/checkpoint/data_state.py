@@ -1,0 +1,168 @@
+"""``DataState``: carry each rank's data cursor through ``torch.distributed.checkpoint``.
+
+DCP saves non-tensor values with ``torch.save`` and loads them back with
+``torch.load(weights_only=False)`` — pickle, which a checkpoint written by
+someone else must not be able to exploit. So the state travels as a
+fixed-capacity ``uint8`` tensor holding JSON (a fixed size because DCP loads a
+tensor only into a destination of the same shape, and the load-time state is
+not known before it is read)::
+
+    bytes 0..7    magic  b"TGBDS\\x001\\x00"
+    bytes 8..15   payload length, little-endian uint64
+    bytes 16..    UTF-8 JSON {"rank", "world_size", "state"}, then zeros
+
+Plain tensors with the same key on several ranks are deduplicated by DCP, so
+each rank writes its own key ``rank_<r>``; on load every rank reads its own.
+After a world-size change, ranks that did not exist before have no key:
+construct ``DataState(loader, rank=0)`` there to load rank 0's cursor (the
+consumer remaps a cursor onto its own mesh).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, Protocol
+
+import torch
+
+from torch_tgb.errors import CorruptObject
+
+__all__ = ["DataState", "decode_state", "encode_state"]
+
+_MAGIC = b"TGBDS\x001\x00"
+_HEADER = struct.Struct("<8sQ")
+DEFAULT_CAPACITY = 64 * 1024
+
+
+class _HasState(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+class DataState:
+    """DCP ``Stateful`` wrapper of a ``TGBDataset``, ``tgb.DataLoader`` or ``StatefulDataLoader``.
+
+    ``dcp.save({"model": ..., "data": DataState(loader)}, checkpoint_id=...)``
+    stores this rank's loader state; ``dcp.load`` with the same structure
+    restores it. ``capacity`` (bytes per rank) must be the same at save and
+    load; ``rank`` overrides the rank whose state is saved/loaded.
+    """
+
+    def __init__(self, dataset_or_loader: _HasState, *, capacity: int = DEFAULT_CAPACITY, rank: int | None = None):
+        if not (callable(getattr(dataset_or_loader, "state_dict", None))
+                and callable(getattr(dataset_or_loader, "load_state_dict", None))):
+            raise TypeError(f"DataState needs an object with state_dict/load_state_dict, got {type(dataset_or_loader).__name__}")
+        if capacity < _HEADER.size + 2:
+            raise ValueError(f"DataState: capacity={capacity} is too small")
+        if rank is not None and rank < 0:
+            raise ValueError(f"DataState: rank={rank} must be >= 0")
+        self.target = dataset_or_loader
+        self.capacity = capacity
+        self._rank = rank
+
+    @property
+    def key(self) -> str:
+        return f"rank_{self._current_rank()}"
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        # DCP calls this at load time too (to get destinations): the tensor is then overwritten.
+        payload = {"rank": self._current_rank(), "world_size": _world_size(), "state": self.target.state_dict()}
+        return {self.key: encode_state(payload, capacity=self.capacity)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        key = self.key
+        if key not in state_dict:
+            raise CorruptObject(f"DataState: checkpoint has no data state for {key!r} (keys: {sorted(state_dict)})")
+        payload = decode_state(state_dict[key], what=key)
+        if not isinstance(payload, dict) or "state" not in payload:
+            raise CorruptObject(f"DataState: {key!r} does not hold a data state")
+        self.target.load_state_dict(payload["state"])
+
+    def _current_rank(self) -> int:
+        if self._rank is not None:
+            return self._rank
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    def __repr__(self) -> str:
+        return f"DataState({type(self.target).__name__}, capacity={self.capacity})"
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def encode_state(value: Any, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tensor:
+    """JSON-encode ``value`` (tuples and non-string keys kept) into a ``uint8`` tensor of ``capacity`` bytes."""
+    try:
+        body = json.dumps(_tag(value), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"DataState: the data state is not JSON-serialisable: {e}") from e
+    if _HEADER.size + len(body) > capacity:
+        raise ValueError(
+            f"DataState: encoded state is {len(body)} bytes, over capacity={capacity}; "
+            "pass a larger DataState(..., capacity=...) (the same at save and load)"
+        )
+    out = torch.zeros(capacity, dtype=torch.uint8)
+    blob = _HEADER.pack(_MAGIC, len(body)) + body
+    out[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    return out
+
+
+def decode_state(tensor: torch.Tensor, *, what: str = "data state") -> Any:
+    """Inverse of :func:`encode_state`; :class:`CorruptObject` if the bytes are not one."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() != 1:
+        raise CorruptObject(f"DataState: {what} is not a 1-D uint8 tensor")
+    raw = tensor.detach().cpu().numpy().tobytes()
+    if len(raw) < _HEADER.size:
+        raise CorruptObject(f"DataState: {what} is truncated ({len(raw)} bytes)")
+    magic, length = _HEADER.unpack_from(raw)
+    if magic != _MAGIC or _HEADER.size + length > len(raw):
+        raise CorruptObject(f"DataState: {what} has a bad header (magic={magic!r}, {length=})")
+    try:
+        return _untag(json.loads(raw[_HEADER.size : _HEADER.size + length]))
+    except ValueError as e:
+        raise CorruptObject(f"DataState: {what} is not valid JSON: {e}") from e
+
+
+# JSON turns tuples into lists and int keys into strings; loader states round-trip
+# exactly only if both survive, so they are tagged.
+_TUPLE = "__tgb_tuple__"
+_ITEMS = "__tgb_items__"
+
+
+def _tag(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value) and _TUPLE not in value and _ITEMS not in value:
+            return {k: _tag(v) for k, v in value.items()}
+        return {_ITEMS: [[_tag(k), _tag(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {_TUPLE: [_tag(v) for v in value]}
+    if isinstance(value, list):
+        return [_tag(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"{type(value).__name__} value {value!r:.80}")
+
+
+def _untag(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {_TUPLE}:
+            return tuple(_untag(v) for v in value[_TUPLE])
+        if set(value) == {_ITEMS}:
+            return {_hashable(_untag(k)): _untag(v) for k, v in value[_ITEMS]}
+        return {k: _untag(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untag(v) for v in value]
+    return value
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, (dict, list)):
+        raise ValueError(f"unhashable dict key {key!r:.80}")
+    return key
