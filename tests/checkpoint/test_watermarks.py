@@ -28,7 +28,7 @@ def store():
 
 
 def state(step: int, version: int = 1, sub_step: int = 0) -> dict:
-    return {"tgb_cursor": {"step": step, "version": version, "sub_step": sub_step}}
+    return {"tgb_cursor": {"step": step, "version": version, "sub_step": sub_step, "sub_steps": 2}}
 
 
 def test_no_watermark_means_boundary_zero(store):
@@ -66,7 +66,7 @@ def test_smallest_cursor_inside_nested_loader_state(store):
 
 
 def test_state_without_cursor_fails_loud(store):
-    with pytest.raises(ManifestError, match="tgb_cursor"):
+    with pytest.raises(ValueError, match="tgb_cursor"):
         record_watermark(store, "ck", {"model": 1})
     assert store.list("_tgb/") == []
 

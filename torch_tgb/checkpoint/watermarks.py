@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.checkpoint._cursor import position_of
 from torch_tgb.checkpoint._store import as_store
+from torch_tgb.consumer.cursor import cursor_of
 from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
 from torch_tgb.storage import ObjectStore
 
@@ -132,12 +132,13 @@ def record_watermark(
 
     Call it after the checkpoint is durable (on one rank: every rank's cursor
     is at the same step). Re-recording the same live id replaces its watermark.
-    Raises :class:`ManifestError` if the id was retired, or if data the cursor
-    needs has already been reclaimed (the checkpoint could not resume).
+    Raises ``ValueError`` if ``state`` holds no ``"tgb_cursor"``, and
+    :class:`ManifestError` if the id was retired or if data the cursor needs
+    has already been reclaimed (the checkpoint could not resume).
     """
     validate_checkpoint_id(checkpoint_id)
     store = as_store(ns_or_store, storage_options)
-    position = position_of(state)
+    position = cursor_of(state)
     if store.exists(_retired_key(checkpoint_id)):
         raise ManifestError(f"{store.url}: checkpoint_id={checkpoint_id!r} is retired; record it under a new id")
     mark = Watermark(checkpoint_id, position.step, position.version, position.sub_step, time.time())
