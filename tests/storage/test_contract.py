@@ -1,0 +1,50 @@
+"""Every backend and wrapper passes the shared ObjectStore contract."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from torch_tgb.storage import FsspecStore, LocalStore, MemoryStore, RetryingStore, open_store
+from torch_tgb.testing.store_contract import StoreContract
+
+
+class TestLocalStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path):
+        return LocalStore(tmp_path / "ns")
+
+
+class TestLocalStoreNoFsync(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path):
+        return LocalStore(tmp_path, fsync=False)
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        store = MemoryStore(f"contract-{uuid.uuid4().hex}")
+        yield store
+        store.destroy()
+
+
+@pytest.mark.s3
+class TestS3Store(StoreContract):
+    race_threads = 4  # moto is slow; the 16-thread race lives in test_races.py
+
+    @pytest.fixture
+    def store(self, s3_namespace):
+        url, options = s3_namespace
+        return FsspecStore(url, options)
+
+
+class TestOpenStoreLocal(StoreContract):
+    """What users get from open_store: RetryingStore around LocalStore."""
+
+    @pytest.fixture
+    def store(self, tmp_path):
+        store = open_store(str(tmp_path))
+        assert isinstance(store, RetryingStore)
+        return store
