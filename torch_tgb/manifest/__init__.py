@@ -1,1 +1,45 @@
-"""(being built)"""
+"""The manifest log: versions as deltas, snapshots, discovery and the commit protocol.
+
+See ``docs/protocol.md`` for the on-storage specification.
+"""
+
+from torch_tgb.manifest.commit import AttemptResult, Committer
+from torch_tgb.manifest.manifest import (
+    DATASET_KEY,
+    GC_BOUNDARY_KEY,
+    LOG_PREFIX,
+    SNAPSHOT_HINT_KEY,
+    SNAPSHOT_PREFIX,
+    Manifest,
+    snapshot_key,
+    version_key,
+)
+from torch_tgb.manifest.records import (
+    DatasetInfo,
+    GCBoundary,
+    ManifestState,
+    ProducerState,
+    TGBEntry,
+    Version,
+    validate_producer_id,
+)
+
+__all__ = [
+    "DATASET_KEY",
+    "GC_BOUNDARY_KEY",
+    "LOG_PREFIX",
+    "SNAPSHOT_HINT_KEY",
+    "SNAPSHOT_PREFIX",
+    "AttemptResult",
+    "Committer",
+    "DatasetInfo",
+    "GCBoundary",
+    "Manifest",
+    "ManifestState",
+    "ProducerState",
+    "TGBEntry",
+    "Version",
+    "snapshot_key",
+    "validate_producer_id",
+    "version_key",
+]

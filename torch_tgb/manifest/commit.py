@@ -1,0 +1,270 @@
+"""The commit protocol: read-before-write, rebase, tokens, GC boundary, fencing.
+
+One :class:`Committer` per producer incarnation. It keeps a *view*: the full
+state after every version it has read, always read in order (v+1 only after
+v). An attempt:
+
+1. **Refresh** (read-before-write): read versions ``view+1, view+2, ...``
+   until one is missing, folding each into the view. A version carrying our
+   commit token is our own write whose acknowledgement was lost: success. A
+   version with a newer epoch for our ``producer_id`` means a newer
+   incarnation exists: :class:`FencedError`, and we never write again.
+2. **Rebase**: drop pending entries below our committed ``next_offset``;
+   the rest go on top of the view (``first_step`` = steps committed so far).
+3. **Create** ``_tgb/log/<view+1>`` with ``put_if_absent``. ``True``: go to
+   4. ``False`` or :class:`AmbiguousWriteError`: read the version back; our
+   token means it landed (4); another token is a conflict (the next attempt
+   rebases on it); missing after an ambiguous reply means it did not land
+   (retry the same bytes into the same slot).
+4. **GC boundary**: re-read ``_tgb/gc_boundary.json``. A created version at
+   or below the boundary sits in a reclaimed slot (a stalled writer whose
+   base was deleted): the commit failed; delete that object, restart the view
+   from the boundary's snapshot and retry.
+
+The token belongs to an *attempt group*: it is kept across retries until an
+attempt is known to have landed, so a write acknowledged late (or never) is
+still recognised when read back later.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, StorageError
+from torch_tgb.manifest._state import fold
+from torch_tgb.manifest.manifest import Manifest, version_key
+from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
+
+__all__ = ["AttemptResult", "Committer"]
+
+log = logging.getLogger(__name__)
+
+#: crash points a test hook can act on (see ``Committer(crash_hook=...)``)
+CRASH_POINTS = ("before_commit", "after_version_put", "after_commit")
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What one commit attempt did."""
+
+    committed: bool  # every entry handed in is now in the log
+    conflict: bool  # another writer took the slot: rebase and retry
+    version: int  # the version written or tried
+    window_s: float  # fragile window: newest version read -> write attempt finished
+    recognised: bool = False  # success learnt by reading our token back (lost acknowledgement)
+    reclaimed_slot: bool = False  # created below the GC boundary: counted as failed
+    wrote: bool = True  # False if nothing had to be written
+
+
+class Committer:
+    """Commits one producer's entries to the log. Not thread-safe: one committer thread."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        producer_id: str,
+        *,
+        crash_hook: Callable[[str], None] | None = None,
+        max_ambiguous_retries: int = 8,
+    ) -> None:
+        self.manifest = manifest
+        self.store = manifest.store
+        self.producer_id = validate_producer_id(producer_id)
+        self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
+        self._view: ManifestState | None = None
+        self._token = uuid.uuid4().hex
+        self._landed: int | None = None
+        self._fenced: FencedError | None = None
+        self._crash_hook = crash_hook
+        self._max_ambiguous_retries = max_ambiguous_retries
+
+    # --- view -------------------------------------------------------------
+
+    @property
+    def view(self) -> ManifestState:
+        if self._view is None:
+            raise RuntimeError("Committer.start() was not called")
+        return self._view
+
+    @property
+    def state(self) -> ProducerState | None:
+        """This producer's committed state in the view."""
+        return self.view.producers.get(self.producer_id)
+
+    @property
+    def next_offset(self) -> int:
+        state = self.state
+        return 0 if state is None else state.next_offset
+
+    def _hook(self, point: str) -> None:
+        if self._crash_hook is not None:
+            self._crash_hook(point)
+
+    def refresh(self) -> float:
+        """Read every version after the view (read-before-write); returns when the newest was read."""
+        view = self.view
+        while True:
+            read_at = time.monotonic()
+            version = self.manifest.try_read_version(view.version + 1)
+            if version is None:
+                self._view = view
+                return read_at
+            view = fold(view, version, where=self.manifest.where)
+            if version.token == self._token:
+                self._landed = version.number
+            mine = version.producers.get(self.producer_id)
+            if self.epoch and mine is not None and mine.epoch > self.epoch and version.token != self._token:
+                self._view = view
+                self._fenced = FencedError(
+                    f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
+                    f"manifest version={version.number} holds epoch={mine.epoch} (a newer incarnation started)"
+                )
+                raise self._fenced
+
+    def _reset_view(self) -> None:
+        self._view = self.manifest.state_at(self.manifest.latest_version())
+
+    # --- start: epoch bump -------------------------------------------------
+
+    def start(self) -> ProducerState:
+        """Read the log and commit an epoch bump for our producer_id; returns our new state.
+
+        After this returns, any older incarnation is fenced: to commit it must
+        first read the bump, and that read stops it.
+        """
+        self._reset_view()
+        while True:
+            self.refresh()
+            if self.view.sealed:
+                raise ManifestError(
+                    f"{self.manifest.where}namespace is sealed at version={self.view.version}; no producer may start"
+                )
+            if self._landed is not None:
+                return self._won_bump()
+            current = self.state
+            target = (0 if current is None else current.epoch) + 1
+            now = time.time()
+            candidate = Version(
+                self.view.version + 1,
+                self._token,
+                self.view.num_steps,
+                (),
+                {self.producer_id: ProducerState(target, self.next_offset, now)},
+                False,
+                now,
+            )
+            result = self._write(candidate, read_at=time.monotonic())
+            if result.committed:
+                return self._won_bump()
+
+    def _won_bump(self) -> ProducerState:
+        state = self.state
+        if state is None:
+            raise ManifestError(f"{self.manifest.where}epoch bump of {self.producer_id!r} landed but is not in the view")
+        self.epoch = state.epoch
+        self._new_group()
+        return state
+
+    def _new_group(self) -> None:
+        self._token = uuid.uuid4().hex
+        self._landed = None
+
+    # --- commit --------------------------------------------------------------
+
+    def attempt(self, entries: Sequence[TGBEntry], *, seal: bool = False) -> AttemptResult:
+        """One commit attempt of ``entries`` (consecutive offsets of this producer).
+
+        Entries already committed (offset below our ``next_offset``) are
+        dropped; the rest are appended on top of the newest version.
+        """
+        if self._fenced is not None:
+            raise self._fenced
+        if not self.epoch:
+            raise RuntimeError("Committer.start() was not called")
+        read_at = self.refresh()
+        if self._landed is not None:
+            landed = self._landed
+            self._new_group()
+            done = not entries or entries[-1].offset < self.next_offset
+            return AttemptResult(done, False, landed, 0.0, recognised=True, wrote=False)
+        todo = [e for e in entries if e.offset >= self.next_offset]
+        if todo and todo[0].offset != self.next_offset:
+            raise ValueError(
+                f"{self.manifest.where}producer {self.producer_id!r}: entries start at offset={todo[0].offset}, "
+                f"but the log's next_offset is {self.next_offset}"
+            )
+        if self.view.sealed:
+            if not todo:
+                return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
+            raise ManifestError(
+                f"{self.manifest.where}namespace is sealed at version={self.view.version}: "
+                f"producer {self.producer_id!r} cannot commit offsets from {todo[0].offset}"
+            )
+        if not todo and not seal:
+            return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
+        now = time.time()
+        next_offset = todo[-1].offset + 1 if todo else self.next_offset
+        candidate = Version(
+            self.view.version + 1,
+            self._token,
+            self.view.num_steps,
+            tuple(todo),
+            {self.producer_id: ProducerState(self.epoch, next_offset, now)},
+            seal,
+            now,
+        )
+        return self._write(candidate, read_at=read_at)
+
+    def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
+        number = candidate.number
+        key = version_key(number)
+        data = candidate.encode()
+        self._hook("before_commit")
+        created: bool | None
+        recognised = False
+        for _ in range(self._max_ambiguous_retries):
+            try:
+                created = self.store.put_if_absent(key, data)
+            except AmbiguousWriteError:
+                created = None
+            if created:
+                break
+            # 412 / False or no reply: the slot is taken -- by us (lost ack) or by another writer?
+            existing = self.manifest.try_read_version(number)
+            if existing is None:
+                if created is None:
+                    continue  # our write did not land: same bytes, same slot
+                break  # taken and gone again: only a reclamation deletes versions
+            if existing.token == self._token:
+                created, recognised = True, True
+            break
+        else:
+            raise StorageError(f"{self.manifest.where}manifest version={number}: no definite reply after retries")
+        window = time.monotonic() - read_at
+        if not created:
+            return AttemptResult(False, True, number, window)
+        self._hook("after_version_put")
+        boundary = self.manifest.gc_boundary()
+        if number <= boundary.version:
+            # A slot below the boundary was reclaimed before we wrote it: our
+            # "commit" extends a chain nobody reads. Undo it and start over
+            # from the boundary's snapshot; our entries are still pending.
+            log.warning("%s: manifest version=%d lies at/below GC boundary %d; rebasing", self.store.url, number, boundary.version)
+            self.store.delete(key)
+            self.manifest.forget(number)
+            self._reset_view()
+            return AttemptResult(False, True, number, window, reclaimed_slot=True)
+        self._view = fold(self.view, candidate, where=self.manifest.where)
+        self.manifest.remember(candidate)
+        self._new_group()
+        self._hook("after_commit")
+        if number % self.manifest.snapshot_every == 0:
+            try:
+                self.manifest.write_snapshot(number, self._view)
+            except StorageError as e:  # a missing snapshot costs readers time, never correctness
+                log.warning("%s: snapshot of version=%d failed: %s", self.store.url, number, e)
+        return AttemptResult(True, False, number, window, recognised=recognised)

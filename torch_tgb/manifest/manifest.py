@@ -1,0 +1,448 @@
+"""Reading the manifest log: discovery, state, step lookup, snapshots, GC boundary.
+
+A :class:`Manifest` is a client-side view of one namespace's log. Versions are
+immutable once created, so parsed versions are cached (LRU); everything else
+(the newest version, the hint, the boundary) is re-read when it matters.
+
+Cost, with n committed versions and K = ``snapshot_every``:
+
+- ``latest_version()`` cold: boundary + hint + O(log gap) existence probes
+  (the gap from the newest snapshot is < 2K unless snapshots stall);
+  warm and idle: one probe plus one boundary read.
+- ``entry(step)`` cold: O(log n) version reads (binary search on
+  ``first_step`` over version numbers).
+- ``head()`` cold: one snapshot plus < 2K versions replayed; warm: only the
+  versions that are new.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
+from torch_tgb.manifest._json import Fields, dump_json, load_json
+from torch_tgb.manifest._state import fold
+from torch_tgb.manifest.records import (
+    EMPTY_STATE,
+    FORMAT,
+    DatasetInfo,
+    GCBoundary,
+    ManifestState,
+    TGBEntry,
+    Version,
+)
+from torch_tgb.storage import ObjectStore
+
+__all__ = [
+    "DATASET_KEY",
+    "GC_BOUNDARY_KEY",
+    "LOG_PREFIX",
+    "SNAPSHOT_HINT_KEY",
+    "SNAPSHOT_PREFIX",
+    "Manifest",
+    "snapshot_key",
+    "version_key",
+]
+
+DATASET_KEY = "_tgb/dataset.json"
+LOG_PREFIX = "_tgb/log/"
+SNAPSHOT_PREFIX = "_tgb/snapshots/"
+SNAPSHOT_HINT_KEY = "_tgb/snapshot_hint.json"
+GC_BOUNDARY_KEY = "_tgb/gc_boundary.json"
+
+
+def version_key(number: int) -> str:
+    return f"{LOG_PREFIX}{number:020d}.json"
+
+
+def snapshot_key(number: int) -> str:
+    return f"{SNAPSHOT_PREFIX}{number:020d}.json"
+
+
+def _number_of(key: str, prefix: str) -> int | None:
+    name = key[len(prefix) :]
+    if not (name.endswith(".json") and len(name) == 25 and name[:20].isdigit()):
+        return None  # temporary files of a backend, or foreign objects: not ours
+    return int(name[:20])
+
+
+class Manifest:
+    """The manifest log of one namespace, read through ``store``. Thread-safe."""
+
+    def __init__(self, store: ObjectStore, *, snapshot_every: int = 32, cache_size: int = 4096) -> None:
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every={snapshot_every} must be >= 1")
+        self.store = store
+        self.snapshot_every = snapshot_every
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._versions: OrderedDict[int, Version] = OrderedDict()
+        self._known_latest = 0
+        self._state: ManifestState | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.store.url}: "
+
+    # --- dataset.json --------------------------------------------------------
+
+    def dataset(self) -> DatasetInfo | None:
+        """The namespace's dataset description, or ``None`` before the first producer created it."""
+        try:
+            data = self.store.get(DATASET_KEY)
+        except ObjectNotFound:
+            return None
+        return DatasetInfo.decode(data, what=f"{self.where}{DATASET_KEY}")
+
+    def ensure_dataset(
+        self, layout: Any, schema: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
+    ) -> DatasetInfo:
+        """Create ``dataset.json`` once, or check that ours agrees with the stored one.
+
+        ``layout`` is a ``Layout`` (anything with ``to_json()``) or its JSON
+        dict. Disagreement raises :class:`SchemaMismatch` naming both fingerprints.
+        """
+        import time
+
+        from torch_tgb.layout import schema_fingerprint
+
+        layout_json = dict(layout.to_json()) if hasattr(layout, "to_json") else dict(layout)
+        metadata = dict(metadata or {})
+        fingerprint = schema_fingerprint(layout, schema, metadata)
+        ours = DatasetInfo(layout_json, dict(schema), metadata, fingerprint, time.time())
+        if self.store.put_if_absent(DATASET_KEY, ours.encode()):
+            return ours
+        stored = self.dataset()
+        if stored is None:  # deleted between our create and our read: nobody should ever do that
+            raise ManifestError(f"{self.where}{DATASET_KEY} exists and vanished again")
+        self.check_dataset(stored, fingerprint, what="producer/consumer")
+        return stored
+
+    def check_dataset(self, stored: DatasetInfo, fingerprint: str, *, what: str) -> None:
+        if stored.fingerprint != fingerprint:
+            raise SchemaMismatch(
+                f"{self.where}{what} layout/schema fingerprint {fingerprint} disagrees with the namespace's "
+                f"{stored.fingerprint} ({DATASET_KEY}: layout={dict(stored.layout)}, schema={dict(stored.schema)})"
+            )
+
+    # --- versions ------------------------------------------------------------
+
+    def try_read_version(self, number: int) -> Version | None:
+        """Version ``number``, or ``None`` if that object does not exist (yet, or any more)."""
+        with self._lock:
+            cached = self._versions.get(number)
+            if cached is not None:
+                self._versions.move_to_end(number)
+                return cached
+        try:
+            data = self.store.get(version_key(number))
+        except ObjectNotFound:
+            return None
+        version = Version.decode(data, number=number, where=self.where)
+        self.remember(version)
+        return version
+
+    def read_version(self, number: int) -> Version:
+        """Version ``number``; :class:`ObjectNotFound` if it was never committed or was reclaimed."""
+        if number < 1:
+            raise ValueError(f"{self.where}version={number}: versions are numbered from 1")
+        version = self.try_read_version(number)
+        if version is None:
+            raise ObjectNotFound(
+                f"{self.where}manifest version={number} does not exist "
+                f"(newest known {self._known_latest}, GC boundary {self.gc_boundary().version})"
+            )
+        return version
+
+    def remember(self, version: Version) -> None:
+        """Put a version known to be committed into the cache (the committer's own writes)."""
+        with self._lock:
+            self._versions[version.number] = version
+            self._versions.move_to_end(version.number)
+            while len(self._versions) > self._cache_size:
+                self._versions.popitem(last=False)
+            self._known_latest = max(self._known_latest, version.number)
+
+    def forget(self, number: int) -> None:
+        """Drop a cached version (one found to lie in a reclaimed slot)."""
+        with self._lock:
+            self._versions.pop(number, None)
+
+    def _exists(self, number: int) -> bool:
+        with self._lock:
+            if number in self._versions:
+                return True
+        return self.store.exists(version_key(number))
+
+    def latest_version(self) -> int:
+        """The newest committed version (0 for an empty namespace), found by probing.
+
+        Start from the best lower bound known (our own newest, the snapshot
+        hint, the GC boundary), then probe existence at +1, +2, +4, ... and
+        binary-search the gap. Versions above the boundary exist without holes
+        (v+1 is only written by someone who read v), so existence is monotone there.
+        """
+        boundary = self.gc_boundary()
+        with self._lock:
+            known = self._known_latest
+        if known >= boundary.version and known > 0:
+            low = known
+        else:
+            low = max(known, boundary.version, self._read_hint())
+        if not self._exists(low + 1):
+            latest = low
+        else:
+            good, step = low + 1, 1
+            while True:
+                step *= 2
+                if self._exists(low + step):
+                    good = low + step
+                else:
+                    bad = low + step
+                    break
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if self._exists(mid):
+                    good = mid
+                else:
+                    bad = mid
+            latest = good
+        with self._lock:
+            self._known_latest = max(self._known_latest, latest)
+            return self._known_latest
+
+    # --- state, snapshots ----------------------------------------------------
+
+    def _read_hint(self) -> int:
+        try:
+            data = self.store.get(SNAPSHOT_HINT_KEY)
+        except ObjectNotFound:
+            return 0
+        what = f"{self.where}{SNAPSHOT_HINT_KEY}"
+        f = Fields(load_json(data, what=what), what=what)
+        if f.str("format") != FORMAT:
+            raise ManifestError(f"{what}: unknown format")
+        number = f.int("version")
+        f.done()
+        return number
+
+    def read_snapshot(self, number: int) -> ManifestState | None:
+        """The snapshot of version ``number``, or ``None`` if none was written."""
+        key = snapshot_key(number)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        state = ManifestState.decode(data, what=f"{self.where}{key}")
+        if state.version != number:
+            raise ManifestError(f"{self.where}{key}: snapshot says version={state.version}")
+        return state
+
+    def _base_state(self, at_most: int) -> ManifestState:
+        """The newest snapshot at or below version ``at_most`` that can be replayed from."""
+        boundary = self.gc_boundary()
+        if at_most < boundary.version:
+            raise ManifestError(
+                f"{self.where}state at version={at_most} is reclaimed (GC boundary is version={boundary.version})"
+            )
+        for candidate in (self._read_hint(), boundary.version):
+            if boundary.version <= candidate <= at_most and candidate > 0:
+                state = self.read_snapshot(candidate)
+                if state is not None:
+                    return state
+        numbers = [n for k in self.store.list(SNAPSHOT_PREFIX) if (n := _number_of(k, SNAPSHOT_PREFIX)) is not None]
+        for candidate in sorted((n for n in numbers if boundary.version <= n <= at_most), reverse=True):
+            state = self.read_snapshot(candidate)
+            if state is not None:
+                return state
+        if boundary.version > 0:
+            raise ManifestError(f"{self.where}snapshot of GC boundary version={boundary.version} is missing")
+        return EMPTY_STATE
+
+    def replay(self, state: ManifestState, until: int) -> ManifestState:
+        """Fold versions ``state.version + 1 .. until`` onto ``state``."""
+        for number in range(state.version + 1, until + 1):
+            state = fold(state, self.read_version(number), where=self.where)
+        return state
+
+    def state_at(self, number: int) -> ManifestState:
+        """The full state (steps, producers, sealed) after version ``number``."""
+        with self._lock:
+            cached = self._state
+        if cached is not None and cached.version <= number:
+            try:
+                return self.replay(cached, number)
+            except ObjectNotFound:  # versions after our cached state were reclaimed meanwhile
+                pass
+        return self.replay(self._base_state(number), number)
+
+    def head(self) -> ManifestState:
+        """The state at the newest version: version, num_steps, sealed, producers."""
+        latest = self.latest_version()
+        with self._lock:
+            cached = self._state
+        if cached is not None and cached.version == latest:
+            return cached
+        state = self.state_at(latest)
+        with self._lock:
+            if self._state is None or self._state.version < state.version:
+                self._state = state
+        return state
+
+    def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
+        """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
+
+        ``state`` may be passed by a caller that already holds it (the
+        committer); otherwise it is computed from the log. Snapshots are only
+        written for versions that exist.
+        """
+        if state is None:
+            if number > self.latest_version():
+                raise ManifestError(f"{self.where}cannot snapshot version={number}: not committed")
+            state = self.state_at(number)
+        if state.version != number:
+            raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
+        self.store.put(snapshot_key(number), state.encode())
+        if self._read_hint() < number:
+            # Racing hint writers may move it back a little: it is only a starting point.
+            self.store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": number}))
+        return state
+
+    # --- GC boundary -------------------------------------------------------
+
+    def gc_boundary(self) -> GCBoundary:
+        """The current boundary (``GCBoundary(0, 0)`` before the first reclamation)."""
+        try:
+            data = self.store.get(GC_BOUNDARY_KEY)
+        except ObjectNotFound:
+            return GCBoundary()
+        return GCBoundary.decode(data, what=f"{self.where}{GC_BOUNDARY_KEY}")
+
+    def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
+        """Allow versions below ``version`` (and steps below ``step``) to be deleted.
+
+        Preconditions, checked: the snapshot of ``version`` exists (write it
+        first with :meth:`write_snapshot`), ``step`` is at most that version's
+        ``first_step`` (its steps stay readable), and the boundary only moves
+        forward. Call this *before* deleting anything: producers re-read it
+        after every create to detect a commit into a reclaimed slot.
+        """
+        current = self.gc_boundary()
+        if (version, step) == (current.version, current.step):
+            return current
+        if version < current.version or step < current.step:
+            raise ManifestError(
+                f"{self.where}GC boundary moves only forward: at version={current.version}, step={current.step}, "
+                f"asked for version={version}, step={step}"
+            )
+        if self.read_snapshot(version) is None:
+            raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
+        first_step = self.read_version(version).first_step
+        if step > first_step:
+            raise ManifestError(
+                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} starts at "
+                f"step={first_step}, so steps from {first_step} on stay readable; pass step <= {first_step}"
+            )
+        boundary = GCBoundary(version, step)
+        self.store.put(GC_BOUNDARY_KEY, dump_json(boundary.to_json()))
+        return boundary
+
+    def version_keys_below(self, version: int) -> list[str]:
+        """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
+        keys = []
+        for key in self.store.list(LOG_PREFIX):
+            number = _number_of(key, LOG_PREFIX)
+            if number is not None and number < version:
+                keys.append(key)
+        return keys
+
+    def delete_versions_below(self, version: int) -> int:
+        """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""
+        boundary = self.gc_boundary()
+        if version > boundary.version:
+            raise ManifestError(
+                f"{self.where}delete_versions_below({version=}) is above the GC boundary version={boundary.version}"
+            )
+        keys = self.version_keys_below(version)
+        self.store.delete(keys)
+        with self._lock:
+            for number in [n for n in self._versions if n < version]:
+                del self._versions[number]
+        return len(keys)
+
+    # --- steps -----------------------------------------------------------------
+
+    def version_of_step(self, step: int, *, latest: int | None = None) -> Version:
+        """The version that added ``step``: binary search on ``first_step``, O(log n) reads."""
+        if step < 0:
+            raise ValueError(f"{self.where}{step=} must be >= 0")
+        for _ in range(3):  # a concurrent reclamation may move the boundary under us
+            boundary = self.gc_boundary()
+            if step < boundary.step:
+                raise ManifestError(f"{self.where}{step=} is reclaimed (GC boundary step={boundary.step})")
+            high = self.latest_version() if latest is None else latest
+            low = max(1, boundary.version)
+            if high < low:
+                break
+            try:
+                top = self.read_version(high)
+                if step >= top.stop_step:
+                    break
+                # invariant: first_step(low) <= step < stop_step(high); find largest v with first_step <= step
+                if self.read_version(low).first_step > step:
+                    raise ManifestError(
+                        f"{self.where}{step=} lies below version={low}, the oldest kept (GC boundary)"
+                    )
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    if self.read_version(mid).first_step <= step:
+                        low = mid
+                    else:
+                        high = mid - 1
+                found = self.read_version(low)
+            except ObjectNotFound:
+                continue
+            if not found.first_step <= step < found.stop_step:
+                raise ManifestError(
+                    f"{self.where}manifest version={found.number} covers steps [{found.first_step}, "
+                    f"{found.stop_step}) but binary search for {step=} ended there: first_step not monotone"
+                )
+            return found
+        raise ManifestError(f"{self.where}{step=} is not committed (newest version {self._known_latest})")
+
+    def entry(self, step: int) -> TGBEntry:
+        """The TGB entry of ``step``."""
+        version = self.version_of_step(step)
+        return version.entries[step - version.first_step]
+
+    def entries(self, start_step: int, stop_step: int) -> list[TGBEntry]:
+        """Entries of steps ``start_step .. stop_step - 1`` that are committed (may be fewer)."""
+        if stop_step <= start_step:
+            return []
+        latest = self.latest_version()
+        try:
+            version = self.version_of_step(start_step, latest=latest)
+        except ManifestError:
+            if latest == 0 or start_step >= self._stop_of(latest):
+                return []
+            raise
+        out: list[TGBEntry] = []
+        step = start_step
+        while True:
+            out.extend(version.entries[step - version.first_step : stop_step - version.first_step])
+            step = version.stop_step
+            if step >= stop_step or version.number >= latest:
+                return out
+            following = self.read_version(version.number + 1)
+            if following.first_step != version.stop_step:
+                raise ManifestError(
+                    f"{self.where}manifest version={following.number}: first_step={following.first_step}, "
+                    f"expected {version.stop_step}"
+                )
+            version = following
+
+    def _stop_of(self, number: int) -> int:
+        return self.read_version(number).stop_step if number > 0 else 0

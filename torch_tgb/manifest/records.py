@@ -1,0 +1,314 @@
+"""The records of the manifest log and their JSON form (see docs/protocol.md).
+
+Each record validates on parse: every field present with its type, every
+object key inside ``data/`` of the namespace, producers' offsets consecutive
+inside a version. A violation is a :class:`ManifestError` naming the object
+(and the version), never a half-read record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch_tgb.errors import InvalidKey, ManifestError
+from torch_tgb.manifest._json import Fields, dump_json, load_json
+from torch_tgb.storage import validate_key
+
+__all__ = [
+    "FORMAT",
+    "DatasetInfo",
+    "GCBoundary",
+    "ManifestState",
+    "ProducerState",
+    "TGBEntry",
+    "Version",
+    "validate_producer_id",
+]
+
+#: the ``format`` field of every manifest object this code writes and reads
+FORMAT = "tgb-manifest/1"
+DATA_PREFIX = "data/"
+_PRODUCER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+def validate_producer_id(producer_id: object) -> str:
+    """A producer id is 1-128 characters ``[A-Za-z0-9._-]``, starting alphanumeric.
+
+    It becomes a path segment of object keys, so nothing else is allowed.
+    """
+    if not isinstance(producer_id, str) or not _PRODUCER_ID.match(producer_id):
+        raise ValueError(
+            f"producer_id={producer_id!r} must be 1-128 characters of [A-Za-z0-9._-] starting with a letter or digit"
+        )
+    return producer_id
+
+
+def _check_format(f: Fields) -> None:
+    fmt = f.str("format")
+    if fmt != FORMAT:
+        raise ManifestError(f"{f.what}: format {fmt!r} is not {FORMAT!r} (written by another torch_tgb version?)")
+
+
+@dataclass(frozen=True)
+class TGBEntry:
+    """One committed TGB object. Its step is its position in the log, not stored."""
+
+    key: str
+    size: int
+    footer_offset: int
+    footer_length: int
+    producer: str
+    offset: int
+    samples: int = 0
+    tokens: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "size": self.size,
+            "footer_offset": self.footer_offset,
+            "footer_length": self.footer_length,
+            "producer": self.producer,
+            "offset": self.offset,
+            "samples": self.samples,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_json(cls, obj: object, *, what: str) -> TGBEntry:
+        f = Fields(obj, what=what)
+        entry = cls(
+            key=f.str("key"),
+            size=f.int("size"),
+            footer_offset=f.int("footer_offset"),
+            footer_length=f.int("footer_length"),
+            producer=f.str("producer"),
+            offset=f.int("offset"),
+            samples=f.int("samples", default=0),
+            tokens=f.int("tokens", default=0),
+        )
+        f.done()
+        entry.validate(what=what)
+        return entry
+
+    def validate(self, *, what: str) -> None:
+        """Raise :class:`ManifestError` unless the entry is well-formed and inside the namespace."""
+        try:
+            validate_key(self.key)
+        except InvalidKey as e:
+            raise ManifestError(f"{what}: {e}") from e
+        if not self.key.startswith(DATA_PREFIX):
+            raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
+        try:
+            validate_producer_id(self.producer)
+        except ValueError as e:
+            raise ManifestError(f"{what}: {e}") from e
+        if self.footer_offset + self.footer_length > self.size:
+            raise ManifestError(
+                f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
+                f"lies outside the object's {self.size} bytes (key {self.key!r})"
+            )
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """What the log knows about one producer: its newest epoch and first uncommitted offset."""
+
+    epoch: int
+    next_offset: int
+    committed_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
+
+    @classmethod
+    def from_json(cls, obj: object, *, what: str) -> ProducerState:
+        f = Fields(obj, what=what)
+        state = cls(f.int("epoch", minimum=1), f.int("next_offset"), f.float("committed_at", default=0.0))
+        f.done()
+        return state
+
+
+def _producers_from_json(obj: Mapping[str, Any], *, what: str) -> dict[str, ProducerState]:
+    producers = {}
+    for pid, value in obj.items():
+        try:
+            validate_producer_id(pid)
+        except ValueError as e:
+            raise ManifestError(f"{what}: {e}") from e
+        producers[pid] = ProducerState.from_json(value, what=f"{what} producer {pid!r}")
+    return producers
+
+
+@dataclass(frozen=True)
+class Version:
+    """One manifest version: a delta on top of version ``number - 1``.
+
+    ``first_step`` is the number of steps committed before it, so the steps
+    this version adds are ``first_step .. first_step + len(entries) - 1``.
+    ``producers`` holds only the producers whose state this version changes.
+    """
+
+    number: int
+    token: str
+    first_step: int
+    entries: tuple[TGBEntry, ...] = ()
+    producers: Mapping[str, ProducerState] = field(default_factory=dict)
+    sealed: bool = False
+    time: float = 0.0
+
+    @property
+    def stop_step(self) -> int:
+        """One past the last step this version adds."""
+        return self.first_step + len(self.entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": self.number,
+            "token": self.token,
+            "first_step": self.first_step,
+            "entries": [e.to_json() for e in self.entries],
+            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
+            "sealed": self.sealed,
+            "time": self.time,
+        }
+
+    def encode(self) -> bytes:
+        return dump_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes, *, number: int, where: str = "") -> Version:
+        """Parse and validate the bytes of ``_tgb/log/<number>``; errors name the version."""
+        what = f"{where}manifest version={number}"
+        f = Fields(load_json(data, what=what), what=what)
+        _check_format(f)
+        stored = f.int("version", minimum=1)
+        if stored != number:
+            raise ManifestError(f"{what}: object says version={stored}")
+        token = f.str("token")
+        if not _TOKEN.match(token):
+            raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
+        first_step = f.int("first_step")
+        entries = tuple(
+            TGBEntry.from_json(e, what=f"{what} entry {i}") for i, e in enumerate(f.list("entries"))
+        )
+        producers = _producers_from_json(f.dict("producers"), what=what)
+        version = cls(number, token, first_step, entries, producers, f.bool("sealed"), f.float("time"))
+        f.done()
+        version.check_offsets(what=what)
+        return version
+
+    def check_offsets(self, *, what: str) -> None:
+        """Each producer's entries are consecutive and its state says where they end."""
+        last: dict[str, int] = {}
+        for i, entry in enumerate(self.entries):
+            previous = last.get(entry.producer)
+            if previous is not None and entry.offset != previous + 1:
+                raise ManifestError(
+                    f"{what}: entry {i} of producer {entry.producer!r} has offset={entry.offset}, "
+                    f"expected {previous + 1} (offsets must be consecutive)"
+                )
+            last[entry.producer] = entry.offset
+        for pid, offset in last.items():
+            state = self.producers.get(pid)
+            if state is None or state.next_offset != offset + 1:
+                raise ManifestError(
+                    f"{what}: producer {pid!r} appends up to offset={offset} but its state says "
+                    f"next_offset={None if state is None else state.next_offset}"
+                )
+
+
+@dataclass(frozen=True)
+class ManifestState:
+    """The full state at a version: what a snapshot stores and ``head()`` returns."""
+
+    version: int
+    num_steps: int
+    sealed: bool
+    producers: Mapping[str, ProducerState]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "num_steps": self.num_steps,
+            "sealed": self.sealed,
+            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
+        }
+
+    def encode(self) -> bytes:
+        return dump_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes, *, what: str) -> ManifestState:
+        f = Fields(load_json(data, what=what), what=what)
+        _check_format(f)
+        state = cls(
+            f.int("version"), f.int("num_steps"), f.bool("sealed"), _producers_from_json(f.dict("producers"), what=what)
+        )
+        f.done()
+        return state
+
+
+EMPTY_STATE = ManifestState(0, 0, False, {})
+
+
+@dataclass(frozen=True)
+class GCBoundary:
+    """Versions below ``version`` may be deleted; steps below ``step`` are reclaimed.
+
+    A snapshot of ``version`` exists, ``version`` itself is kept. A producer
+    that creates a version at or below ``version`` has written into a
+    reclaimed slot: its commit failed.
+    """
+
+    version: int = 0
+    step: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": self.version, "step": self.step}
+
+    @classmethod
+    def decode(cls, data: bytes, *, what: str) -> GCBoundary:
+        f = Fields(load_json(data, what=what), what=what)
+        _check_format(f)
+        boundary = cls(f.int("version"), f.int("step"))
+        f.done()
+        return boundary
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """``_tgb/dataset.json``: written once, compared by every producer and consumer."""
+
+    layout: Mapping[str, Any]
+    schema: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    fingerprint: str
+    created_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "layout": dict(self.layout),
+            "schema": dict(self.schema),
+            "metadata": dict(self.metadata),
+            "fingerprint": self.fingerprint,
+            "created_at": self.created_at,
+        }
+
+    def encode(self) -> bytes:
+        return dump_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes, *, what: str) -> DatasetInfo:
+        f = Fields(load_json(data, what=what, max_bytes=1024 * 1024), what=what)
+        _check_format(f)
+        info = cls(f.dict("layout"), f.dict("schema"), f.dict("metadata"), f.str("fingerprint"), f.float("created_at"))
+        f.done()
+        return info
