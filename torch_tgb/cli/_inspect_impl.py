@@ -1,20 +1,193 @@
-"""The body of ``tgb inspect`` (being built: needs torch_tgb.manifest)."""
+"""The body of ``tgb inspect``: gather a namespace's state into one JSON-able dict.
+
+Reads only metadata (dataset.json, the newest log versions through the
+manifest's snapshots, watermarks, the GC boundary) plus, unless disabled, one
+listing of the namespace to count bytes. Cost does not grow with the number
+of committed steps, except the listing.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from torch_tgb.cli._common import require
+from torch_tgb.cli._common import CommandError, format_table, human_bytes, require
 
-__all__ = ["inspect_namespace", "render_text"]
+__all__ = ["inspect_namespace", "render_text", "storage_usage"]
+
+
+def storage_usage(store: Any) -> dict[str, dict[str, int]]:
+    """Bytes and object counts per top-level area (``data/``, ``_tgb/log/``, ...), by listing."""
+    from torch_tgb._progress import progress
+
+    usage: dict[str, dict[str, int]] = {}
+    keys = store.list("")
+    for key in progress(keys, desc="sizing", unit="obj"):
+        parts = key.split("/")
+        area = f"{parts[0]}/{parts[1]}/" if parts[0] == "_tgb" and len(parts) > 2 else (
+            f"{parts[0]}/" if len(parts) > 1 else parts[0]
+        )
+        try:
+            size = store.size(key)
+        except Exception:  # noqa: BLE001 - deleted between list and stat (a concurrent reclaim)
+            continue
+        slot = usage.setdefault(area, {"bytes": 0, "objects": 0})
+        slot["bytes"] += size
+        slot["objects"] += 1
+    return dict(sorted(usage.items()))
 
 
 def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None, sizes: bool = True) -> dict[str, Any]:
-    require("torch_tgb.manifest", command="inspect")
-    from torch_tgb.cli._common import CommandError
+    """Everything ``tgb inspect`` shows, as a JSON-able dict. Raises if NS holds no namespace."""
+    storage = require("torch_tgb.storage", command="inspect")
+    manifest_mod = require("torch_tgb.manifest", command="inspect")
+    from torch_tgb.checkpoint.watermarks import read_watermarks, retired_ids
 
-    raise CommandError("`tgb inspect` is not implemented in this build yet")
+    now = time.time()
+    store = storage.open_store(ns, storage_options)
+    try:
+        manifest = manifest_mod.Manifest(store)
+        dataset = manifest.dataset()
+        latest = manifest.latest_version()
+        marks = read_watermarks(store)
+        if dataset is None and latest == 0 and not marks:
+            raise CommandError(f"{store.url}: no TGB namespace here (no {manifest_mod.DATASET_KEY}, no log versions)")
+        head = manifest.head()
+        boundary = manifest.gc_boundary()
+        newest = manifest.read_version(latest) if latest > 0 else None
+        snapshot_keys = store.list(manifest_mod.SNAPSHOT_PREFIX)
+        snapshot_versions = sorted(
+            int(k.rsplit("/", 1)[-1].split(".")[0]) for k in snapshot_keys if k.rsplit("/", 1)[-1].split(".")[0].isdigit()
+        )
+        log_keys = store.list(manifest_mod.LOG_PREFIX)
+        retired = retired_ids(store)
+        live = [m for m in marks if m.checkpoint_id not in retired]
+        safe = min((m.step for m in live), default=0)
+        newest_ckpt = max((m.step for m in live), default=None)
+        producers = [
+            {
+                "id": pid,
+                "epoch": state.epoch,
+                "next_offset": state.next_offset,
+                "last_commit_time": state.committed_at or None,
+                "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
+            }
+            for pid, state in sorted(head.producers.items())
+        ]
+        report: dict[str, Any] = {
+            "namespace": store.url,
+            "dataset": None
+            if dataset is None
+            else {
+                "layout": dict(dataset.layout),
+                "schema": dict(dataset.schema),
+                "metadata": dict(dataset.metadata),
+                "fingerprint": dataset.fingerprint,
+                "created_at": dataset.created_at or None,
+            },
+            "versions": {
+                "latest": latest,
+                "oldest_kept": max(1, boundary.version) if latest else 0,
+                "log_objects": len(log_keys),
+                "latest_commit_time": newest.time if newest is not None and newest.time else None,
+                "latest_commit_age_s": round(now - newest.time, 3) if newest is not None and newest.time else None,
+            },
+            "steps": head.num_steps,
+            "sealed": head.sealed,
+            "producers": producers,
+            "snapshots": {
+                "count": len(snapshot_versions),
+                "newest": snapshot_versions[-1] if snapshot_versions else None,
+                "versions_since_newest": latest - snapshot_versions[-1] if snapshot_versions else latest,
+            },
+            "gc_boundary": {"version": boundary.version, "step": boundary.step},
+            "watermarks": [
+                {
+                    "checkpoint_id": m.checkpoint_id,
+                    "step": m.step,
+                    "version": m.version,
+                    "time": m.time,
+                    "live": m.checkpoint_id not in retired,
+                }
+                for m in marks
+            ],
+            "live_checkpoints": len(live),
+            "safe_boundary": safe,
+            "lag": {
+                # what max_lag bounds: committed steps not yet behind every live checkpoint
+                "steps_ahead_of_safe_boundary": head.num_steps - safe,
+                "steps_ahead_of_newest_checkpoint": None if newest_ckpt is None else head.num_steps - newest_ckpt,
+                "reclaimable_steps": max(0, safe - boundary.step),
+            },
+        }
+        if sizes:
+            usage = storage_usage(store)
+            report["storage"] = {
+                "total_bytes": sum(u["bytes"] for u in usage.values()),
+                "total_objects": sum(u["objects"] for u in usage.values()),
+                "by_area": usage,
+            }
+        return report
+    finally:
+        store.close()
 
 
-def render_text(report: dict[str, Any]) -> str:
-    return str(report)
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.1f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}min ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def render_text(r: dict[str, Any]) -> str:
+    """The human-readable form of :func:`inspect_namespace`'s report."""
+    v = r["versions"]
+    layout = (r["dataset"] or {}).get("layout") or {}
+    rows: list[tuple[str, Any]] = [
+        ("namespace", r["namespace"]),
+        ("layout", ", ".join(f"{k}={val}" for k, val in layout.items()) or "(no dataset.json yet)"),
+        ("schema", ", ".join(f"{k}:{val.get('dtype', '?')}" if isinstance(val, dict) else k for k, val in ((r["dataset"] or {}).get("schema") or {}).items()) or "-"),
+        ("versions", f"latest {v['latest']}, oldest kept {v['oldest_kept']}, {v['log_objects']} log objects"),
+        ("last commit", _age(v["latest_commit_age_s"])),
+        ("steps", r["steps"]),
+        ("sealed", "yes" if r["sealed"] else "no"),
+        (
+            "snapshots",
+            f"{r['snapshots']['count']}, newest at version {r['snapshots']['newest']} "
+            f"({r['snapshots']['versions_since_newest']} versions since)"
+            if r["snapshots"]["count"]
+            else "none",
+        ),
+        ("GC boundary", f"version {r['gc_boundary']['version']}, step {r['gc_boundary']['step']}"),
+        ("live checkpoints", r["live_checkpoints"]),
+        ("safe boundary", f"step {r['safe_boundary']}"),
+        ("lag", f"{r['lag']['steps_ahead_of_safe_boundary']} steps ahead of the safe boundary, "
+                f"{r['lag']['reclaimable_steps']} reclaimable"),
+    ]
+    if "storage" in r:
+        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} objects"))
+    out = [format_table(rows, title="namespace")]
+    if r["producers"]:
+        out.append("producers")
+        width = max(len(p["id"]) for p in r["producers"])
+        for p in r["producers"]:
+            out.append(
+                f"  {p['id']:<{width}}  epoch {p['epoch']}  next offset {p['next_offset']}  "
+                f"last commit {_age(p['last_commit_age_s'])}"
+            )
+    if r["watermarks"]:
+        out.append("watermarks")
+        width = max(len(m["checkpoint_id"]) for m in r["watermarks"])
+        for m in r["watermarks"]:
+            out.append(
+                f"  {m['checkpoint_id']:<{width}}  step {m['step']}  version {m['version']}  "
+                f"{'live' if m['live'] else 'retired'}"
+            )
+    if "storage" in r:
+        out.append("storage by area")
+        for area, u in r["storage"]["by_area"].items():
+            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {u['objects']} objects")
+    return "\n".join(out)

@@ -11,7 +11,7 @@ build), the demo runs a real storage self-check instead and says so.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -19,9 +19,6 @@ from pathlib import Path
 from torch_tgb.cli._common import add_json_flag, add_storage_option_flag, format_table, print_json
 
 __all__ = ["add_parser", "run"]
-
-_PIPELINE_MODULES = ("torch_tgb.producer", "torch_tgb.consumer", "torch_tgb.checkpoint", "torch_tgb.manifest")
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -42,17 +39,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _pipeline_available() -> bool:
-    try:
-        return all(importlib.util.find_spec(m) is not None for m in _PIPELINE_MODULES) and _has_full_demo()
-    except (ImportError, ValueError):
-        return False
-
-
-def _has_full_demo() -> bool:
-    try:
-        return importlib.util.find_spec("torch_tgb.cli._demo_run") is not None
-    except (ImportError, ValueError):
-        return False
+    """True when every piece the full demo drives is importable in this build."""
+    needed = {
+        "torch_tgb.producer": "Producer",
+        "torch_tgb.consumer": "TGBDataset",
+        "torch_tgb.checkpoint": "Reclaimer",
+        "torch_tgb.manifest": "Manifest",
+        "torch_tgb.layout": "Layout",
+    }
+    for module_name, attr in needed.items():
+        try:
+            module = importlib.import_module(module_name)
+            getattr(module, attr)
+        except (ImportError, AttributeError):
+            return False
+    return True
 
 
 def _directory(arg: str | None) -> Path:
