@@ -1,0 +1,219 @@
+"""The Reclaimer: delete what no live checkpoint can roll back to.
+
+One pass (:meth:`Reclaimer.run_once`), in this order — each step only
+removes things that every later state of the namespace no longer needs, so a
+pass killed anywhere leaves a readable namespace and the next pass finishes
+the job (deletes are idempotent, TGB objects immutable):
+
+1. safe step ``S`` = smallest cursor over live checkpoints (0 when none);
+2. boundary version ``vb`` = the version holding step ``S`` (the newest
+   version when every committed step is behind ``S``); the boundary step is
+   ``first_step(vb)`` <= ``S``, so a version is either kept whole or
+   reclaimed whole;
+3. write the snapshot of ``vb``, then advance ``_tgb/gc_boundary`` to
+   ``(vb, first_step(vb))`` — readers and committers now start there;
+4. delete the TGB objects named by log versions below the boundary, then
+   those versions (objects first: a version is the only record of which
+   objects it named), then snapshots below the boundary;
+5. delete orphans: objects under ``data/`` that no kept version names and
+   whose age exceeds ``grace_period`` (written but never committed — or not
+   committed *yet*: the grace period must exceed any write-to-commit delay);
+6. drop the watermark files of retired checkpoints.
+
+The boundary never moves back (a pass with fewer live checkpoints only
+deletes what earlier passes already allowed). Run one Reclaimer per
+namespace: two concurrent passes could interleave their boundary writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from torch_tgb.checkpoint._store import as_store
+from torch_tgb.checkpoint.watermarks import (
+    WATERMARK_PREFIX,
+    live_checkpoints,
+    read_watermarks,
+    retired_ids,
+)
+from torch_tgb.errors import ObjectNotFound
+from torch_tgb.manifest.manifest import SNAPSHOT_PREFIX, Manifest, snapshot_key
+from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, TGBEntry
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["DEFAULT_GRACE_PERIOD", "ReclaimReport", "Reclaimer"]
+
+log = logging.getLogger(__name__)
+
+#: far longer than any commit or producer stall; orphans younger than this are kept
+DEFAULT_GRACE_PERIOD = 3600.0
+
+
+@dataclass(frozen=True)
+class ReclaimReport:
+    """What one pass found and deleted."""
+
+    safe_step: int  # smallest live cursor (0 when no checkpoint is live)
+    boundary_version: int  # GC boundary after the pass
+    boundary_step: int
+    live_checkpoints: int
+    objects: int  # committed TGB objects deleted
+    versions: int  # log versions deleted
+    snapshots: int
+    orphans: int  # uncommitted objects deleted
+    bytes: int  # TGB + orphan bytes deleted
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Reclaimer:
+    """Checkpoint-aligned garbage collection of one namespace.
+
+    ``grace_period`` (seconds) protects objects a producer wrote but has not
+    committed yet; set it above the longest write-to-commit delay you allow.
+    """
+
+    def __init__(
+        self,
+        ns_or_store: str | ObjectStore,
+        *,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        storage_options: Mapping[str, Any] | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        if grace_period < 0:
+            raise ValueError(f"Reclaimer: grace_period={grace_period} must be >= 0")
+        self.store = as_store(ns_or_store, storage_options)
+        self.grace_period = float(grace_period)
+        self._clock = clock
+        self.manifest = Manifest(self.store)  # kept across passes: its version cache saves re-reads
+
+    def run_once(self) -> ReclaimReport:
+        """One idempotent pass; see the module docstring for the order of effects."""
+        started = time.monotonic()
+        store, manifest = self.store, self.manifest
+        # data/ is listed before the log is read: an object committed before the
+        # listing is named by a version read below; one committed after it was
+        # uncommitted at listing time and is only a candidate once older than the grace period.
+        data_keys = store.list(DATA_PREFIX)
+        live = live_checkpoints(store)
+        safe_step = min((m.step for m in live), default=0)
+        boundary = self._advance(manifest, safe_step)
+        kept = self._kept_keys(manifest, boundary)
+
+        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, boundary, kept)
+        versions = manifest.delete_versions_below(boundary.version)
+        snapshots = self._delete_old_snapshots(boundary)
+        orphans, orphan_bytes = self._delete_orphans(data_keys, kept | deleted_keys)
+        self._drop_retired_watermarks()
+        report = ReclaimReport(
+            safe_step=safe_step,
+            boundary_version=boundary.version,
+            boundary_step=boundary.step,
+            live_checkpoints=len(live),
+            objects=objects,
+            versions=versions,
+            snapshots=snapshots,
+            orphans=orphans,
+            bytes=nbytes + orphan_bytes,
+            seconds=time.monotonic() - started,
+        )
+        log.info("reclaim %s: %s", store.url, report)
+        return report
+
+    def run_forever(self, interval: float, *, stop: threading.Event | None = None) -> None:
+        """Call :meth:`run_once` every ``interval`` seconds until ``stop`` is set.
+
+        A failed pass is logged and retried at the next interval: reclamation
+        is off the critical path, a failure only delays it.
+        """
+        if interval <= 0:
+            raise ValueError(f"run_forever: interval={interval} must be > 0")
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("reclaim pass on %s failed; retrying in %.1fs", self.store.url, interval)
+            stop.wait(interval)
+
+    # --- steps of a pass -------------------------------------------------------
+
+    def _advance(self, manifest: Manifest, safe_step: int) -> GCBoundary:
+        """Move the GC boundary to the version holding ``safe_step`` (never backwards)."""
+        current = manifest.gc_boundary()
+        head = manifest.head()
+        if head.version == 0 or safe_step <= current.step:
+            return current
+        if safe_step >= head.num_steps:
+            version = manifest.read_version(head.version)  # every committed step is consumed
+        else:
+            version = manifest.version_of_step(safe_step, latest=head.version)
+        if version.number <= current.version:
+            return current
+        # Snapshot first: advance_gc_boundary refuses a boundary without one.
+        manifest.write_snapshot(version.number)
+        return manifest.advance_gc_boundary(version.number, version.first_step)
+
+    def _delete_reclaimed_objects(
+        self, manifest: Manifest, boundary: GCBoundary, kept: set[str]
+    ) -> tuple[set[str], int, int]:
+        """Delete objects named by versions below the boundary (and by no kept one); (keys, count, bytes)."""
+        entries: list[TGBEntry] = []
+        for key in manifest.version_keys_below(boundary.version):
+            number = int(key.rsplit("/", 1)[1][:20])
+            version = manifest.try_read_version(number)
+            if version is not None:  # None: deleted by an earlier, interrupted pass
+                entries.extend(version.entries)
+        keys = {e.key for e in entries} - kept
+        if keys:
+            self.store.delete(sorted(keys))
+        return keys, len(keys), sum(size for key, size in {e.key: e.size for e in entries}.items() if key in keys)
+
+    def _delete_old_snapshots(self, boundary: GCBoundary) -> int:
+        doomed = [
+            k for k in self.store.list(SNAPSHOT_PREFIX) if k.endswith(".json") and k < snapshot_key(boundary.version)
+        ]
+        if doomed:
+            self.store.delete(doomed)
+        return len(doomed)
+
+    def _delete_orphans(self, data_keys: list[str], known: set[str]) -> tuple[int, int]:
+        """Delete listed objects that no kept version names, once older than the grace period."""
+        cutoff = self._clock() - self.grace_period
+        doomed: dict[str, int] = {}
+        for key in data_keys:
+            if key in known:
+                continue
+            try:
+                info = self.store.stat(key)
+            except ObjectNotFound:
+                continue
+            if info.mtime <= cutoff:
+                doomed[key] = info.size
+        if doomed:
+            self.store.delete(sorted(doomed))
+        return len(doomed), sum(doomed.values())
+
+    def _kept_keys(self, manifest: Manifest, boundary: GCBoundary) -> set[str]:
+        """Object keys named by versions at or above the boundary (read after listing data/)."""
+        latest = manifest.latest_version()
+        kept: set[str] = set()
+        for number in range(max(1, boundary.version), latest + 1):
+            kept.update(e.key for e in manifest.read_version(number).entries)
+        return kept
+
+    def _drop_retired_watermarks(self) -> None:
+        """Retired checkpoints' watermarks are no longer read; their markers stay (ids are not reused)."""
+        retired = retired_ids(self.store)
+        doomed = [f"{WATERMARK_PREFIX}{m.checkpoint_id}.json" for m in read_watermarks(self.store)
+                  if m.checkpoint_id in retired]
+        if doomed:
+            self.store.delete(doomed)
