@@ -102,31 +102,40 @@ class Manifest:
     ) -> DatasetInfo:
         """Create ``dataset.json`` once, or check that ours agrees with the stored one.
 
-        ``layout`` is a ``Layout`` (anything with ``to_json()``) or its JSON
-        dict. Disagreement raises :class:`SchemaMismatch` naming both fingerprints.
+        ``layout`` is a :class:`~torch_tgb.layout.Layout` (or its JSON dict).
+        Agreement means the same fingerprint, or the same layout and metadata
+        with a schema the stored one accepts (``-1`` in a stored trailing
+        shape matches any size). Otherwise :class:`SchemaMismatch` names both
+        fingerprints.
         """
         import time
 
-        from torch_tgb.layout import schema_fingerprint
+        from torch_tgb.layout import Layout, check_schema, schema_fingerprint
 
-        layout_json = dict(layout.to_json()) if hasattr(layout, "to_json") else dict(layout)
+        if not isinstance(layout, Layout):
+            layout = Layout.from_json(layout)
         metadata = dict(metadata or {})
         fingerprint = schema_fingerprint(layout, schema, metadata)
-        ours = DatasetInfo(layout_json, dict(schema), metadata, fingerprint, time.time())
+        ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
         if self.store.put_if_absent(DATASET_KEY, ours.encode()):
             return ours
         stored = self.dataset()
-        if stored is None:  # deleted between our create and our read: nobody should ever do that
+        if stored is None:  # deleted between our create and our read: nobody may do that
             raise ManifestError(f"{self.where}{DATASET_KEY} exists and vanished again")
-        self.check_dataset(stored, fingerprint, what="producer/consumer")
-        return stored
-
-    def check_dataset(self, stored: DatasetInfo, fingerprint: str, *, what: str) -> None:
-        if stored.fingerprint != fingerprint:
+        if stored.fingerprint == fingerprint:
+            return stored
+        try:
+            if dict(stored.layout) != layout.to_json():
+                raise SchemaMismatch(f"layout {layout.to_json()} differs from {dict(stored.layout)}")
+            if dict(stored.metadata) != metadata:
+                raise SchemaMismatch(f"metadata {metadata} differs from {dict(stored.metadata)}")
+            check_schema(schema, stored.schema)
+        except SchemaMismatch as e:
             raise SchemaMismatch(
-                f"{self.where}{what} layout/schema fingerprint {fingerprint} disagrees with the namespace's "
-                f"{stored.fingerprint} ({DATASET_KEY}: layout={dict(stored.layout)}, schema={dict(stored.schema)})"
-            )
+                f"{self.where}layout/schema fingerprint {fingerprint} disagrees with the namespace's "
+                f"{stored.fingerprint} ({DATASET_KEY}): {e}"
+            ) from e
+        return stored
 
     # --- versions ------------------------------------------------------------
 

@@ -1,1 +1,29 @@
-"""(being built)"""
+"""Producers: append TGBs, commit them to the manifest log under a commit policy."""
+
+from torch_tgb.producer.policies import (
+    AIMDPolicy,
+    CommitPolicy,
+    DACConfig,
+    DACPolicy,
+    FixedPolicy,
+    IncrPolicy,
+    NaivePolicy,
+    make_policy,
+)
+from torch_tgb.producer.producer import Producer, ProducerConfig, object_key
+from torch_tgb.producer.stats import ProducerStats
+
+__all__ = [
+    "AIMDPolicy",
+    "CommitPolicy",
+    "DACConfig",
+    "DACPolicy",
+    "FixedPolicy",
+    "IncrPolicy",
+    "NaivePolicy",
+    "Producer",
+    "ProducerConfig",
+    "ProducerStats",
+    "make_policy",
+    "object_key",
+]

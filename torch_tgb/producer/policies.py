@@ -1,0 +1,206 @@
+"""Commit policies: when the background committer makes its next attempt.
+
+A policy answers two questions for the producer's committer thread:
+
+- ``wait_time(pending, since_last)``: seconds to wait before the next attempt
+  (``0`` = now, ``None`` = wait for more entries), given the number of
+  pending entries and the seconds since the last attempt finished;
+- ``on_attempt(...)``: learn from an attempt's outcome.
+
+``max_entries`` caps how many pending entries one version carries.
+Count policies (Naive, Fixed, Incr) wait for entries; time policies (AIMD,
+DAC) wait for a gap. ``flush()`` overrides "wait for entries" but never a gap.
+
+Baselines follow the BatchWeave paper (§7.1): Naive commits every TGB on its
+own; Fixed(k) every k TGBs; Incr starts at 10 and adds 1 per conflict; AIMD
+adds ``a`` seconds to its gap on success and halves it on conflict (the
+paper's literal rule). DAC is in :mod:`torch_tgb.producer.dac`.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from dataclasses import dataclass
+
+from torch_tgb.producer import dac
+
+__all__ = [
+    "AIMDPolicy",
+    "CommitPolicy",
+    "DACPolicy",
+    "FixedPolicy",
+    "IncrPolicy",
+    "NaivePolicy",
+    "make_policy",
+]
+
+
+class CommitPolicy(abc.ABC):
+    """Decides the waiting between commit attempts. One instance per producer."""
+
+    #: short name used in stats and benchmarks
+    name: str = "policy"
+    #: most entries one version may carry (``None``: all pending)
+    max_entries: int | None = None
+
+    @abc.abstractmethod
+    def wait_time(self, pending: int, since_last: float) -> float | None:
+        """Seconds until the next attempt; ``None`` while the policy wants more entries."""
+
+    def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
+        """Called after every attempt that wrote (success or conflict)."""
+
+    @property
+    def gap_s(self) -> float:
+        """The current waiting gap after an attempt (0 for count policies)."""
+        return 0.0
+
+    @property
+    def active_horizon_s(self) -> float:
+        """A producer counts as active if it committed within this many seconds."""
+        return 10.0
+
+
+class _CountPolicy(CommitPolicy):
+    """Attempt as soon as ``threshold`` entries are pending."""
+
+    threshold: int = 1
+
+    def wait_time(self, pending: int, since_last: float) -> float | None:
+        return 0.0 if pending >= max(1, self.threshold) else None
+
+
+class NaivePolicy(_CountPolicy):
+    """Commit every TGB on its own, at once."""
+
+    name = "naive"
+    max_entries = 1
+    threshold = 1
+
+
+class FixedPolicy(_CountPolicy):
+    """Commit whenever ``k`` TGBs are pending."""
+
+    def __init__(self, k: int = 10) -> None:
+        if k < 1:
+            raise ValueError(f"FixedPolicy: k={k} must be >= 1")
+        self.threshold = k
+        self.name = f"fixed{k}"
+
+
+class IncrPolicy(_CountPolicy):
+    """Commit every ``k`` TGBs, ``k`` starting at ``start`` and growing by ``step`` per conflict."""
+
+    name = "incr"
+
+    def __init__(self, start: int = 10, step: int = 1) -> None:
+        if start < 1 or step < 0:
+            raise ValueError(f"IncrPolicy: start={start} must be >= 1 and step={step} >= 0")
+        self.threshold = start
+        self.step = step
+
+    def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
+        if not success:
+            self.threshold += self.step
+
+
+class AIMDPolicy(CommitPolicy):
+    """Gap after an attempt: ``+ increase_s`` on success, halved on conflict (capped at ``max_gap_s``)."""
+
+    name = "aimd"
+
+    def __init__(self, increase_s: float = 0.01, initial_gap_s: float = 0.0, max_gap_s: float = 10.0) -> None:
+        if increase_s <= 0 or initial_gap_s < 0 or max_gap_s <= 0:
+            raise ValueError("AIMDPolicy: increase_s and max_gap_s must be > 0, initial_gap_s >= 0")
+        self.increase_s = increase_s
+        self.max_gap_s = max_gap_s
+        self._gap = initial_gap_s
+
+    def wait_time(self, pending: int, since_last: float) -> float | None:
+        return None if pending < 1 else max(0.0, self._gap - since_last)
+
+    def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
+        self._gap = min(self.max_gap_s, self._gap + self.increase_s) if success else self._gap / 2.0
+
+    @property
+    def gap_s(self) -> float:
+        return self._gap
+
+
+@dataclass(frozen=True)
+class DACConfig:
+    """DAC parameters. Defaults: conflict budget 5 %, duty budget 10 %, ±20 % jitter, EMA weight 0.2.
+
+    ``active_gaps``: a producer is active if it committed within that many of
+    our cycles (``W + g``), but never less than ``min_active_s`` seconds.
+    ``max_gap_s`` caps the gap so that a burst of slow writes cannot stall a producer.
+    """
+
+    epsilon_c: float = 0.05
+    epsilon_d: float = 0.1
+    jitter: float = 0.2
+    ema_weight: float = 0.2
+    active_gaps: float = 4.0
+    min_active_s: float = 2.0
+    max_gap_s: float = 30.0
+
+
+class DACPolicy(CommitPolicy):
+    """Decentralized Adaptive Commit: the smallest gap meeting the conflict and duty budgets."""
+
+    name = "dac"
+
+    def __init__(self, config: DACConfig | None = None, *, seed: int | None = None) -> None:
+        self.config = config or DACConfig()
+        # validate the budgets once, up front
+        dac.optimal_gap(0.0, 2, epsilon_c=self.config.epsilon_c, epsilon_d=self.config.epsilon_d)
+        dac.jittered(0.0, self.config.jitter, 0.0)
+        self._rng = random.Random(seed)
+        self._window: float | None = None
+        self._gap = 0.0
+        self._producers = 1
+
+    def wait_time(self, pending: int, since_last: float) -> float | None:
+        return None if pending < 1 else max(0.0, self._gap - since_last)
+
+    def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
+        c = self.config
+        self._window = dac.ema(self._window, window_s, c.ema_weight)
+        self._producers = max(1, active_producers)
+        target = dac.optimal_gap(self._window, self._producers, epsilon_c=c.epsilon_c, epsilon_d=c.epsilon_d)
+        u = self._rng.uniform(-c.jitter, c.jitter)
+        self._gap = min(c.max_gap_s, dac.jittered(target, c.jitter, u))
+
+    @property
+    def gap_s(self) -> float:
+        return self._gap
+
+    @property
+    def fragile_window_s(self) -> float:
+        return self._window or 0.0
+
+    @property
+    def active_horizon_s(self) -> float:
+        cycle = (self._window or 0.0) + self._gap
+        return max(self.config.min_active_s, self.config.active_gaps * cycle)
+
+
+def make_policy(spec: str | CommitPolicy) -> CommitPolicy:
+    """``"naive"``, ``"fixed:10"``, ``"incr"``, ``"aimd"``, ``"dac"`` (or a policy, returned as is)."""
+    if isinstance(spec, CommitPolicy):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"commit_policy must be a name or a CommitPolicy, got {type(spec).__name__}")
+    name, _, arg = spec.strip().lower().partition(":")
+    if name == "fixed" or (name.startswith("fixed") and name[5:].isdigit() and not arg):
+        raw = arg or name[5:] or "10"
+        if not raw.isdigit():
+            raise ValueError(f"commit_policy={spec!r}: fixed takes an integer, e.g. 'fixed:10'")
+        return FixedPolicy(int(raw))
+    if arg:
+        raise ValueError(f"commit_policy={spec!r}: only 'fixed' takes an argument")
+    factories = {"naive": NaivePolicy, "incr": IncrPolicy, "aimd": AIMDPolicy, "dac": DACPolicy}
+    if name not in factories:
+        raise ValueError(f"unknown commit_policy={spec!r}; choose naive, fixed:<k>, incr, aimd or dac")
+    return factories[name]()
