@@ -132,6 +132,9 @@ def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool
         problem(f"{m.DATASET_KEY} is unreadable: {e}", key=m.DATASET_KEY)
     latest = manifest.latest_version()
     boundary = manifest.gc_boundary()
+    if dataset is None and latest == 0:
+        problem(f"no TGB namespace here (no {m.DATASET_KEY}, no log versions)")
+        return
     if dataset is None and latest > 0:
         problem(f"{m.DATASET_KEY} is missing but {latest} versions exist", key=m.DATASET_KEY)
     layout = dict(dataset.layout) if dataset is not None else {}
