@@ -10,14 +10,20 @@ from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, Range
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._open import open_store
 from torch_tgb.storage.capabilities import CAPABILITIES_KEY, ensure_conditional_writes
+from torch_tgb.storage.faulty import FaultPlan, FaultRates, FaultyStore
 from torch_tgb.storage.fsspec_store import FsspecStore
+from torch_tgb.storage.latency import LatencyStore
 from torch_tgb.storage.local import LocalStore
 from torch_tgb.storage.memory import MemoryStore
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
 __all__ = [
     "CAPABILITIES_KEY",
+    "FaultPlan",
+    "FaultRates",
+    "FaultyStore",
     "FsspecStore",
+    "LatencyStore",
     "LocalStore",
     "MemoryStore",
     "ObjectInfo",

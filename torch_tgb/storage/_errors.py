@@ -135,19 +135,30 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def translate(
-    exc: BaseException, *, url: str, op: str, key: str | None, write_sent: bool = False
+    exc: BaseException,
+    *,
+    url: str,
+    op: str,
+    key: str | None,
+    write_sent: bool = False,
+    redact: tuple[str, ...] = (),
 ) -> TGBError:
     """Map ``exc`` to the most specific torch_tgb storage error.
 
     ``write_sent`` says the operation was a write whose request may have
     reached the store: a timeout then means the outcome is unknown and
-    becomes :class:`AmbiguousWriteError`. A :class:`TGBError` is returned
-    unchanged. The caller raises the result ``from exc``.
+    becomes :class:`AmbiguousWriteError`. Strings in ``redact`` (secrets the
+    backend might echo) are replaced by ``***`` in the message. A
+    :class:`TGBError` is returned unchanged. The caller raises the result
+    ``from exc``.
     """
     if isinstance(exc, TGBError):
         return exc
     where = f"{url}: {op} {key!r}" if key is not None else f"{url}: {op}"
     detail = f"{type(exc).__name__}: {exc}"
+    for secret in redact:
+        if secret:
+            detail = detail.replace(secret, "***")
     code = _client_error_code(exc)
     names = _chain_names(exc)
     err_no = getattr(exc, "errno", None)

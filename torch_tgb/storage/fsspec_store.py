@@ -47,6 +47,28 @@ _PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# storage_options whose values are secrets (matched by substring of the option name)
+_SECRET_OPTION_NAMES = ("key", "secret", "token", "password", "credential", "sas", "auth")
+
+
+def _secrets_of(url: str, options: dict[str, Any]) -> tuple[str, ...]:
+    """Strings that must never appear in an error message: URL user info, secret options."""
+    found: list[str] = []
+    userinfo = urlsplit(url).netloc.rpartition("@")[0]
+    if userinfo:
+        found.extend(part for part in (userinfo, *userinfo.split(":")) if len(part) >= 3)
+
+    def walk(value: Any, secret: bool) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                walk(inner, secret or any(s in str(name).lower() for s in _SECRET_OPTION_NAMES))
+        elif secret and isinstance(value, str) and len(value) >= 3:
+            found.append(value)
+
+    walk(options, False)
+    return tuple(sorted(set(found), key=len, reverse=True))
+
+
 def redact_url(url: str) -> str:
     """``url`` without user info, query or fragment (they may hold credentials)."""
     parts = urlsplit(url)
@@ -70,9 +92,10 @@ class FsspecStore(ObjectStore):
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except Exception as e:  # unknown protocol, missing driver, bad option
-            raise translate(e, url=self.url, op="open", key=None) from e
+            raise translate(e, url=self.url, op="open", key=None, redact=_secrets_of(url, options)) from None
         self.fs = fs
         self.protocol = protocol
+        self._redact = _secrets_of(url, options)
         self.root = root.rstrip("/")
         self.max_in_flight = max_in_flight
 
@@ -80,7 +103,16 @@ class FsspecStore(ObjectStore):
         return f"{self.root}/{validate_key(key, namespace=self.url)}"
 
     def _fail(self, e: BaseException, op: str, key: str | None, *, write: bool = False) -> TGBError:
-        return translate(e, url=self.url, op=op, key=key, write_sent=write)
+        """The translated error, chained to ``e`` unless ``e`` would print a secret."""
+        error = translate(e, url=self.url, op=op, key=key, write_sent=write, redact=self._redact)
+        if error is e:
+            return error
+        if any(secret in _chain_text(e) for secret in self._redact):
+            error.__cause__ = None
+            error.__suppress_context__ = True  # the traceback must not print the secret
+        else:
+            error.__cause__ = e
+        return error
 
     # --- reads -----------------------------------------------------------------
 
@@ -89,7 +121,7 @@ class FsspecStore(ObjectStore):
         try:
             return bytes(self.fs.cat_file(path))
         except Exception as e:
-            raise self._fail(e, "get", key) from e
+            raise self._fail(e, "get", key)
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if not (0 <= start <= end):
@@ -117,7 +149,7 @@ class FsspecStore(ObjectStore):
         try:
             info = self.fs.info(path)
         except Exception as e:
-            raise self._fail(e, "stat", key) from e
+            raise self._fail(e, "stat", key)
         if info.get("type") != "file":
             raise ObjectNotFound(f"{self.url}: stat {key!r}: no such object (a prefix)")
         return ObjectInfo(key, int(info["size"]), _mtime(info))
@@ -138,7 +170,7 @@ class FsspecStore(ObjectStore):
         except FileNotFoundError:
             return []
         except Exception as e:
-            raise self._fail(e, "list", prefix) from e
+            raise self._fail(e, "list", prefix)
         root = self.fs._strip_protocol(self.root).rstrip("/") + "/"
         keys = []
         for path in found:
@@ -205,7 +237,7 @@ class FsspecStore(ObjectStore):
         try:
             self.fs.pipe_file(path, bytes(data))
         except Exception as e:
-            raise self._fail(e, "put", key, write=True) from e
+            raise self._fail(e, "put", key, write=True)
 
     def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
         path = self._path(key)
@@ -219,7 +251,7 @@ class FsspecStore(ObjectStore):
         except FileExistsError:
             return False
         except Exception as e:
-            raise self._fail(e, "put_if_absent", key, write=True) from e
+            raise self._fail(e, "put_if_absent", key, write=True)
         return True
 
     def delete(self, keys: str | Iterable[str]) -> None:
@@ -239,10 +271,19 @@ class FsspecStore(ObjectStore):
                 except FileNotFoundError:
                     continue
         except Exception as e:
-            raise self._fail(e, "delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys") from e
+            raise self._fail(e, "delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys")
 
     def close(self) -> None:
         """Nothing to release eagerly: s3fs closes its session with the file system."""
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < 16:
+        parts.append(f"{current!r} {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
 
 
 def _mtime(info: dict[str, Any]) -> float:
