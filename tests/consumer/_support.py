@@ -1,0 +1,36 @@
+"""Shared helpers of the consumer tests: deterministic global batches and a producer run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_tgb.layout import Layout
+from torch_tgb.producer import Producer
+
+GLOBAL_BATCH = 8
+SEQ_LEN = 16
+LAYOUT = Layout(dp=2, cp=2, seq_keys=("input_ids", "labels"))
+
+
+def make_batch(offset: int, *, batch: int = GLOBAL_BATCH, seq: int = SEQ_LEN) -> dict[str, torch.Tensor]:
+    """Global batch number ``offset``: every value says where it came from."""
+    sample = torch.arange(batch, dtype=torch.int64) + offset * 1000
+    tokens = sample[:, None] * 1000 + torch.arange(seq, dtype=torch.int64)[None, :]
+    return {"input_ids": tokens, "labels": tokens + 1, "sample_id": sample}
+
+
+def produce(ns: Any, n: int, *, layout: Layout = LAYOUT, seal: bool = True, producer_id: str = "p0",
+            storage_options: dict | None = None, policy: str = "fixed:4", start: int = 0) -> None:
+    with Producer(ns, producer_id=producer_id, layout=layout, commit_policy=policy,
+                  storage_options=storage_options) as p:
+        for offset in range(start, start + n):
+            p.append(make_batch(offset), offset=offset)
+        p.flush()
+        if seal:
+            p.close(seal=True)
+
+
+def global_sequence(n: int, start: int = 0) -> list[dict[str, torch.Tensor]]:
+    return [make_batch(o) for o in range(start, start + n)]

@@ -1,0 +1,266 @@
+"""TGBDataset: this rank's slice of every step, as an IterableDataset.
+
+Iterating builds the pipeline ``ManifestPoller -> Project -> FooterIndex ->
+RangeReader`` (torch_tgb.datapipes) in the process that iterates, so a
+DataLoader worker opens its own store connection. Inside a DataLoader worker
+``w`` of ``W`` the dataset yields consumer steps ``w, w+W, ...`` (counted from
+where it started); the loader's in-order round robin restores the sequence.
+
+State (``state_dict``, JSON): ``"tgb_cursor"`` is the next step this dataset
+(or this worker) will deliver, plus what is needed to continue exactly in the
+same setting (origin of the step count, index, worker, plan, mesh). Loading a
+state taken in another setting (another mesh, dp_split or worker count, or a
+whole StatefulDataLoader state) continues from the canonical cursor, the
+smallest one in it: that is exact at step boundaries, and raises LayoutError
+for a position inside a TGB the new plan cannot express.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.datapipes.footer_index import FooterIndex
+from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
+from torch_tgb.datapipes.project import Project, cursor_at
+from torch_tgb.datapipes.range_reader import RangeReader
+from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
+from torch_tgb.distributed.consistency import ConsistencyChecker
+from torch_tgb.errors import DataTimeout
+from torch_tgb.layout import Layout, Mesh, plan_reads
+from torch_tgb.manifest import Manifest
+from torch_tgb.storage import open_store
+
+__all__ = ["META_KEY", "ReaderOptions", "TGBDataset"]
+
+#: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
+META_KEY = "__tgb_meta__"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """Tuning of the read pipeline; the defaults suit local disks and S3 alike."""
+
+    footer_cache: int = 256
+    #: upcoming steps whose footers are fetched in one batched call
+    footer_lookahead: int = 8
+    verify: bool = True
+    poll: PollPolicy = PollPolicy()
+    #: stop before this TGB step (exclusive); None: at the seal
+    stop_step: int | None = None
+
+
+class TGBDataset(IterableDataset):
+    """One item per step: this rank's tensors (dict[str, Tensor]) of that step."""
+
+    def __init__(
+        self,
+        ns: Any,
+        mesh: Mesh | None = None,
+        prefetch: int = 4,
+        timeout: float | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        dp_split: str = "merge",
+        check_consistency: bool = False,
+        options: ReaderOptions = ReaderOptions(),
+    ) -> None:
+        super().__init__()
+        self.ns = ns
+        self.mesh = mesh if mesh is not None else Mesh.from_env()
+        self.prefetch = prefetch
+        self.timeout = timeout
+        self.storage_options = dict(storage_options or {})
+        self.dp_split = dp_split
+        self.check_consistency = check_consistency
+        self.options = options
+        self.emit_meta = False  # set by tgb.DataLoader: workers hand metadata to the main process
+        self._start = Cursor(0)
+        self._restore: dict[str, Any] | None = None  # exact same-setting state, checked at iteration
+        self._reader: RangeReader | None = None
+        self._layout: dict[str, Any] | None = None
+        self._stats = ReadStats()
+
+    # --- pickling for DataLoader workers: no live pipeline travels ------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reader"] = None
+        state["_stats"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stats = ReadStats()
+
+    # --- state ---------------------------------------------------------------------
+
+    def _setting(self) -> dict[str, Any]:
+        m = self.mesh
+        worker, workers = self._current_worker()
+        return {
+            "mesh": [m.dp_rank, m.dp_size, m.cp_rank, m.cp_size],
+            "dp_split": self.dp_split,
+            "worker": worker,
+            "num_workers": workers,
+        }
+
+    @staticmethod
+    def _current_worker() -> tuple[int, int]:
+        info = get_worker_info()
+        return (0, 1) if info is None else (info.id, info.num_workers)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable position; ``"tgb_cursor"`` is the next step to deliver."""
+        state: dict[str, Any] = dict(self._setting())
+        state.update(self._position())
+        state["stats"] = self.stats().to_json()
+        return state
+
+    def _position(self) -> dict[str, Any]:
+        """``tgb_cursor`` with the origin/index/plan it was derived from."""
+        if self._reader is not None:
+            node: Any = self._reader.state_dict()
+            while Project.ORIGIN_KEY not in node:  # RangeReader -> FooterIndex -> Project
+                node = node["source"]
+            origin = node[Project.ORIGIN_KEY]
+            index = node[Project.INDEX_KEY]
+            plan = node[Project.PLAN_KEY]
+            version = node[Project.SOURCE_KEY][ManifestPoller.VERSION_KEY]
+        elif self._restore is not None:
+            return {k: self._restore[k] for k in (CURSOR_KEY, "origin", "index", "plan")}
+        else:
+            # Not started: this worker's first step. It needs the plan, so the written
+            # layout is read now (a worker's initial state must not claim an earlier step).
+            layout = self._resolve_layout()
+            plan_obj = plan_reads(layout, self.mesh, dp_split=self.dp_split)
+            origin = self._start.to_json()
+            index = self._current_worker()[0]
+            plan = {"tgbs_per_step": plan_obj.tgbs_per_step, "steps_per_tgb": plan_obj.steps_per_tgb}
+            version = self._start.version
+        cursor = cursor_at(Cursor.from_json(origin), index, version=version, **plan)
+        return {CURSOR_KEY: cursor.to_json(), "origin": origin, "index": index, "plan": plan}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (a TGBDataset, worker or whole loader state)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        cursor = cursor_of(state)
+        self._start = cursor
+        self._restore = None
+        if CURSOR_KEY in state and all(k in state for k in ("origin", "index", "plan")):
+            self._restore = {k: state[k] for k in (CURSOR_KEY, "origin", "index", "plan", "mesh", "dp_split", "worker", "num_workers")}
+
+    # --- iteration -------------------------------------------------------------
+
+    def stats(self) -> ConsumerStats:
+        return self._stats.snapshot()
+
+    def _resolve_layout(self) -> Layout:
+        """The written layout (read once, then carried to workers with the dataset)."""
+        if self._layout is None:
+            store, _, layout = self._open()
+            store.close()
+        return Layout.from_json(self._layout)
+
+    def _open(self) -> tuple[Any, Manifest, Layout]:
+        store = open_store(self.ns, self.storage_options or None)
+        if self._layout is not None:
+            return store, Manifest(store), Layout.from_json(self._layout)
+        manifest = Manifest(store)
+        info = manifest.dataset()
+        started = time.monotonic()
+        interval = self.options.poll.min_interval
+        while info is None:  # the consumer may start before the first producer
+            waited = time.monotonic() - started
+            if self.timeout is not None and waited >= self.timeout:
+                raise DataTimeout(f"{store.url}: no dataset.json within timeout={self.timeout}s (no producer yet?)")
+            time.sleep(interval if self.timeout is None else min(interval, self.timeout - waited))
+            interval = min(interval * self.options.poll.backoff, self.options.poll.max_interval)
+            info = manifest.dataset()
+        self._layout = dict(info.layout)
+        return store, manifest, Layout.from_json(info.layout)
+
+    def _build(self, store: Any, manifest: Manifest, layout: Layout) -> RangeReader:
+        plan = plan_reads(layout, self.mesh, dp_split=self.dp_split)
+        worker, workers = self._current_worker()
+        setting = self._setting()
+        restore = self._restore
+        exact = restore is not None and all(restore.get(k) == v for k, v in setting.items()) and restore["plan"] == {
+            "tgbs_per_step": plan.tgbs_per_step,
+            "steps_per_tgb": plan.steps_per_tgb,
+        }
+        origin = Cursor.from_json(restore["origin"]) if exact and restore is not None else self._start
+        poller = ManifestPoller(
+            manifest,
+            origin.step,
+            timeout=self.timeout,
+            policy=self.options.poll,
+            stop_step=self.options.stop_step,
+            stats=self._stats,
+            namespace=store.url,
+        )
+        project = Project(poller, plan, origin=origin, worker=worker, num_workers=workers)
+        footers = FooterIndex(
+            project,
+            store,
+            cache_size=self.options.footer_cache,
+            lookahead=self.options.footer_lookahead,
+            stats=self._stats,
+        )
+        reader = RangeReader(footers, store, prefetch=self.prefetch, verify=self.options.verify, stats=self._stats)
+        if exact and restore is not None:
+            project_state = {
+                Project.ORIGIN_KEY: restore["origin"],
+                Project.INDEX_KEY: restore["index"],
+                Project.PLAN_KEY: restore["plan"],
+                Project.SOURCE_KEY: ManifestPoller.state_at(0, Cursor.from_json(restore[CURSOR_KEY]).version),
+            }
+            reader.reset({RangeReader.SOURCE_KEY: {FooterIndex.SOURCE_KEY: project_state}})
+        else:
+            reader.reset(None)
+        return reader
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        store, manifest, layout = self._open()
+        reader = self._build(store, manifest, layout)
+        self._reader = reader
+        in_worker = get_worker_info() is not None
+        checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
+        meta = self.emit_meta and in_worker
+        try:
+            while True:
+                started = time.perf_counter()
+                try:
+                    batch = next(reader)
+                except StopIteration:
+                    if checker is not None:
+                        checker.check_end()
+                    return
+                finally:
+                    self._stats.add(stall_s=time.perf_counter() - started)
+                self._stats.add(steps=1)
+                task = batch.task
+                if checker is not None:
+                    checker.check(task.cursor, task.keys)
+                tensors = batch.tensors
+                if meta:
+                    from torch_tgb.distributed.consistency import keys_digest
+
+                    c = task.cursor
+                    tensors = dict(tensors)
+                    tensors[META_KEY] = torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])
+                yield tensors
+        finally:
+            reader.close()
+            if self._reader is reader:
+                # Keep the final position readable after the loop ends.
+                self._restore = {**self._setting(), **self._position()}
+                self._reader = None

@@ -1,0 +1,145 @@
+"""tgb.DataLoader: a torchdata StatefulDataLoader over a TGBDataset.
+
+Every item is one step (``batch_size=None``). With ``num_workers = W > 0``
+worker ``w`` reads steps ``w, w+W, ...`` and the loader's in-order round
+robin hands them out in step order, so the sequence is the same as with no
+workers.
+
+``state_dict()`` is the StatefulDataLoader's own state; each worker's
+dataset state in it carries a ``"tgb_cursor"``, and the smallest one is the
+first step not yet delivered. ``load_state_dict`` always continues from that
+canonical cursor (``cursor_of``), with a fresh round robin: exact for a state
+of this loader, and equally for one taken with another worker count, mesh
+or dp_split, or from a bare TGBDataset.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset
+from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
+from torch_tgb.distributed.consistency import ConsistencyChecker
+from torch_tgb.layout import Mesh
+
+__all__ = ["DataLoader"]
+
+
+class DataLoader(StatefulDataLoader):
+    """Batches of this rank's slice, one per step, with exact resume."""
+
+    def __init__(
+        self,
+        ns: Any,
+        mesh: Mesh | None = None,
+        *,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        prefetch: int = 4,
+        timeout: float | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        dp_split: str = "merge",
+        check_consistency: bool = False,
+        options: ReaderOptions = ReaderOptions(),
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+    ) -> None:
+        dataset = (
+            ns
+            if isinstance(ns, TGBDataset)
+            else TGBDataset(
+                ns,
+                mesh=mesh,
+                prefetch=prefetch,
+                timeout=timeout,
+                storage_options=storage_options,
+                dp_split=dp_split,
+                check_consistency=check_consistency,
+                options=options,
+            )
+        )
+        dataset.emit_meta = dataset.check_consistency and num_workers > 0
+        if num_workers > 0:
+            # Workers report their position only with their next item; read the layout now so
+            # that a worker's initial state already names its own first step.
+            dataset._resolve_layout()
+        super().__init__(
+            dataset,
+            batch_size=None,
+            num_workers=num_workers,
+            # Pinning needs an accelerator; on a CPU-only machine it is a no-op, not an error.
+            pin_memory=pin_memory and torch.cuda.is_available(),
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+            in_order=True,
+            snapshot_every_n_steps=1,
+        )
+        self._stall = 0.0
+        self._checker = ConsistencyChecker(namespace=str(getattr(dataset, "ns", ""))) if dataset.emit_meta else None
+
+    @property
+    def tgb_dataset(self) -> TGBDataset:
+        return self.dataset  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[Any]:
+        inner = super().__iter__()
+        return self._deliver(inner)
+
+    def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(inner)
+            except StopIteration:
+                if self._checker is not None:
+                    self._checker.check_end()
+                return
+            finally:
+                self._stall += time.perf_counter() - started
+            meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
+            if self._checker is not None and meta is not None:
+                step, sub, subs, digest = (int(x) for x in meta.tolist())
+                self._checker.check_digest(Cursor(step, 0, sub, subs), digest)
+            yield batch
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from the canonical cursor of ``state_dict`` (any consumer state)."""
+        if not state_dict:
+            super().load_state_dict({})
+            return
+        cursor = cursor_of(state_dict)
+        self.tgb_dataset.load_state_dict({CURSOR_KEY: cursor.to_json()})
+        super().load_state_dict({})
+
+    def stats(self) -> ConsumerStats:
+        """Read statistics; with workers, summed over the workers' last reports."""
+        if self.num_workers == 0:
+            own = self.tgb_dataset.stats()
+        elif self._iterator is None:
+            own = ConsumerStats()
+        else:
+            own = merge_stats(_worker_stats(super().state_dict()))
+        fields = own.to_json()
+        fields["stall_s"] = self._stall
+        return ConsumerStats.from_json(fields)
+
+
+def _worker_stats(state: Any) -> list[ConsumerStats]:
+    found = []
+    stack = [state]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if CURSOR_KEY in node and isinstance(node.get("stats"), Mapping):
+                found.append(ConsumerStats.from_json(node["stats"]))
+            else:
+                stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return found

@@ -1,0 +1,138 @@
+"""FooterIndex: attaches the parsed footer of every TGB a task reads.
+
+Footers are kept in an LRU cache keyed by object key (objects are immutable,
+so a cached footer never goes stale). On a miss the index looks ahead: it
+takes up to ``lookahead`` further tasks that its source can produce without
+waiting (``source.available()``, when the source offers it) and fetches every
+missing footer among them in one ``store.get_ranges`` call, using the footer
+location recorded in the manifest entry, so a reader pays one round trip per
+``lookahead`` steps for footers instead of one per step.
+
+State: the source's state as it was right after the last task handed out,
+so tasks buffered ahead are fetched again after a reset, never skipped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_tgb.datapipes._types import ReadTask, StepEntry
+from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.errors import ManifestError
+from torch_tgb.format._footer import parse_footer  # TODO: use torch_tgb.format.parse_footer once exported
+from torch_tgb.storage import RangeRequest
+
+__all__ = ["FooterIndex"]
+
+
+class FooterIndex(BaseNode[ReadTask]):
+    """Adds ``footers`` (object key -> Footer) to each ReadTask."""
+
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[ReadTask],
+        store: Any,
+        *,
+        cache_size: int = 256,
+        lookahead: int = 8,
+        stats: ReadStats | None = None,
+    ) -> None:
+        super().__init__()
+        if cache_size < 1 or lookahead < 1:
+            raise ValueError(f"cache_size and lookahead must be >= 1, got {cache_size=} {lookahead=}")
+        self.source = source
+        self.store = store
+        self.cache_size = cache_size
+        self.lookahead = lookahead
+        self.stats = stats if stats is not None else ReadStats()
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
+        self._state: dict[str, Any] | None = None
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self._pending.clear()
+        if initial_state is not None:
+            self.source.reset(initial_state[self.SOURCE_KEY])
+        else:
+            self.source.reset(None)
+        self._state = self.source.state_dict()
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self._state}
+
+    def available(self) -> int:
+        """Tasks this node can hand out without waiting for new commits."""
+        ahead = getattr(self.source, "available", None)
+        return len(self._pending) + (ahead() if ahead is not None else 0)
+
+    def next(self) -> ReadTask:
+        if not self._pending:
+            self._pull()
+        task, state = self._pending[0]
+        missing = [e for e in task.entries if e.key not in self._cache]
+        if missing:
+            self._pull_ready()
+            self._fetch([e for t, _ in self._pending for e in t.entries])
+        else:
+            self.stats.add(footer_cache_hits=len(task.entries))
+        self._pending.popleft()
+        footers = {}
+        for e in task.entries:
+            footers[e.key] = self._cache[e.key]
+            self._cache.move_to_end(e.key)
+        self._state = state
+        return ReadTask(task.index, task.cursor, task.entries, task.pieces, task.assemble, footers)
+
+    def cached(self, key: str) -> Any | None:
+        return self._cache.get(key)
+
+    # --- internals -------------------------------------------------------------
+
+    def _pull(self) -> None:
+        task = next(self.source)  # StopIteration / DataTimeout propagate
+        self._pending.append((task, self.source.state_dict()))
+
+    def _pull_ready(self) -> None:
+        ahead = getattr(self.source, "available", None)
+        if ahead is None:
+            return
+        while len(self._pending) < self.lookahead and ahead() > 0:
+            try:
+                self._pull()
+            except StopIteration:
+                return
+
+    def _fetch(self, entries: list[StepEntry]) -> None:
+        todo: dict[str, StepEntry] = {}
+        for e in entries:
+            if e.key not in self._cache and e.key not in todo:
+                todo[e.key] = e
+        if not todo:
+            return
+        requests = []
+        for e in todo.values():
+            entry = e.entry
+            if not (0 <= entry.footer_offset < entry.size):
+                raise ManifestError(
+                    f"{self.store.url}: manifest entry for step={e.step} (version {e.version}) has footer "
+                    f"offset {entry.footer_offset} outside object {e.key!r} of {entry.size} bytes"
+                )
+            requests.append(RangeRequest(e.key, entry.footer_offset, entry.size))
+        blobs = self.store.get_ranges(requests)
+        self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
+        for e, blob in zip(todo.values(), blobs):
+            footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
+            self._cache[e.key] = footer
+        # Evict least recently used, but never a footer a buffered task still needs.
+        needed = {e.key for t, _ in self._pending for e in t.entries}
+        for key in list(self._cache):
+            if len(self._cache) <= self.cache_size:
+                break
+            if key not in needed:
+                del self._cache[key]

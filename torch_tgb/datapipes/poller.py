@@ -1,0 +1,184 @@
+"""ManifestPoller: the committed TGBs in step order, waiting for new ones.
+
+The poller is the only stage that reads the manifest. It asks for the head
+(newest version, number of steps, sealed flag), fetches entries in batches,
+and yields :class:`StepEntry` items for ``start_step, start_step+1, ...``.
+Once it has caught up it polls for a newer version, backing off exponentially
+from ``min_interval`` to ``max_interval`` while nothing arrives; ``timeout``
+bounds one such wait and raises :class:`DataTimeout` naming the namespace, the
+step waited for and the last version seen. A sealed version ends the stream.
+
+State: the next step to yield and the newest version seen. Entries buffered
+ahead are refetched after a reset, never carried in the state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_tgb.datapipes._types import StepEntry
+from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.errors import DataTimeout
+
+__all__ = ["ManifestPoller", "PollPolicy"]
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How often to look for a new version while caught up."""
+
+    min_interval: float = 0.01
+    max_interval: float = 1.0
+    backoff: float = 2.0
+    #: entries fetched per manifest read when behind
+    batch: int = 64
+
+    def __post_init__(self) -> None:
+        if not (0 < self.min_interval <= self.max_interval) or self.backoff < 1 or self.batch < 1:
+            raise ValueError(f"invalid poll policy {self!r}")
+
+
+class ManifestPoller(BaseNode[StepEntry]):
+    """Yields ``StepEntry(step, version, entry)`` from ``start_step`` on.
+
+    ``manifest`` needs ``head()`` (``.version``, ``.num_steps``, ``.sealed``)
+    and ``entries(start, stop)``. ``stop_step`` (exclusive) ends the stream
+    early, for bounded reads.
+    """
+
+    NEXT_STEP_KEY = "next_step"
+    VERSION_KEY = "version"
+
+    def __init__(
+        self,
+        manifest: Any,
+        start_step: int = 0,
+        *,
+        timeout: float | None = None,
+        policy: PollPolicy = PollPolicy(),
+        stop_step: int | None = None,
+        stats: ReadStats | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        super().__init__()
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
+        self.manifest = manifest
+        self.start_step = start_step
+        self.timeout = timeout
+        self.policy = policy
+        self.stop_step = stop_step
+        self.stats = stats if stats is not None else ReadStats()
+        store = getattr(manifest, "store", None)
+        self.namespace = namespace or getattr(store, "url", None) or repr(manifest)
+        self._next_step = start_step
+        self._version = 0
+        self._known_steps = 0
+        self._sealed = False
+        self._buffer: deque[StepEntry] = deque()
+        self._interrupt = threading.Event()
+
+    @classmethod
+    def state_at(cls, step: int, version: int = 0) -> dict[str, int]:
+        """The state of a poller positioned at ``step`` (for parents that derive it)."""
+        return {cls.NEXT_STEP_KEY: step, cls.VERSION_KEY: version}
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is not None:
+            self._next_step = int(initial_state[self.NEXT_STEP_KEY])
+            self._version = int(initial_state.get(self.VERSION_KEY, 0))
+        else:
+            self._next_step = self.start_step
+            self._version = 0
+        self._known_steps = 0
+        self._sealed = False
+        self._buffer.clear()
+        self._interrupt.clear()
+
+    def get_state(self) -> dict[str, Any]:
+        return self.state_at(self._next_step, self._version)
+
+    def interrupt(self) -> None:
+        """Make a wait in progress (another thread) end with StopIteration; reset() re-arms."""
+        self._interrupt.set()
+
+    def available(self) -> int:
+        """Steps known to be committed that this poller has not yielded yet (no waiting needed)."""
+        bound = self._known_steps if self.stop_step is None else min(self._known_steps, self.stop_step)
+        return max(0, bound - self._next_step)
+
+    @property
+    def next_step(self) -> int:
+        return self._next_step
+
+    @property
+    def version(self) -> int:
+        """Newest manifest version seen so far."""
+        return self._version
+
+    def next(self) -> StepEntry:
+        if self.stop_step is not None and self._next_step >= self.stop_step:
+            raise StopIteration
+        if not self._buffer:
+            self._fill()
+        item = self._buffer.popleft()
+        self._next_step = item.step + 1
+        return item
+
+    # --- internals -------------------------------------------------------------
+
+    def _poll(self) -> None:
+        head = self.manifest.head()
+        self.stats.add(manifest_polls=1)
+        # A reader never goes back: an older head (a lagging replica) is ignored.
+        if head.version >= self._version:
+            self._version = int(head.version)
+            self._known_steps = int(head.num_steps)
+            self._sealed = bool(head.sealed)
+
+    def _fill(self) -> None:
+        step = self._next_step
+        if step >= self._known_steps:
+            self._wait_for(step)
+        stop = min(self._known_steps, step + self.policy.batch)
+        if self.stop_step is not None:
+            stop = min(stop, self.stop_step)
+        entries = self.manifest.entries(step, stop)
+        self._buffer.extend(StepEntry(step + i, self._version, e) for i, e in enumerate(entries))
+        if not self._buffer:  # the manifest lied about num_steps: fail loud, never skip
+            raise DataTimeout(f"{self.namespace}: manifest version {self._version} reports "
+                              f"{self._known_steps} steps but returned no entry for {step=}")
+
+    def _wait_for(self, step: int) -> None:
+        """Poll until ``step`` is committed; StopIteration at the seal."""
+        started = time.monotonic()
+        interval = self.policy.min_interval
+        try:
+            while True:
+                self._poll()
+                if step < self._known_steps:
+                    return
+                if self._sealed:
+                    raise StopIteration
+                waited = time.monotonic() - started
+                if self.timeout is not None and waited >= self.timeout:
+                    raise DataTimeout(
+                        f"{self.namespace}: no new step within timeout={self.timeout}s while waiting "
+                        f"for {step=}; last version seen {self._version} "
+                        f"({self._known_steps} steps committed, not sealed)"
+                    )
+                sleep = interval
+                if self.timeout is not None:
+                    sleep = min(sleep, max(self.timeout - waited, 0.0))
+                if self._interrupt.wait(sleep):
+                    raise StopIteration
+                interval = min(interval * self.policy.backoff, self.policy.max_interval)
+        finally:
+            self.stats.add(poll_wait_s=time.monotonic() - started)

@@ -1,0 +1,205 @@
+"""RangeReader: reads this rank's slices, ``prefetch`` steps ahead.
+
+For each task it reads the byte ranges of its pieces (one slice each) with
+one ordered ``store.get_ranges`` call, checks every tensor's CRC32C and
+assembles the rank's batch with the plan. A namespace on the local
+filesystem (``store.local_path(key)`` is not None) takes the zero-copy path
+of ``format.read_slice``: the tensors view a memory map.
+
+With ``prefetch > 0`` a feeder thread pulls tasks from the source and hands
+each to a pool of ``prefetch`` reader threads, so at most ``prefetch`` steps
+are being fetched at once; results are delivered strictly in step order.
+Errors (a timeout, a corrupt object) are delivered in order too, at the step
+where they happened.
+
+State: the source's state right after the task of the last delivered batch,
+so that steps fetched ahead but not delivered are fetched again after a
+restore. The source is only ever touched by the feeder thread while it runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_tgb.datapipes._types import ReadTask, StepBatch
+from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.format import SliceReader, decode_slice
+from torch_tgb.storage import RangeRequest
+
+__all__ = ["RangeReader"]
+
+_POLL = 0.05  # seconds between checks of the stop flag while blocked
+
+
+class _End:
+    """Marks the end of the feeder's stream: StopIteration or an error to re-raise."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class RangeReader(BaseNode[StepBatch]):
+    """Fetches, verifies and assembles the slices of each ReadTask."""
+
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[ReadTask],
+        store: Any,
+        *,
+        prefetch: int = 4,
+        verify: bool = True,
+        stats: ReadStats | None = None,
+    ) -> None:
+        super().__init__()
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self.source = source
+        self.store = store
+        self.prefetch = prefetch
+        self.verify = verify
+        self.stats = stats if stats is not None else ReadStats()
+        self._state: dict[str, Any] | None = None
+        self._queue: queue.Queue[tuple[concurrent.futures.Future[StepBatch], dict] | _End] | None = None
+        self._feeder: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._ended: _End | None = None
+        self._slices = SliceReader(store, verify=verify)  # keeps local objects mapped
+
+    # --- BaseNode --------------------------------------------------------------
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self.close()
+        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self._state = self.source.state_dict()
+        self._ended = None
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self._state}
+
+    def next(self) -> StepBatch:
+        if self._ended is not None:
+            raise StopIteration
+        if self.prefetch == 0:
+            task = next(self.source)
+            state = self.source.state_dict()
+            batch = self.read(task)
+            self._state = state
+            return batch
+        if self._feeder is None:
+            self._start()
+        assert self._queue is not None  # started above
+        item = self._queue.get()
+        if isinstance(item, _End):
+            self._ended = item
+            self.close()
+            if item.error is not None:
+                raise item.error
+            raise StopIteration
+        future, state = item
+        try:
+            batch = future.result()
+        except BaseException:
+            self._ended = _End(None)
+            self.close()
+            raise
+        self._state = state
+        return batch
+
+    # --- reading ---------------------------------------------------------------
+
+    def read(self, task: ReadTask) -> StepBatch:
+        """Fetch and assemble one task's pieces (runs on a reader thread)."""
+        parts = self._read_pieces(task)
+        return StepBatch(task, task.assemble(parts))
+
+    def _read_pieces(self, task: ReadTask) -> Sequence[dict]:
+        infos = []
+        for piece in task.pieces:
+            entry = task.entries[piece.tgb]
+            footer = task.footers[entry.key]
+            infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
+        started = time.perf_counter()
+        local = [self.store.local_path(key) is not None for key, _, _ in infos]
+        parts: list[dict | None] = [None] * len(infos)
+        remote = [i for i, is_local in enumerate(local) if not is_local]
+        for i, is_local in enumerate(local):
+            if is_local:
+                key, footer, info = infos[i]
+                parts[i] = self._slices.read(key, footer, info)
+        if remote:
+            requests = [RangeRequest(infos[i][0], infos[i][2].start, infos[i][2].end) for i in remote]
+            blobs = self.store.get_ranges(requests)
+            for i, blob in zip(remote, blobs):
+                key, _, info = infos[i]
+                parts[i] = decode_slice(blob, info, base_offset=info.start, verify=self.verify, key=key)
+        self.stats.fetch_latency(time.perf_counter() - started)
+        self.stats.add(
+            data_requests=len(infos),
+            bytes_read=sum(info.end - info.start for _, _, info in infos),
+            useful_bytes=sum(t.length for _, _, info in infos for t in info.tensors),
+        )
+        return [p for p in parts if p is not None]
+
+    # --- prefetch machinery ----------------------------------------------------
+
+    def _start(self) -> None:
+        self._stop.clear()
+        self._queue = queue.Queue(maxsize=self.prefetch)
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.prefetch, thread_name_prefix="tgb-read")
+        self._feeder = threading.Thread(target=self._feed, name="tgb-feeder", daemon=True)
+        self._feeder.start()
+
+    def _put(self, item: Any) -> bool:
+        assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _feed(self) -> None:
+        assert self._pool is not None
+        while not self._stop.is_set():
+            try:
+                task = next(self.source)
+                state = self.source.state_dict()
+            except StopIteration:
+                self._put(_End(None))
+                return
+            except BaseException as e:  # delivered in order, re-raised by next()
+                self._put(_End(e))
+                return
+            future = self._pool.submit(self.read, task)
+            if not self._put((future, state)):
+                future.cancel()
+                return
+
+    def close(self) -> None:
+        """Stop the feeder and reader threads; safe to call more than once."""
+        if self._feeder is not None:
+            self._stop.set()
+            node: Any = self.source
+            while node is not None:  # wake a poller that waits for new versions
+                interrupt = getattr(node, "interrupt", None)
+                if interrupt is not None:
+                    interrupt()
+                node = getattr(node, "source", None)
+            self._feeder.join()
+            self._feeder = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._queue = None

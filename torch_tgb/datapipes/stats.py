@@ -1,0 +1,138 @@
+"""Read statistics of one consumer pipeline.
+
+The pipeline stages add to a shared :class:`ReadStats` (thread-safe: the range
+reader's prefetch threads record from the background); ``snapshot()`` returns
+a frozen :class:`ConsumerStats` of flat numeric fields that the CLI and the
+observability layer export generically. Snapshots of several workers or ranks
+are combined with :func:`merge_stats` (counters add; latency percentiles are
+the worst worker's, an upper bound rather than the exact pooled figure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ConsumerStats", "ReadStats", "merge_stats"]
+
+_LATENCY_WINDOW = 4096  # fetch latencies kept for percentiles (most recent)
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """Snapshot of a reader's work so far. Bytes in bytes, times in seconds."""
+
+    steps: int = 0
+    #: bytes fetched from the store: slice ranges plus footers
+    bytes_read: int = 0
+    #: payload bytes of the tensors handed to the trainer
+    useful_bytes: int = 0
+    #: range requests issued (data + footers)
+    requests: int = 0
+    data_requests: int = 0
+    footer_requests: int = 0
+    footer_cache_hits: int = 0
+    manifest_polls: int = 0
+    #: bytes_read / useful_bytes (1.0 = only what was needed; 0 before any read)
+    read_amplification: float = 0.0
+    #: requests per delivered step
+    requests_per_step: float = 0.0
+    #: time the trainer waited inside next() for data (input stall)
+    stall_s: float = 0.0
+    #: time spent waiting for new manifest versions (part of the stall when caught up)
+    poll_wait_s: float = 0.0
+    fetch_p50_s: float = 0.0
+    fetch_p95_s: float = 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ConsumerStats:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class ReadStats:
+    """Mutable accumulator behind :class:`ConsumerStats`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, float] = {}
+        self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+
+    def add(self, **amounts: float) -> None:
+        """Add to named counters (field names of ConsumerStats)."""
+        with self._lock:
+            for name, amount in amounts.items():
+                self._counts[name] = self._counts.get(name, 0) + amount
+
+    def fetch_latency(self, seconds: float) -> None:
+        with self._lock:
+            self._latencies.append(seconds)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._latencies.clear()
+
+    def snapshot(self) -> ConsumerStats:
+        with self._lock:
+            c = dict(self._counts)
+            lat = np.fromiter(self._latencies, dtype=np.float64)
+        steps = int(c.get("steps", 0))
+        useful = int(c.get("useful_bytes", 0))
+        read = int(c.get("bytes_read", 0))
+        data_req = int(c.get("data_requests", 0))
+        footer_req = int(c.get("footer_requests", 0))
+        return ConsumerStats(
+            steps=steps,
+            bytes_read=read,
+            useful_bytes=useful,
+            requests=data_req + footer_req,
+            data_requests=data_req,
+            footer_requests=footer_req,
+            footer_cache_hits=int(c.get("footer_cache_hits", 0)),
+            manifest_polls=int(c.get("manifest_polls", 0)),
+            read_amplification=read / useful if useful else 0.0,
+            requests_per_step=(data_req + footer_req) / steps if steps else 0.0,
+            stall_s=float(c.get("stall_s", 0.0)),
+            poll_wait_s=float(c.get("poll_wait_s", 0.0)),
+            fetch_p50_s=float(np.percentile(lat, 50)) if lat.size else 0.0,
+            fetch_p95_s=float(np.percentile(lat, 95)) if lat.size else 0.0,
+        )
+
+
+def merge_stats(parts: Iterable[ConsumerStats]) -> ConsumerStats:
+    """Combine snapshots of several workers (or ranks) into one."""
+    parts = list(parts)
+    if not parts:
+        return ConsumerStats()
+    total = {
+        name: sum(getattr(p, name) for p in parts)
+        for name in (
+            "steps",
+            "bytes_read",
+            "useful_bytes",
+            "requests",
+            "data_requests",
+            "footer_requests",
+            "footer_cache_hits",
+            "manifest_polls",
+            "stall_s",
+            "poll_wait_s",
+        )
+    }
+    return ConsumerStats(
+        **total,
+        read_amplification=total["bytes_read"] / total["useful_bytes"] if total["useful_bytes"] else 0.0,
+        requests_per_step=total["requests"] / total["steps"] if total["steps"] else 0.0,
+        fetch_p50_s=max(p.fetch_p50_s for p in parts),
+        fetch_p95_s=max(p.fetch_p95_s for p in parts),
+    )
