@@ -1,1 +1,57 @@
-"""(being built)"""
+"""The TGB object format: one immutable object per global batch.
+
+Byte layout (little-endian throughout; full spec in ``docs/format.md``)::
+
+    offset 0 ┌──────────────────────────────────────────────┐
+             │ slice (dp=0, cp=0): tensor 0 │ pad │ tensor 1 … │  tensors at 64-byte aligned offsets
+             ├─ zero padding to a multiple of 4096 ──────────┤
+             │ slice (dp=0, cp=1)                            │  slices dp-major: (0,0) (0,1) … (1,0) …
+             ├───────────────────────────────────────────────┤
+             │ …                                             │
+             │ slice (dp=D-1, cp=C-1)                        │
+             ├─ zero padding to a multiple of 64 ────────────┤  footer_offset
+             │ footer: header 32 B │ meta JSON │ slice table │
+             │         tensor table │ dims                   │  footer_length bytes
+             ├───────────────────────────────────────────────┤
+             │ trailer 24 B: footer_length u64 │ footer CRC32C u32 │
+             │               format_version u32 │ magic "\\x89TGB\\r\\n\\x1a\\n" │
+    size     └──────────────────────────────────────────────┘
+
+Every slice starts on a 4096-byte boundary so a memory-mapped object yields
+page-aligned tensors with no copy; each tensor carries its own CRC32C.
+"""
+
+from torch_tgb.format._dtypes import DTYPES, DType
+from torch_tgb.format._footer import (
+    FORMAT_VERSION,
+    SLICE_ALIGN,
+    TENSOR_ALIGN,
+    TRAILER_MAGIC,
+    TRAILER_SIZE,
+    Footer,
+    SliceInfo,
+    TensorInfo,
+)
+from torch_tgb.format._reader import SliceReader, decode_slice, read_footer, read_slice
+from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
+
+__all__ = [
+    "DTYPES",
+    "FORMAT_VERSION",
+    "SLICE_ALIGN",
+    "TENSOR_ALIGN",
+    "TRAILER_MAGIC",
+    "TRAILER_SIZE",
+    "DType",
+    "Footer",
+    "SliceData",
+    "SliceInfo",
+    "SliceReader",
+    "TGBObject",
+    "TensorInfo",
+    "decode_slice",
+    "encode_tgb",
+    "read_footer",
+    "read_slice",
+    "write_tgb",
+]

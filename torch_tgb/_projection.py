@@ -1,0 +1,251 @@
+"""Projection: which slices a reader's mesh needs from a written layout, and how to join them.
+
+Written ``(D, C)``, read by a mesh ``(D', C')`` -- no data is ever rewritten:
+
+* ``D' == D``: consumer step ``t`` reads TGB ``t``, slice ``dp_rank``.
+* ``D' == k*D``: a consumer step consumes ``k`` TGBs; rank ``r`` reads TGB
+  ``t*k + r // D``, slice ``r % D``.
+* ``D' == D/k``: rank ``r`` needs slices ``r*k .. r*k+k-1`` of a TGB.
+  ``dp_split="merge"`` concatenates them (dim 0) into one batch per TGB;
+  ``"spread"`` gives one per consumer step: step ``t`` reads TGB ``t // k``,
+  slice ``(t % k) * D' + r`` (so each consumer step is a contiguous block of
+  the global batch).
+* ``C' != C`` (or another ``cp_order``): each wanted token range is cut from
+  the written cp slices that hold it, as fractions of the sequence; a piece
+  is read whole (one range read of its slice) and sliced as a view, so a
+  split reads ``C'/C`` times the seq bytes it uses (``ReadPlan.seq_amplification``).
+
+Steps are relative to the TGB step the plan starts at. A consumer keeps its
+cursor in TGB units: ``position(step) -> (tgb_offset, sub_step)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import torch
+
+from torch_tgb.errors import LayoutError
+
+if TYPE_CHECKING:
+    from torch_tgb._mesh import Mesh
+    from torch_tgb.layout import Layout
+
+__all__ = ["CP_ORDERS", "DP_SPLITS", "Piece", "ReadPlan", "Segment", "StepReads", "cp_ranges", "plan_reads"]
+
+CP_ORDERS = ("contiguous", "zigzag")
+DP_SPLITS = ("merge", "spread")
+
+
+def cp_ranges(cp: int, cp_order: str) -> list[list[tuple[Fraction, Fraction]]]:
+    """Per cp rank, the token ranges it holds (fractions of the sequence), in storage order."""
+    if cp_order not in CP_ORDERS:
+        raise LayoutError(f"cp_order must be one of {CP_ORDERS}, got {cp_order!r}")
+    if cp_order == "contiguous" or cp == 1:
+        return [[(Fraction(i, cp), Fraction(i + 1, cp))] for i in range(cp)]
+    n = 2 * cp
+    return [[(Fraction(i, n), Fraction(i + 1, n)), (Fraction(n - 1 - i, n), Fraction(n - i, n))] for i in range(cp)]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One slice to read: TGB ``tgb`` steps after the plan's start, slice ``(dp, cp)``."""
+
+    tgb: int
+    dp: int
+    cp: int
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Tokens ``[lo, hi)`` (fractions of the piece's sequence length) of piece ``piece``."""
+
+    piece: int
+    lo: Fraction
+    hi: Fraction
+
+
+@dataclass(frozen=True)
+class StepReads:
+    """What one consumer step reads, and how the pieces form this rank's batch.
+
+    ``parts`` are the dim-0 parts of the batch in order; each is the list of
+    seq segments in token order. Non-seq tensors of a part come from the
+    piece of its first segment (every cp slice repeats them).
+    """
+
+    pieces: tuple[Piece, ...]
+    parts: tuple[tuple[Segment, ...], ...]
+    seq_keys: tuple[str, ...]
+
+    def assemble(self, tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """This rank's batch from the pieces' tensors (same order as ``pieces``). Pure.
+
+        A single whole piece is returned as is (no copy); token sub-ranges are
+        views; only joining several pieces concatenates.
+        """
+        if len(tensors) != len(self.pieces):
+            raise LayoutError(f"assemble needs {len(self.pieces)} pieces, got {len(tensors)}")
+        parts = [self._part(segments, tensors) for segments in self.parts]
+        if len(parts) == 1:
+            return parts[0]
+        names = parts[0].keys()
+        return {name: torch.cat([p[name] for p in parts], dim=0) for name in names}
+
+    def _part(self, segments: tuple[Segment, ...], tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        base = tensors[segments[0].piece]
+        out = {}
+        for name, t in base.items():
+            if name not in self.seq_keys:
+                out[name] = t
+                continue
+            views = []
+            for seg in segments:
+                piece = tensors[seg.piece]
+                if name not in piece:
+                    raise LayoutError(f"piece {self.pieces[seg.piece]} has no tensor {name!r}")
+                views.append(_tokens(piece[name], seg, name, self.pieces[seg.piece]))
+            out[name] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
+        return out
+
+
+def _tokens(t: torch.Tensor, seg: Segment, name: str, piece: Piece) -> torch.Tensor:
+    if seg.lo == 0 and seg.hi == 1:
+        return t
+    if t.dim() < 2:
+        raise LayoutError(f"seq key {name!r} of {piece} has no sequence dim (shape {tuple(t.shape)})")
+    n = t.shape[1]
+    lo, hi = seg.lo * n, seg.hi * n
+    if lo.denominator != 1 or hi.denominator != 1:
+        raise LayoutError(
+            f"seq key {name!r} of {piece}: {n} tokens cannot be cut at fractions {seg.lo}..{seg.hi} "
+            "(sequence length not divisible for this cp projection)"
+        )
+    return t[:, int(lo) : int(hi)]
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """How a mesh reads a written layout, step by step. Build with :func:`plan_reads`."""
+
+    written: Layout
+    mesh: Mesh
+    dp_split: str
+    cp_order: str
+    #: TGB steps one consumer step consumes (``k`` when ``D' = k*D``)
+    tgbs_per_step: int
+    #: consumer steps one TGB spans (``k`` when ``D' = D/k`` with ``"spread"``)
+    steps_per_tgb: int
+    #: seq-token segments this cp rank takes, per written cp slice index
+    _cp_segments: tuple[tuple[int, Fraction, Fraction], ...]
+
+    def position(self, step: int) -> tuple[int, int]:
+        """``(tgb_offset, sub_step)`` of consumer ``step`` (cursor in TGB units)."""
+        if step < 0:
+            raise LayoutError(f"negative consumer {step=}")
+        return (step // self.steps_per_tgb) * self.tgbs_per_step, step % self.steps_per_tgb
+
+    def step_at(self, tgb_offset: int, sub_step: int = 0) -> int:
+        """The consumer step at TGB offset ``tgb_offset`` and ``sub_step`` (inverse of ``position``)."""
+        if tgb_offset < 0 or tgb_offset % self.tgbs_per_step or not (0 <= sub_step < self.steps_per_tgb):
+            raise LayoutError(
+                f"cursor ({tgb_offset=}, {sub_step=}) is not a step boundary of this plan "
+                f"(tgbs_per_step={self.tgbs_per_step}, steps_per_tgb={self.steps_per_tgb})"
+            )
+        return (tgb_offset // self.tgbs_per_step) * self.steps_per_tgb + sub_step
+
+    def reads(self, step: int) -> StepReads:
+        """The pieces consumer ``step`` reads and how to assemble them."""
+        if step < 0:
+            raise LayoutError(f"negative consumer {step=}")
+        w, m = self.written, self.mesh
+        if m.dp_size == w.dp:
+            dp_parts = [(step, m.dp_rank)]
+        elif m.dp_size > w.dp:
+            k = m.dp_size // w.dp
+            dp_parts = [(step * k + m.dp_rank // w.dp, m.dp_rank % w.dp)]
+        elif self.dp_split == "merge":
+            k = w.dp // m.dp_size
+            dp_parts = [(step, m.dp_rank * k + i) for i in range(k)]
+        else:
+            k = w.dp // m.dp_size
+            dp_parts = [(step // k, (step % k) * m.dp_size + m.dp_rank)]
+        pieces: list[Piece] = []
+        parts = []
+        for tgb, dp in dp_parts:
+            segments = []
+            for cp, lo, hi in self._cp_segments:
+                piece = Piece(tgb, dp, cp)
+                if piece not in pieces:
+                    pieces.append(piece)
+                segments.append(Segment(pieces.index(piece), lo, hi))
+            parts.append(tuple(segments))
+        return StepReads(tuple(pieces), tuple(parts), self.written.seq_keys)
+
+    @property
+    def seq_amplification(self) -> float:
+        """Seq bytes read per seq byte used by this rank (1.0 = no waste)."""
+        used: dict[int, Fraction] = {}
+        for cp, lo, hi in self._cp_segments:
+            used[cp] = used.get(cp, Fraction(0)) + (hi - lo)
+        return float(len(used) / sum(used.values()))
+
+
+def _cp_segments(written: Layout, cp_size: int, cp_rank: int, cp_order: str) -> tuple[tuple[int, Fraction, Fraction], ...]:
+    """(written cp index, local lo, local hi) for each token range cp rank ``cp_rank`` wants, in order."""
+    if not written.seq_keys:
+        # nothing is split along the sequence: any cp slice holds everything
+        return ((cp_rank % written.cp, Fraction(0), Fraction(1)),)
+    held = cp_ranges(written.cp, written.cp_order)
+    # (global lo, global hi, written cp, local lo, local hi), sorted by global position
+    pieces = []
+    for j, ranges in enumerate(held):
+        for k, (lo, hi) in enumerate(ranges):
+            share = Fraction(1, len(ranges))
+            pieces.append((lo, hi, j, k * share, (k + 1) * share))
+    pieces.sort()
+    out: list[tuple[int, Fraction, Fraction]] = []
+    for want_lo, want_hi in cp_ranges(cp_size, cp_order)[cp_rank]:
+        for lo, hi, j, llo, lhi in pieces:
+            a, b = max(lo, want_lo), min(hi, want_hi)
+            if a >= b:
+                continue
+            scale = (lhi - llo) / (hi - lo)
+            seg = (j, llo + (a - lo) * scale, llo + (b - lo) * scale)
+            if out and out[-1][0] == j and out[-1][2] == seg[1]:
+                out[-1] = (j, out[-1][1], seg[2])  # contiguous in the same piece: one view
+            else:
+                out.append(seg)
+    return tuple(out)
+
+
+def plan_reads(
+    written: Layout, mesh: Mesh, *, dp_split: str = "merge", cp_order: str | None = None
+) -> ReadPlan:
+    """The :class:`ReadPlan` of ``mesh`` reading TGBs written with ``written``.
+
+    ``cp_order`` is the token arrangement this reader's model expects
+    (default: the written one). Raises :class:`LayoutError` when the dp sizes
+    are not multiples of each other.
+    """
+    if dp_split not in DP_SPLITS:
+        raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {dp_split!r}")
+    order = written.cp_order if cp_order is None else cp_order
+    if order not in CP_ORDERS:
+        raise LayoutError(f"cp_order must be one of {CP_ORDERS}, got {order!r}")
+    d_w, d_r = written.dp, mesh.dp_size
+    tgbs_per_step = steps_per_tgb = 1
+    if d_r > d_w:
+        if d_r % d_w:
+            raise LayoutError(f"reader dp_size={d_r} is not a multiple of the written dp={d_w}")
+        tgbs_per_step = d_r // d_w
+    elif d_r < d_w:
+        if d_w % d_r:
+            raise LayoutError(f"written dp={d_w} is not a multiple of the reader dp_size={d_r}")
+        if dp_split == "spread":
+            steps_per_tgb = d_w // d_r
+    segments = _cp_segments(written, mesh.cp_size, mesh.cp_rank, order)
+    return ReadPlan(written, mesh, dp_split, order, tgbs_per_step, steps_per_tgb, segments)

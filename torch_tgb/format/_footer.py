@@ -1,0 +1,462 @@
+"""The TGB footer and trailer: encoding, and parsing of untrusted bytes.
+
+The footer is a small binary structure (see ``docs/format.md``)::
+
+    footer header   32 B   "TGBF" | version u16 | flags u16 | dp u32 | cp u32
+                           | num_slices u32 | num_tensors u32 | num_dims u32 | meta_len u32
+    meta JSON       meta_len B, then zero padding to a multiple of 8
+                           {"names": [...], "layout": {...}|null, "schema": {...}, "metadata": {...}}
+    slice table     num_slices x 32 B   dp u32 | cp u32 | start u64 | end u64 | first u32 | count u32
+    tensor table    num_tensors x 32 B  name u32 | dtype u8 | ndim u8 | pad u16 | dims u32
+                                        | crc32c u32 | offset u64 | length u64
+    dims            num_dims x i64
+
+    trailer         24 B   footer_length u64 | footer_crc32c u32 | format_version u32 | magic 8 B
+
+Parsing is one ``np.frombuffer`` per table plus vectorised bounds checks, so
+it costs microseconds even for thousands of slices; the per-tensor Python
+objects of a slice are built only when that slice is asked for
+(:meth:`Footer.slice`), and the shape/length agreement is checked then. Every
+size read from the bytes is bounded by the object's size before anything is
+allocated from it. No pickle, no eval: JSON is parsed with the standard
+library and its depth is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import google_crc32c
+import numpy as np
+
+from torch_tgb.errors import CorruptObject
+from torch_tgb.format._dtypes import DType, dtype_by_code, dtype_by_name
+
+__all__ = [
+    "FOOTER_MAGIC",
+    "FORMAT_VERSION",
+    "MAX_NDIM",
+    "SLICE_ALIGN",
+    "TENSOR_ALIGN",
+    "TRAILER_MAGIC",
+    "TRAILER_SIZE",
+    "Footer",
+    "SliceInfo",
+    "TensorInfo",
+    "crc32c_of",
+    "encode_footer",
+    "parse_footer",
+    "parse_trailer",
+]
+
+FORMAT_VERSION = 1
+#: PNG-style magic: a high byte and CR/LF/^Z catch text-mode mangling
+TRAILER_MAGIC = b"\x89TGB\r\n\x1a\n"
+FOOTER_MAGIC = b"TGBF"
+SLICE_ALIGN = 4096
+TENSOR_ALIGN = 64
+MAX_NDIM = 16
+#: a footer's JSON part never needs more; anything bigger is corrupt
+MAX_META_BYTES = 16 << 20
+MAX_JSON_DEPTH = 32
+#: no real dimension is larger; shapes are multiplied exactly in Python ints
+MAX_DIM = 1 << 40
+
+_TRAILER = struct.Struct("<QII8s")
+TRAILER_SIZE = _TRAILER.size  # 24
+_HEADER = struct.Struct("<4sHHIIIIII")  # 32 bytes
+_SLICE_ROW = np.dtype(
+    [("dp", "<u4"), ("cp", "<u4"), ("start", "<u8"), ("end", "<u8"), ("first", "<u4"), ("count", "<u4")]
+)
+_TENSOR_ROW = np.dtype(
+    [
+        ("name", "<u4"),
+        ("dtype", "u1"),
+        ("ndim", "u1"),
+        ("pad", "<u2"),
+        ("dims", "<u4"),
+        ("crc", "<u4"),
+        ("offset", "<u8"),
+        ("length", "<u8"),
+    ]
+)
+_DIM = np.dtype("<i8")
+
+
+def crc32c_of(buffer: Any) -> int:
+    """CRC32C of a bytes-like object without copying it.
+
+    ``google_crc32c`` only accepts buffers without a release hook (bytes, a
+    read-only numpy array); a read-only uint8 view of anything else is free.
+    """
+    if isinstance(buffer, bytes):
+        return int(google_crc32c.value(buffer))
+    view = np.frombuffer(buffer, dtype=np.uint8)
+    view.flags.writeable = False
+    return int(google_crc32c.value(view))
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of one slice; ``offset`` is absolute within the object."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    length: int
+    crc32c: int
+    _dt: DType = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    """One (dp, cp) slice: the byte range ``[start, end)`` holding its tensors."""
+
+    dp: int
+    cp: int
+    start: int
+    end: int
+    tensors: tuple[TensorInfo, ...]
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+class Footer:
+    """The parsed footer of one TGB object. Immutable after construction."""
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        size: int,
+        footer_offset: int,
+        footer_length: int,
+        dp: int,
+        cp: int,
+        names: tuple[str, ...],
+        layout: dict[str, Any] | None,
+        schema: dict[str, Any],
+        metadata: dict[str, Any],
+        slices: np.ndarray,
+        tensors: np.ndarray,
+        dims: np.ndarray,
+    ) -> None:
+        self.key = key
+        self.size = size
+        self.footer_offset = footer_offset
+        self.footer_length = footer_length
+        self.dp = dp
+        self.cp = cp
+        self.names = names
+        self.layout = layout
+        self.schema = schema
+        self.metadata = metadata
+        self._slices = slices
+        self._tensors = tensors
+        self._dims = dims
+        # built on first use; a benign race between threads builds equal objects
+        self._cache: dict[int, SliceInfo] = {}
+
+    @property
+    def num_slices(self) -> int:
+        return int(len(self._slices))
+
+    def slice(self, dp: int, cp: int = 0) -> SliceInfo:
+        """The slice for data-parallel part ``dp`` and context-parallel part ``cp``."""
+        if not (0 <= dp < self.dp and 0 <= cp < self.cp):
+            raise CorruptObject(
+                f"object {self.key!r}: no slice (dp={dp}, cp={cp}); it has dp={self.dp}, cp={self.cp}"
+            )
+        index = dp * self.cp + cp
+        info = self._cache.get(index)
+        if info is None:
+            info = self._build(index)
+            self._cache[index] = info
+        return info
+
+    def slices(self) -> list[SliceInfo]:
+        """Every slice in (dp, cp) order; validates all of them."""
+        return [self.slice(i // self.cp, i % self.cp) for i in range(self.num_slices)]
+
+    def _build(self, index: int) -> SliceInfo:
+        row = self._slices[index]
+        dp, cp = int(row["dp"]), int(row["cp"])
+        start, end = int(row["start"]), int(row["end"])
+        first, count = int(row["first"]), int(row["count"])
+        where = f"object {self.key!r}, slice (dp={dp}, cp={cp})"
+        infos = []
+        for t in self._tensors[first : first + count].tolist():
+            name_id, code, ndim, _pad, dims_at, crc, offset, length = t
+            name = self.names[name_id]
+            dt = dtype_by_code(code)
+            if dt is None:  # checked vectorised at parse; kept for clarity
+                raise CorruptObject(f"{where}, tensor {name!r}: unknown dtype code {code}")
+            shape = tuple(int(d) for d in self._dims[dims_at : dims_at + ndim].tolist())
+            numel = 1
+            for d in shape:
+                numel *= d
+            if numel * dt.itemsize != length:
+                raise CorruptObject(
+                    f"{where}, tensor {name!r}: shape {shape} of {dt.name} needs "
+                    f"{numel * dt.itemsize} bytes, footer says {length}"
+                )
+            infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt))
+        return SliceInfo(dp, cp, start, end, tuple(infos))
+
+    def __repr__(self) -> str:
+        return (
+            f"Footer(key={self.key!r}, size={self.size}, dp={self.dp}, cp={self.cp}, "
+            f"tensors={list(self.names)})"
+        )
+
+
+# --- encoding ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _TensorEntry:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    length: int
+    crc32c: int
+
+
+def encode_footer(
+    *,
+    dp: int,
+    cp: int,
+    slices: Sequence[tuple[int, int, int, int, Sequence[_TensorEntry]]],
+    layout: Mapping[str, Any] | None,
+    schema: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+) -> bytes:
+    """Footer body followed by the trailer. ``slices``: (dp, cp, start, end, tensors)."""
+    names: list[str] = []
+    name_ids: dict[str, int] = {}
+    srows = np.zeros(len(slices), dtype=_SLICE_ROW)
+    ntensors = sum(len(s[4]) for s in slices)
+    trows = np.zeros(ntensors, dtype=_TENSOR_ROW)
+    dims: list[int] = []
+    ti = 0
+    for si, (sdp, scp, start, end, tensors) in enumerate(slices):
+        srows[si] = (sdp, scp, start, end, ti, len(tensors))
+        for t in tensors:
+            if t.name not in name_ids:
+                name_ids[t.name] = len(names)
+                names.append(t.name)
+            dt = dtype_by_name(t.dtype)
+            if dt is None:
+                raise ValueError(f"unsupported dtype {t.dtype!r}")
+            trows[ti] = (name_ids[t.name], dt.code, len(t.shape), 0, len(dims), t.crc32c, t.offset, t.length)
+            dims.extend(t.shape)
+            ti += 1
+    meta = json.dumps(
+        {"names": names, "layout": layout, "schema": schema, "metadata": metadata},
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+    header = _HEADER.pack(FOOTER_MAGIC, FORMAT_VERSION, 0, dp, cp, len(slices), ntensors, len(dims), len(meta))
+    body = b"".join(
+        [
+            header,
+            meta,
+            bytes(-len(meta) % 8),
+            srows.tobytes(),
+            trows.tobytes(),
+            np.asarray(dims, dtype=_DIM).tobytes(),
+        ]
+    )
+    trailer = _TRAILER.pack(len(body), crc32c_of(body), FORMAT_VERSION, TRAILER_MAGIC)
+    return body + trailer
+
+
+# --- parsing -----------------------------------------------------------------
+
+
+def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
+    """``(footer_offset, footer_length)`` from the last ``TRAILER_SIZE`` bytes of ``tail``."""
+    if size < TRAILER_SIZE or len(tail) < TRAILER_SIZE:
+        raise CorruptObject(f"object {key!r}: truncated, {size} bytes is smaller than the trailer")
+    length, _crc, version, magic = _TRAILER.unpack(tail[-TRAILER_SIZE:])
+    if magic != TRAILER_MAGIC:
+        raise CorruptObject(f"object {key!r}: not a TGB object (bad magic {magic!r}) or truncated")
+    if version != FORMAT_VERSION:
+        raise CorruptObject(
+            f"object {key!r}: unknown TGB format version {version} (this reader knows {FORMAT_VERSION})"
+        )
+    if length < _HEADER.size or length > size - TRAILER_SIZE:
+        raise CorruptObject(f"object {key!r}: footer length {length} does not fit in an object of {size} bytes")
+    return size - TRAILER_SIZE - length, length
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, d + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, d + 1) for v in item)
+    return deepest
+
+
+def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset: int) -> Footer:
+    """Parse footer body + trailer (``data`` = bytes ``[footer_offset, size)``)."""
+    where = f"object {key!r}"
+    if len(data) != size - footer_offset:
+        raise CorruptObject(f"{where}: truncated footer, got {len(data)} of {size - footer_offset} bytes")
+    found_offset, length = parse_trailer(bytes(data[-TRAILER_SIZE:]), key=key, size=size)
+    if found_offset != footer_offset:
+        raise CorruptObject(
+            f"{where}: footer location disagrees: expected offset {footer_offset}, trailer says {found_offset}"
+        )
+    body = bytes(data[:length]) if not isinstance(data, bytes) else data[:length]
+    _, crc, _, _ = _TRAILER.unpack(bytes(data[-TRAILER_SIZE:]))
+    if crc32c_of(body) != crc:
+        raise CorruptObject(f"{where}: footer CRC32C mismatch (footer corrupted)")
+    magic, version, _flags, dp, cp, nslices, ntensors, ndims, meta_len = _HEADER.unpack_from(body, 0)
+    if magic != FOOTER_MAGIC:
+        raise CorruptObject(f"{where}: bad footer magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise CorruptObject(f"{where}: unknown footer version {version}")
+    meta_end = _HEADER.size + meta_len
+    meta_padded = meta_end + (-meta_len % 8)
+    expected = meta_padded + nslices * _SLICE_ROW.itemsize + ntensors * _TENSOR_ROW.itemsize + ndims * 8
+    if meta_len > MAX_META_BYTES or expected != length:
+        raise CorruptObject(
+            f"{where}: footer sizes are inconsistent ({nslices=}, {ntensors=}, {ndims=}, {meta_len=}, {length=})"
+        )
+    if dp < 1 or cp < 1 or dp * cp != nslices:
+        raise CorruptObject(f"{where}: footer says dp={dp}, cp={cp} but holds {nslices} slices")
+    try:
+        meta = json.loads(body[_HEADER.size : meta_end])
+    except (ValueError, RecursionError) as e:
+        raise CorruptObject(f"{where}: footer metadata is not valid JSON: {e}") from e
+    if not isinstance(meta, dict) or _depth(meta, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise CorruptObject(f"{where}: footer metadata must be a JSON object of bounded depth")
+    names = meta.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise CorruptObject(f"{where}: footer metadata has no list of tensor names")
+    layout, schema, metadata = meta.get("layout"), meta.get("schema", {}), meta.get("metadata", {})
+    if not (layout is None or isinstance(layout, dict)) or not isinstance(schema, dict):
+        raise CorruptObject(f"{where}: footer layout/schema are not JSON objects")
+    if not isinstance(metadata, dict):
+        raise CorruptObject(f"{where}: footer metadata is not a JSON object")
+
+    pos = meta_padded
+    srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)
+    pos += srows.nbytes
+    trows = np.frombuffer(body, dtype=_TENSOR_ROW, count=ntensors, offset=pos)
+    pos += trows.nbytes
+    dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
+    _check_tables(where, srows, trows, dims, names, dp, cp, footer_offset)
+    return Footer(
+        key=key,
+        size=size,
+        footer_offset=footer_offset,
+        footer_length=length,
+        dp=dp,
+        cp=cp,
+        names=tuple(names),
+        layout=layout,
+        schema=schema,
+        metadata=metadata,
+        slices=srows,
+        tensors=trows,
+        dims=dims,
+    )
+
+
+def _fail_at(
+    where: str,
+    bad: np.ndarray,
+    srows: np.ndarray,
+    what: str,
+    owner: np.ndarray | None = None,
+    trows: np.ndarray | None = None,
+    names: list[str] | None = None,
+) -> None:
+    """Raise for the first ``bad`` row, naming its slice (and tensor when it is a tensor row)."""
+    i = int(np.flatnonzero(bad)[0])
+    if owner is None or trows is None or names is None:
+        raise CorruptObject(f"{where}, slice #{i} (dp={int(srows[i]['dp'])}, cp={int(srows[i]['cp'])}): {what}")
+    si = int(owner[i])
+    name_id = int(trows[i]["name"])
+    tensor = repr(names[name_id]) if name_id < len(names) else f"#{i}"
+    raise CorruptObject(
+        f"{where}, slice (dp={int(srows[si]['dp'])}, cp={int(srows[si]['cp'])}), tensor {tensor}: {what}"
+    )
+
+
+def _check_tables(
+    where: str,
+    srows: np.ndarray,
+    trows: np.ndarray,
+    dims: np.ndarray,
+    names: list[str],
+    dp: int,
+    cp: int,
+    data_end: int,
+) -> None:
+    """Vectorised bounds checks: nothing may point outside the data region."""
+    n = len(srows)
+    idx = np.arange(n, dtype=np.int64)
+    start = srows["start"].astype(np.uint64)
+    end = srows["end"].astype(np.uint64)
+    checks: list[tuple[np.ndarray, str]] = [
+        ((srows["dp"] != idx // cp) | (srows["cp"] != idx % cp), "slices out of (dp, cp) order"),
+        (start % SLICE_ALIGN != 0, f"slice start not aligned to {SLICE_ALIGN}"),
+        ((end < start) | (end > data_end), f"slice range outside the data region [0, {data_end})"),
+    ]
+    if n > 1:
+        overlap = np.zeros(n, dtype=bool)
+        overlap[1:] = start[1:] < end[:-1]
+        checks.append((overlap, "slice overlaps the previous one"))
+    first = srows["first"].astype(np.int64)
+    count = srows["count"].astype(np.int64)
+    expect_first = np.concatenate([[0], np.cumsum(count)[:-1]]) if n else first
+    checks.append(((first != expect_first) | (first + count > len(trows)), "bad tensor table range"))
+    for bad, what in checks:
+        if bad.any():
+            _fail_at(where, bad, srows, what)
+    if not len(trows):
+        return
+    owner = np.repeat(np.arange(n), count)
+    t_off = trows["offset"].astype(np.uint64)
+    t_len = trows["length"].astype(np.uint64)
+    t_end = t_off + t_len  # both < 2**64 / 2 after the first check, no wrap
+    tchecks: list[tuple[np.ndarray, str]] = [
+        ((t_off > data_end) | (t_len > data_end), "tensor offset/length beyond the object"),
+    ]
+    for bad, what in tchecks:
+        if bad.any():
+            _fail_at(where, bad, srows, what, owner, trows, names)
+    ndim = trows["ndim"].astype(np.int64)
+    dims_at = trows["dims"].astype(np.int64)
+    known = np.zeros(256, dtype=bool)
+    for code in range(256):
+        known[code] = dtype_by_code(code) is not None
+    tchecks = [
+        ((t_off < start[owner]) | (t_end > end[owner]), "tensor bytes outside its slice"),
+        (trows["name"] >= len(names), "tensor name id out of range"),
+        (~known[trows["dtype"]], "unknown dtype code"),
+        ((ndim > MAX_NDIM) | (dims_at + ndim > len(dims)), "bad shape entry"),
+    ]
+    for bad, what in tchecks:
+        if bad.any():
+            _fail_at(where, bad, srows, what, owner, trows, names)
+    if len(dims) and ((dims < 0).any() or (dims > MAX_DIM).any()):
+        raise CorruptObject(f"{where}: absurd tensor dimension in footer (negative or > {MAX_DIM})")

@@ -1,0 +1,184 @@
+"""Writing TGB objects: slices in (dp, cp) order, each aligned to 4096 bytes.
+
+The writer lays the tensors of each slice back to back (each at a 64-byte
+aligned offset so every dtype can be viewed in place), pads the slice to the
+next 4096-byte boundary, and ends the object with the footer and trailer
+(``_footer.py``). An object is written with one ``put``: a reader never sees a
+partial object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torch_tgb.errors import LayoutError, SchemaMismatch
+from torch_tgb.format._dtypes import dtype_of_tensor
+from torch_tgb.format._footer import (
+    SLICE_ALIGN,
+    TENSOR_ALIGN,
+    TRAILER_SIZE,
+    _TensorEntry,
+    crc32c_of,
+    encode_footer,
+)
+
+if TYPE_CHECKING:
+    from torch_tgb.layout import Layout
+    from torch_tgb.storage import ObjectStore
+
+__all__ = ["SliceData", "TGBObject", "encode_tgb", "write_tgb"]
+
+
+@dataclass(frozen=True)
+class SliceData:
+    """The tensors of one (dp, cp) slice of a global batch, ready to be written."""
+
+    dp: int
+    cp: int
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TGBObject:
+    """Where a written object's footer is: what a manifest entry records.
+
+    ``footer_length`` excludes the fixed-size trailer, so
+    ``footer_offset + footer_length + TRAILER_SIZE == size``.
+    """
+
+    key: str | None
+    size: int
+    footer_offset: int
+    footer_length: int
+
+
+def _pad(n: int, align: int) -> int:
+    return -n % align
+
+
+def _tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The little-endian bytes of ``t`` as a view (one copy only if not contiguous/CPU)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    flat = t.contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    dt = dtype_of_tensor(t.dtype)
+    if dt is None:
+        raise SchemaMismatch(f"dtype {t.dtype} is not supported by the TGB format")
+    return dt.name
+
+
+def _check_slices(slices: Sequence[SliceData]) -> tuple[int, int]:
+    """The (dp, cp) grid of ``slices``; every slice has the same tensor names and dtypes."""
+    if not slices:
+        raise LayoutError("a TGB object needs at least one slice")
+    dp = max(s.dp for s in slices) + 1
+    cp = max(s.cp for s in slices) + 1
+    if dp * cp != len(slices) or any(
+        (s.dp, s.cp) != (i // cp, i % cp) for i, s in enumerate(slices)
+    ):
+        got = [(s.dp, s.cp) for s in slices]
+        raise LayoutError(f"slices must be the full (dp, cp) grid in dp-major order, got {got}")
+    first = slices[0].tensors
+    if not first:
+        raise SchemaMismatch("slice (dp=0, cp=0) has no tensors")
+    for s in slices:
+        for name, t in s.tensors.items():
+            if not isinstance(name, str) or not name:
+                raise SchemaMismatch(f"slice (dp={s.dp}, cp={s.cp}): tensor names must be non-empty strings")
+            if not isinstance(t, torch.Tensor):
+                raise SchemaMismatch(
+                    f"slice (dp={s.dp}, cp={s.cp}), tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}"
+                )
+            if dtype_of_tensor(t.dtype) is None:
+                raise SchemaMismatch(f"slice (dp={s.dp}, cp={s.cp}), tensor {name!r}: dtype {t.dtype} not supported")
+        if s.tensors.keys() != first.keys():
+            raise SchemaMismatch(
+                f"slice (dp={s.dp}, cp={s.cp}) has tensors {sorted(s.tensors)}, slice (0, 0) has {sorted(first)}"
+            )
+        for name, t in s.tensors.items():
+            ref = first[name]
+            if t.dtype != ref.dtype or t.dim() != ref.dim():
+                raise SchemaMismatch(
+                    f"slice (dp={s.dp}, cp={s.cp}), tensor {name!r}: {t.dtype} with {t.dim()} dims, "
+                    f"slice (0, 0) has {ref.dtype} with {ref.dim()} dims"
+                )
+    return dp, cp
+
+
+def encode_tgb(
+    slices: Sequence[SliceData],
+    *,
+    layout: Layout | Mapping[str, Any] | None = None,
+    schema: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> tuple[list[memoryview | bytes], TGBObject]:
+    """Encode ``slices`` into the buffers of one object (concatenate them to write).
+
+    Returns the buffers and a :class:`TGBObject` with ``key=None``. ``layout``
+    and ``schema`` are recorded in the footer so readers can check them; the
+    default schema lists each tensor's dtype.
+    """
+    dp, cp = _check_slices(slices)
+    layout_json: dict[str, Any] | None
+    if layout is None:
+        layout_json = None
+    elif hasattr(layout, "to_json"):
+        layout_json = layout.to_json()
+    else:
+        layout_json = dict(layout)
+    if layout_json is not None and (layout_json.get("dp"), layout_json.get("cp", 1)) != (dp, cp):
+        raise LayoutError(f"layout {layout_json} does not match the slices' grid dp={dp}, cp={cp}")
+    if schema is None:
+        schema = {n: {"dtype": _dtype_name(t)} for n, t in slices[0].tensors.items()}
+
+    buffers: list[memoryview | bytes] = []
+    table = []
+    pos = 0
+    for s in slices:
+        if pos % SLICE_ALIGN:
+            buffers.append(bytes(_pad(pos, SLICE_ALIGN)))
+            pos += _pad(pos, SLICE_ALIGN)
+        start = pos
+        entries = []
+        for name, t in s.tensors.items():
+            if pos % TENSOR_ALIGN:
+                buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
+                pos += _pad(pos, TENSOR_ALIGN)
+            data = _tensor_bytes(t)
+            entries.append(_TensorEntry(name, _dtype_name(t), tuple(t.shape), pos, data.nbytes, crc32c_of(data)))
+            buffers.append(data)
+            pos += data.nbytes
+        table.append((s.dp, s.cp, start, pos, entries))
+    if pos % TENSOR_ALIGN:
+        buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
+        pos += _pad(pos, TENSOR_ALIGN)
+    footer = encode_footer(
+        dp=dp, cp=cp, slices=table, layout=layout_json, schema=dict(schema), metadata=dict(metadata or {})
+    )
+    buffers.append(footer)
+    size = pos + len(footer)
+    return buffers, TGBObject(None, size, pos, len(footer) - TRAILER_SIZE)
+
+
+def write_tgb(
+    store: ObjectStore,
+    key: str,
+    slices: Sequence[SliceData],
+    *,
+    layout: Layout | Mapping[str, Any] | None = None,
+    schema: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> TGBObject:
+    """Encode ``slices`` and write them as object ``key`` with one ``put``."""
+    buffers, obj = encode_tgb(slices, layout=layout, schema=schema, metadata=metadata)
+    store.put(key, b"".join(buffers))
+    return TGBObject(key, obj.size, obj.footer_offset, obj.footer_length)

@@ -1,0 +1,191 @@
+"""How a global batch is cut into (dp, cp) slices, and how ranks read them back.
+
+``Layout(dp, cp, seq_keys, cp_order)``: dim 0 of every tensor is split into
+``dp`` equal parts; tensors named in ``seq_keys`` are also split along dim 1
+into ``cp`` chunks -- contiguous, or zig-zag (``2*cp`` chunks, cp rank ``i``
+holds chunks ``i`` and ``2*cp-1-i``, which balances causal-attention work);
+other tensors are repeated in every cp slice. Slices come out in (dp, cp)
+order, dp-major, the order of the TGB object.
+
+``Mesh`` (in ``_mesh.py``) is where a reader sits; ``plan_reads`` (in
+``_projection.py``) maps a reader's mesh onto a written layout, also when the
+topology changed. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import torch
+
+from torch_tgb._mesh import Mesh, resolve_rank_world
+from torch_tgb._projection import CP_ORDERS, Piece, ReadPlan, Segment, StepReads, cp_ranges, plan_reads
+from torch_tgb.errors import LayoutError, SchemaMismatch
+from torch_tgb.format._dtypes import dtype_of_tensor
+from torch_tgb.format._writer import SliceData
+
+__all__ = [
+    "CP_ORDERS",
+    "Layout",
+    "Mesh",
+    "Piece",
+    "ReadPlan",
+    "Segment",
+    "StepReads",
+    "check_schema",
+    "cp_ranges",
+    "plan_reads",
+    "resolve_rank_world",
+    "schema_fingerprint",
+    "schema_of",
+]
+
+@dataclass(frozen=True)
+class Layout:
+    """How one global batch is cut into ``dp * cp`` slices."""
+
+    dp: int = 1
+    cp: int = 1
+    seq_keys: tuple[str, ...] = ()
+    cp_order: str = "contiguous"
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "cp"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LayoutError(f"Layout.{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.seq_keys, str):
+            raise LayoutError(f"Layout.seq_keys must be a tuple of names, got the string {self.seq_keys!r}")
+        keys = tuple(self.seq_keys)
+        if not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):
+            raise LayoutError(f"Layout.seq_keys must be distinct non-empty names, got {keys!r}")
+        object.__setattr__(self, "seq_keys", keys)
+        if self.cp_order not in CP_ORDERS:
+            raise LayoutError(f"Layout.cp_order must be one of {CP_ORDERS}, got {self.cp_order!r}")
+
+    @property
+    def num_slices(self) -> int:
+        return self.dp * self.cp
+
+    @property
+    def seq_chunks(self) -> int:
+        """Number of equal chunks the sequence dim must divide into."""
+        return self.cp * (2 if self.cp_order == "zigzag" and self.cp > 1 else 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dp": self.dp, "cp": self.cp, "seq_keys": list(self.seq_keys), "cp_order": self.cp_order}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Layout:
+        if not isinstance(d, Mapping):
+            raise LayoutError(f"a layout must be a JSON object, got {type(d).__name__}")
+        unknown = set(d) - {"dp", "cp", "seq_keys", "cp_order"}
+        if unknown:
+            raise LayoutError(f"unknown layout fields {sorted(unknown)}")
+        seq_keys = d.get("seq_keys", ())
+        if not isinstance(seq_keys, (list, tuple)):
+            raise LayoutError(f"layout seq_keys must be a list, got {seq_keys!r}")
+        return cls(dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous"))
+
+    def check_batch(self, batch: Mapping[str, torch.Tensor]) -> int:
+        """Validate that ``batch`` can be cut; returns the global batch size."""
+        if not isinstance(batch, Mapping) or not batch:
+            raise LayoutError("a global batch must be a non-empty dict of tensors")
+        sizes = {}
+        for name, t in batch.items():
+            if not isinstance(t, torch.Tensor):
+                raise LayoutError(f"tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}")
+            if t.dim() < 1:
+                raise LayoutError(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
+            sizes[name] = t.shape[0]
+        if len(set(sizes.values())) != 1:
+            raise LayoutError(f"tensors disagree on the global batch size (dim 0): {sizes}")
+        batch_size = next(iter(sizes.values()))
+        if batch_size % self.dp:
+            raise LayoutError(f"global batch size {batch_size} is not divisible by dp={self.dp}")
+        for key in self.seq_keys:
+            if key not in batch:
+                raise LayoutError(f"seq key {key!r} is not in the batch (tensors: {sorted(batch)})")
+            t = batch[key]
+            if t.dim() < 2:
+                raise LayoutError(f"seq key {key!r} needs a sequence dim 1, has shape {tuple(t.shape)}")
+            if t.shape[1] % self.seq_chunks:
+                raise LayoutError(
+                    f"seq key {key!r}: sequence length {t.shape[1]} is not divisible into "
+                    f"{self.seq_chunks} chunks (cp={self.cp}, cp_order={self.cp_order!r})"
+                )
+        return batch_size
+
+    def cut(self, batch: Mapping[str, torch.Tensor]) -> list[SliceData]:
+        """The ``dp * cp`` slices of ``batch`` in (dp, cp) order, dp-major.
+
+        Slices are views where possible; zig-zag seq chunks are concatenated.
+        """
+        rows = self.check_batch(batch) // self.dp
+        ranges = cp_ranges(self.cp, self.cp_order) if self.cp > 1 else [[(Fraction(0), Fraction(1))]]
+        slices = []
+        for d in range(self.dp):
+            part = {name: t[d * rows : (d + 1) * rows] for name, t in batch.items()}
+            for c in range(self.cp):
+                tensors = {}
+                for name, t in part.items():
+                    if name in self.seq_keys and self.cp > 1:
+                        n = t.shape[1]
+                        chunks = [t[:, int(lo * n) : int(hi * n)] for lo, hi in ranges[c]]
+                        tensors[name] = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
+                    else:
+                        tensors[name] = t
+                slices.append(SliceData(d, c, tensors))
+        return slices
+
+
+# --- schema ------------------------------------------------------------------
+
+
+def schema_of(batch: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+    """``name -> {"dtype": ..., "shape": trailing shape}`` of a global batch, sorted by name."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(batch):
+        t = batch[name]
+        dt = dtype_of_tensor(t.dtype)
+        if dt is None:
+            raise SchemaMismatch(f"tensor {name!r}: dtype {t.dtype} is not supported by the TGB format")
+        if t.dim() < 1:
+            raise SchemaMismatch(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
+        out[name] = {"dtype": dt.name, "shape": [int(s) for s in t.shape[1:]]}
+    return out
+
+
+def check_schema(schema: Mapping[str, Any], expected: Mapping[str, Any], *, where: str = "") -> None:
+    """Raise :class:`SchemaMismatch` unless ``schema`` matches ``expected``.
+
+    Names and dtypes must be equal; a ``-1`` in an expected trailing shape
+    matches any size (variable sequence lengths).
+    """
+    prefix = f"{where}: " if where else ""
+    if set(schema) != set(expected):
+        raise SchemaMismatch(
+            f"{prefix}tensors {sorted(schema)} do not match the namespace schema {sorted(expected)}"
+        )
+    for name, spec in schema.items():
+        want = expected[name]
+        if spec.get("dtype") != want.get("dtype"):
+            raise SchemaMismatch(f"{prefix}tensor {name!r} has dtype {spec.get('dtype')}, expected {want.get('dtype')}")
+        got_shape, want_shape = list(spec.get("shape", [])), list(want.get("shape", []))
+        if len(got_shape) != len(want_shape) or any(w not in (-1, g) for g, w in zip(got_shape, want_shape)):
+            raise SchemaMismatch(
+                f"{prefix}tensor {name!r} has trailing shape {got_shape}, expected {want_shape}"
+            )
+
+
+def schema_fingerprint(layout: Layout, schema: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> str:
+    """sha256 hex of the canonical JSON of (layout, schema, metadata)."""
+    doc = {"layout": layout.to_json(), "schema": schema, "metadata": dict(metadata or {})}
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
