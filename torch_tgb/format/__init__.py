@@ -31,6 +31,7 @@ from torch_tgb.format._footer import (
     Footer,
     SliceInfo,
     TensorInfo,
+    parse_footer,
 )
 from torch_tgb.format._reader import SliceReader, decode_slice, read_footer, read_slice
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
@@ -51,6 +52,7 @@ __all__ = [
     "TensorInfo",
     "decode_slice",
     "encode_tgb",
+    "parse_footer",
     "read_footer",
     "read_slice",
     "write_tgb",
