@@ -1,0 +1,234 @@
+"""The commit protocol: conflicts and rebase, lost acknowledgements, fencing, GC boundary, seal."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+from _manifest_helpers import commit, entries, started
+
+from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError
+from torch_tgb.manifest import Committer, Manifest, version_key
+from torch_tgb.storage import FaultyStore, MemoryStore, ObjectStore
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    s = MemoryStore(f"commit-{uuid.uuid4().hex}")
+    yield s
+    s.destroy()
+
+
+def offsets_in_log(store: ObjectStore) -> Counter:
+    m = Manifest(store)
+    return Counter((e.producer, e.offset) for e in m.entries(0, m.head().num_steps))
+
+
+def test_conflict_then_rebase(store) -> None:
+    a, b = started(store, "a"), started(store, "b")  # b's bump is version 2; a has read only version 1
+    result = a.attempt(entries("a", 0, 3))
+    assert result.committed and result.version == 3  # read-before-write: a read version 2 first
+    # a stale b writes into slot 3: conflict, nothing written
+    b_view = b.view.version
+    assert b_view == 2
+    # b refreshes inside attempt, so to force a conflict let a commit between b's read and write
+    store_put = b.store.put_if_absent
+
+    def racing_put(key, data):
+        b.store.put_if_absent = store_put
+        commit(a, 1)  # a takes the slot b is about to write
+        return store_put(key, data)
+
+    b.store.put_if_absent = racing_put  # type: ignore[method-assign]
+    lost = b.attempt(entries("b", 0, 2))
+    assert (lost.committed, lost.conflict, lost.version) == (False, True, 4)
+    won = b.attempt(entries("b", 0, 2))  # rebases on version 4
+    assert won.committed and won.version == 5
+    m = Manifest(store)
+    assert [(e.producer, e.offset) for e in m.entries(0, 10)] == [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1)]
+
+
+def test_concurrent_committers_exactly_once(store) -> None:
+    n_producers, per = 6, 40
+
+    def run(pid: str) -> None:
+        c = started(store, pid)
+        offset = 0
+        while offset < per:
+            batch = entries(pid, offset, min(3, per - offset))
+            if c.attempt(batch).committed:
+                offset = c.next_offset
+
+    threads = [threading.Thread(target=run, args=(f"p{i}",)) for i in range(n_producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen = offsets_in_log(store)
+    assert set(seen.values()) == {1}
+    assert sorted(seen) == sorted((f"p{i}", o) for i in range(n_producers) for o in range(per))
+
+
+class LandsButSaysFalse(ObjectStore):
+    """The put lands, the reply is lost, and the client's retry sees 412 (False)."""
+
+    def __init__(self, inner: ObjectStore, times: int = 1) -> None:
+        self.inner, self.url, self.times = inner, inner.url, times
+
+    def put_if_absent(self, key, data):
+        created = self.inner.put_if_absent(key, data)
+        if created and key.startswith("_tgb/log/") and self.times > 0:
+            self.times -= 1
+            return False
+        return created
+
+    def get(self, key):
+        return self.inner.get(key)
+
+    def get_range(self, key, start, end):
+        return self.inner.get_range(key, start, end)
+
+    def stat(self, key):
+        return self.inner.stat(key)
+
+    def exists(self, key):
+        return self.inner.exists(key)
+
+    def list(self, prefix=""):
+        return self.inner.list(prefix)
+
+    def put(self, key, data):
+        self.inner.put(key, data)
+
+    def delete(self, keys):
+        self.inner.delete(keys)
+
+
+def test_lost_ack_412_recognised_by_token(store) -> None:
+    c = started(store, "p0")
+    c.store = LandsButSaysFalse(store)  # type: ignore[assignment]
+    result = c.attempt(entries("p0", 0, 3))
+    assert result.committed and result.recognised and result.version == 2
+    assert c.attempt(entries("p0", 0, 3)).wrote is False  # nothing left to write
+    assert offsets_in_log(store) == Counter({("p0", o): 1 for o in range(3)})
+
+
+def test_lost_ack_ambiguous_recognised(store) -> None:
+    faulty = FaultyStore(store)
+    c = Committer(Manifest(faulty), "p0")
+    c.start()
+    faulty.fail_next("put_if_absent", 1, "lost_ack")  # lands, caller sees AmbiguousWriteError
+    result = c.attempt(entries("p0", 0, 2))
+    assert result.committed and result.recognised
+    faulty.fail_next("put_if_absent", 1, "timeout")  # does not land: same bytes retried into the same slot
+    result = c.attempt(entries("p0", 2, 2))
+    assert result.committed and result.version == 3 and not result.recognised
+    assert offsets_in_log(store) == Counter({("p0", o): 1 for o in range(4)})
+
+
+def test_lost_ack_then_conflict_recognised_on_next_attempt(store) -> None:
+    """The ack is lost and the read-back fails too; the next refresh finds our token."""
+    c = started(store, "p0")
+    original = c.manifest.try_read_version
+    faulty = FaultyStore(store)
+    c.store = faulty  # type: ignore[assignment]
+    faulty.fail_next("put_if_absent", 1, "lost_ack")
+    calls = {"n": 0}
+
+    def blind_read(number):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the read-back right after the ambiguous write
+            raise AmbiguousWriteError("simulated: read-back timed out too")
+        return original(number)
+
+    c.manifest.try_read_version = blind_read  # type: ignore[method-assign]
+    with pytest.raises(AmbiguousWriteError):
+        c.attempt(entries("p0", 0, 2))
+    c.manifest.try_read_version = original  # type: ignore[method-assign]
+    again = c.attempt(entries("p0", 0, 2))  # same attempt group: the refresh finds our token
+    assert again.committed and again.recognised and not again.wrote
+    assert offsets_in_log(store) == Counter({("p0", 0): 1, ("p0", 1): 1})
+
+
+def test_fenced_incarnation_never_commits(store) -> None:
+    old = started(store, "p0")
+    commit(old, 2)
+    new = started(store, "p0")  # epoch bump
+    assert new.epoch == old.epoch + 1 and new.next_offset == 2
+    with pytest.raises(FencedError, match="producer_id='p0' epoch=1 is fenced"):
+        old.attempt(entries("p0", 2, 2))
+    with pytest.raises(FencedError):
+        old.attempt(entries("p0", 2, 2))
+    commit(new, 1)
+    m = Manifest(store)
+    bump = next(v for v in range(1, m.latest_version() + 1) if m.read_version(v).producers.get("p0", None)
+                and m.read_version(v).producers["p0"].epoch == 2)
+    after = [e for v in range(bump, m.latest_version() + 1) for e in m.read_version(v).entries]
+    assert [(e.producer, e.offset) for e in after] == [("p0", 2)]  # only the new incarnation's entry
+    assert offsets_in_log(store) == Counter({("p0", o): 1 for o in range(3)})
+
+
+def test_simultaneous_starts_fence_one(store) -> None:
+    a, b = Committer(Manifest(store), "p0"), Committer(Manifest(store), "p0")
+    a.start()
+    b.start()
+    assert b.epoch == a.epoch + 1
+    with pytest.raises(FencedError):
+        a.attempt(entries("p0", 0, 1))
+
+
+def test_commit_into_reclaimed_slot_is_detected(store) -> None:
+    """A writer stalled at version v; versions up to the boundary are deleted; its create of v+1 'succeeds'."""
+    stalled = started(store, "s", snapshot_every=1000)  # version 1
+    other = started(store, "o", snapshot_every=1000)  # version 2
+    for _ in range(10):
+        commit(other, 1)  # versions 3..12
+    stalled_view = stalled.view.version
+    assert stalled_view == 1
+    m = Manifest(store)
+    m.write_snapshot(8)
+    m.advance_gc_boundary(8, m.read_version(8).first_step)
+    m.delete_versions_below(8)
+    assert not store.exists(version_key(2))
+
+    result = stalled.attempt(entries("s", 0, 2))  # reads 2: missing; creates 2: lands in a reclaimed slot
+    assert result.reclaimed_slot and not result.committed and result.version == 2
+    assert not store.exists(version_key(2))  # undone
+    result = stalled.attempt(entries("s", 0, 2))  # rebased on the boundary's snapshot
+    assert result.committed and result.version == 13
+    head = Manifest(store).head()
+    assert head.producers["s"].next_offset == 2
+    kept = Manifest(store)
+    step0 = kept.read_version(8).first_step
+    assert Counter((e.producer, e.offset) for e in kept.entries(step0, head.num_steps)) == Counter(
+        {("o", o): 1 for o in range(step0, 10)} | {("s", 0): 1, ("s", 1): 1}
+    )
+
+
+def test_seal_stops_everyone(store) -> None:
+    a, b = started(store, "a"), started(store, "b")
+    commit(a, 2)
+    sealed = a.attempt(entries("a", 2, 1), seal=True)
+    assert sealed.committed and Manifest(store).head().sealed
+    with pytest.raises(ManifestError, match="sealed at version=4"):
+        b.attempt(entries("b", 0, 1))
+    assert a.attempt([]).committed  # nothing to do after the seal is fine
+    with pytest.raises(ManifestError, match="sealed"):
+        started(store, "c")
+
+
+def test_gap_in_offsets_refused(store) -> None:
+    c = started(store, "p0")
+    with pytest.raises(ValueError, match="next_offset is 0"):
+        c.attempt(entries("p0", 1, 2))
+
+
+def test_snapshot_failure_does_not_fail_commit(store) -> None:
+    faulty = FaultyStore(store)
+    c = Committer(Manifest(faulty, snapshot_every=2), "p0")
+    c.start()
+    faulty.fail_next("put", 5, "error")  # snapshot put fails (transient, no retry wrapper here)
+    assert c.attempt(entries("p0", 0, 1)).committed  # version 2: snapshot attempted and failed
+    assert Manifest(store).head().num_steps == 1

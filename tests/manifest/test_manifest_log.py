@@ -1,0 +1,227 @@
+"""Reading the log: discovery by probing, O(log n) step lookup, snapshots, GC boundary, dataset.json."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import pytest
+from _manifest_helpers import CountingStore, commit, entries, started
+
+from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
+from torch_tgb.layout import Layout
+from torch_tgb.manifest import (
+    GC_BOUNDARY_KEY,
+    SNAPSHOT_HINT_KEY,
+    Manifest,
+    snapshot_key,
+    version_key,
+)
+from torch_tgb.storage import LocalStore, MemoryStore
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    s = MemoryStore(f"manifest-{uuid.uuid4().hex}")
+    yield s
+    s.destroy()
+
+
+def build(store, versions: int, per_version: int = 3, snapshot_every: int = 8) -> list[int]:
+    """One producer commits ``versions`` versions of ``per_version`` entries (after its epoch bump)."""
+    c = started(store, "p0", snapshot_every=snapshot_every)
+    return [commit(c, per_version) for _ in range(versions)]
+
+
+def test_empty_namespace(store) -> None:
+    m = Manifest(store)
+    assert m.latest_version() == 0
+    head = m.head()
+    assert (head.version, head.num_steps, head.sealed, dict(head.producers)) == (0, 0, False, {})
+    assert m.entries(0, 10) == []
+    with pytest.raises(ManifestError, match="step=0 is not committed"):
+        m.entry(0)
+    assert m.dataset() is None
+
+
+def test_latest_version_by_probing_is_logarithmic(store) -> None:
+    build(store, 200, per_version=1, snapshot_every=10_000)  # no snapshot: probing starts at 0
+    counting = CountingStore(store)
+    m = Manifest(counting)
+    assert m.latest_version() == 201
+    # boundary + hint + exponential and binary probing over 201 versions
+    assert counting.calls["exists"] <= 2 * math.ceil(math.log2(201)) + 2
+    assert counting.total <= 2 * math.ceil(math.log2(201)) + 4
+    counting.reset()
+    assert m.latest_version() == 201  # warm and idle: one probe plus the boundary
+    assert counting.total == 2
+
+
+def test_hint_bounds_cold_start(store) -> None:
+    build(store, 100, per_version=2, snapshot_every=16)
+    counting = CountingStore(store)
+    m = Manifest(counting)
+    head = m.head()
+    assert (head.version, head.num_steps) == (101, 200)
+    assert head.producers["p0"].next_offset == 200
+    # boundary, hint, snapshot 96, probes from 96, then replay of 97..101
+    assert counting.calls["get"] <= 3 + 5 + 2
+    assert counting.total <= 20
+
+
+def test_entry_lookup_cold_is_logarithmic(store) -> None:
+    build(store, 300, per_version=4, snapshot_every=32)
+    expected = [e.key for e in entries("p0", 0, 1200)]
+    for step in (0, 1, 599, 1199):
+        counting = CountingStore(store)
+        m = Manifest(counting)
+        assert m.entry(step).key == expected[step]
+        assert counting.calls["get"] <= math.ceil(math.log2(301)) + 6, counting.calls
+    m = Manifest(store)
+    assert [e.key for e in m.entries(5, 1300)] == expected[5:]
+    assert [e.key for e in m.entries(398, 402)] == expected[398:402]
+    assert m.entries(1200, 1300) == []
+    with pytest.raises(ManifestError, match="step=1200 is not committed"):
+        m.entry(1200)
+
+
+def test_entries_with_empty_versions_between(store) -> None:
+    c = started(store, "p0")
+    commit(c, 2)
+    started(store, "p1")  # an epoch bump: a version with no entries
+    commit(c, 3)
+    m = Manifest(store)
+    assert [e.offset for e in m.entries(0, 10)] == [0, 1, 2, 3, 4]
+    assert m.entry(2).offset == 2
+
+
+def test_snapshot_and_hint_written_every_k(store) -> None:
+    build(store, 20, snapshot_every=8)
+    assert store.exists(snapshot_key(8)) and store.exists(snapshot_key(16))
+    assert not store.exists(snapshot_key(9))
+    m = Manifest(store)
+    assert m._read_hint() == 16
+    snap = m.read_snapshot(16)
+    assert snap == m.state_at(16)
+
+
+def test_write_snapshot_any_version_idempotent(store) -> None:
+    build(store, 10, snapshot_every=1000)
+    m = Manifest(store)
+    first = m.write_snapshot(5)
+    assert m.write_snapshot(5) == first
+    assert first.num_steps == 12  # 4 versions of 3 entries after the bump at version 1
+    with pytest.raises(ManifestError, match="not committed"):
+        m.write_snapshot(50)
+
+
+def test_corrupt_version_fails_loud_naming_it(store) -> None:
+    build(store, 5)
+    store.put(version_key(3), b'{"format": "tgb-manifest/1", "version": 3}')
+    with pytest.raises(ManifestError, match="version=3: missing field"):
+        Manifest(store).head()
+    with pytest.raises(ManifestError, match="version=3"):
+        Manifest(store).entries(0, 100)
+
+
+def test_non_monotonic_first_step_detected(store) -> None:
+    build(store, 6, per_version=2, snapshot_every=1000)
+    m = Manifest(store)
+    bad = m.read_version(4)
+    forged = type(bad)(4, bad.token, 100, bad.entries, bad.producers, False, bad.time)
+    store.put(version_key(4), forged.encode())
+    with pytest.raises(ManifestError, match="version=4: first_step=100"):
+        Manifest(store).head()
+    with pytest.raises(ManifestError, match="version="):
+        Manifest(store).entries(0, 20)
+
+
+def test_gc_boundary_protocol(store) -> None:
+    build(store, 20, per_version=2, snapshot_every=1000)
+    m = Manifest(store)
+    assert m.gc_boundary().version == 0
+    with pytest.raises(ManifestError, match="write_snapshot"):
+        m.advance_gc_boundary(10, 0)
+    m.write_snapshot(10)
+    first = m.read_version(10).first_step
+    with pytest.raises(ManifestError, match="stay readable"):
+        m.advance_gc_boundary(10, first + 1)
+    with pytest.raises(ManifestError, match="above the GC boundary"):
+        m.delete_versions_below(10)
+    boundary = m.advance_gc_boundary(10, first)
+    assert (boundary.version, boundary.step) == (10, first) and store.exists(GC_BOUNDARY_KEY)
+    with pytest.raises(ManifestError, match="only forward"):
+        m.advance_gc_boundary(9, 0)
+    assert m.delete_versions_below(10) == 9
+    assert not store.exists(version_key(9)) and store.exists(version_key(10))
+
+    cold = Manifest(store)  # hint points below the boundary: start from the boundary's snapshot
+    head = cold.head()
+    assert (head.version, head.num_steps) == (21, 40)
+    assert cold.entry(first).offset == first
+    assert [e.offset for e in cold.entries(first, 40)] == list(range(first, 40))
+    with pytest.raises(ManifestError, match="reclaimed"):
+        cold.entry(first - 1)
+    with pytest.raises(ManifestError, match="reclaimed"):
+        cold.state_at(5)
+
+
+def test_warm_reader_notices_reclamation(store) -> None:
+    c = started(store, "p0", snapshot_every=1000)
+    for _ in range(5):
+        commit(c, 1)
+    reader = Manifest(store)
+    assert reader.head().num_steps == 5
+    for _ in range(10):
+        commit(c, 1)
+    m = Manifest(store)
+    m.write_snapshot(12)
+    m.advance_gc_boundary(12, m.read_version(12).first_step)
+    m.delete_versions_below(12)
+    head = reader.head()  # its cached state (version 6) cannot be replayed any more
+    assert (head.version, head.num_steps) == (16, 15)
+
+
+def test_dataset_created_once_and_mismatch_names_both(store) -> None:
+    m = Manifest(store)
+    schema = {"input_ids": {"dtype": "int32", "shape": [16]}}
+    info = m.ensure_dataset(Layout(dp=2, seq_keys=("input_ids",)), schema)
+    assert Manifest(store).dataset() == info
+    assert m.ensure_dataset(Layout(dp=2, seq_keys=("input_ids",)), schema) == info
+    other = {"input_ids": {"dtype": "int64", "shape": [16]}}
+    with pytest.raises(SchemaMismatch) as e:
+        m.ensure_dataset(Layout(dp=2, seq_keys=("input_ids",)), other)
+    assert info.fingerprint in str(e.value)
+    with pytest.raises(SchemaMismatch, match=info.fingerprint):
+        m.ensure_dataset(Layout(dp=4, seq_keys=("input_ids",)), schema)
+
+
+def test_dataset_variable_shape_accepted(store) -> None:
+    m = Manifest(store)
+    m.ensure_dataset(Layout(), {"x": {"dtype": "int32", "shape": [-1]}})
+    assert m.ensure_dataset(Layout(), {"x": {"dtype": "int32", "shape": [7]}}).schema["x"]["shape"] == [-1]
+
+
+def test_missing_version_is_object_not_found(store) -> None:
+    build(store, 2)
+    with pytest.raises(ObjectNotFound, match="version=9"):
+        Manifest(store).read_version(9)
+
+
+def test_malformed_hint_and_boundary_fail_loud(store) -> None:
+    build(store, 2)
+    store.put(SNAPSHOT_HINT_KEY, b"[]")
+    with pytest.raises(ManifestError, match="snapshot_hint"):
+        Manifest(store).head()
+    store.put(SNAPSHOT_HINT_KEY, b'{"format": "tgb-manifest/1", "version": 0}')
+    store.put(GC_BOUNDARY_KEY, b'{"format": "tgb-manifest/1", "version": "x", "step": 0}')
+    with pytest.raises(ManifestError, match="gc_boundary"):
+        Manifest(store).latest_version()
+
+
+def test_local_directory_store(tmp_path) -> None:
+    store = LocalStore(tmp_path)
+    build(store, 12, snapshot_every=4)
+    m = Manifest(store)
+    assert m.head().num_steps == 36
+    assert sorted(k for k in store.list("_tgb/snapshots/")) == [snapshot_key(4), snapshot_key(8), snapshot_key(12)]
