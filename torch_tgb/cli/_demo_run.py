@@ -80,7 +80,7 @@ def _expected_digests(args: argparse.Namespace, per_producer: list[int]) -> list
 
 
 def _run_consumers(
-    ns: str, root: Path, ranks: int, steps: int, phase: str, state_in: str | None
+    ns: str, root: Path, ranks: int, steps: int, phase: str, state_in: str | None, compute_s: float
 ) -> list[dict[str, Any]]:
     from torch_tgb.cli._demo_workers import consume
 
@@ -93,7 +93,7 @@ def _run_consumers(
         source = None if state_in is None else state_in.format(rank=rank)
         proc = ctx.Process(
             target=consume,
-            args=(ns, rank, ranks, steps, source, state_path, str(result_path), _CONSUMER_TIMEOUT_S),
+            args=(ns, rank, ranks, steps, source, state_path, str(result_path), _CONSUMER_TIMEOUT_S, compute_s),
             name=f"tgb-demo-{phase}-rank{rank}",
         )
         proc.start()
@@ -131,9 +131,9 @@ def _field(stats: dict[str, Any], *names: str) -> float:
 
 
 def run_demo(args: argparse.Namespace, root: Path) -> int:
-    import torch_tgb as tgb
     from torch_tgb._progress import progress
     from torch_tgb.checkpoint import Reclaimer, record_watermark, retire
+    from torch_tgb.manifest import Manifest
     from torch_tgb.storage import open_store
 
     if args.global_batch % args.ranks:
@@ -160,7 +160,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     ]
     try:
         # phase 1: read the first half while the producers write
-        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None)
+        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000)
         bar.update(1)
         states = {f"rank{r}": json.loads((work / f"state-phase1-rank{r}.json").read_text()) for r in range(args.ranks)}
         mid = record_watermark(store, "demo-mid", states)
@@ -168,7 +168,13 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         bar.update(1)
         # phase 2: restart every rank from its saved state and read the rest
         phase2 = _run_consumers(
-            ns, work, args.ranks, total_steps - first_half, "phase2", str(work / "state-phase1-rank{rank}.json")
+            ns,
+            work,
+            args.ranks,
+            total_steps - first_half,
+            "phase2",
+            str(work / "state-phase1-rank{rank}.json"),
+            args.compute_ms / 1000,
         )
         bar.update(1)
         producer_reports = []
@@ -184,7 +190,6 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    stored_before, objects_before = _stored_bytes(store)
     end_states = {f"rank{r}": json.loads((work / f"state-phase2-rank{r}.json").read_text()) for r in range(args.ranks)}
     end = record_watermark(store, "demo-end", end_states)
     retire(store, "demo-mid")
@@ -199,7 +204,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     exact = all(
         sorted(phase1[r]["digests"] + phase2[r]["digests"]) == sorted(expected[r]) for r in range(args.ranks)
     )
-    head = tgb.manifest.Manifest(store).head() if hasattr(tgb, "manifest") else None
+    head = Manifest(store).head()
     summary = _summary(
         args,
         ns=ns,
@@ -210,7 +215,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         phases=(phase1, phase2),
         producer_reports=producer_reports,
         reclaims=(reclaim_mid, reclaim_end),
-        stored=(stored_before, objects_before, stored_after, objects_after),
+        stored=(stored_after, objects_after),
         exact=exact,
         head=head,
     )
@@ -243,8 +248,11 @@ def _summary(args: argparse.Namespace, **m: Any) -> dict[str, Any]:
     conflicts = sum(_field(s, "commit_conflicts", "conflicts") for s in pstats)
     produce_s = max((p.get("seconds", 0.0) for p in m["producer_reports"]), default=0.0)
     reclaims = [_report_dict(r) for r in m["reclaims"]]
-    reclaimed_bytes = sum(_field(r, "bytes_deleted", "deleted_bytes", "bytes") for r in reclaims)
-    stored_before, objects_before, stored_after, objects_after = m["stored"]
+    reclaimed_bytes = sum(_field(r, "bytes", "bytes_deleted") for r in reclaims)
+    reclaimed_objects = sum(_field(r, "objects") + _field(r, "orphans") for r in reclaims)
+    reclaimed_versions = sum(_field(r, "versions") for r in reclaims)
+    written = sum(_field(s, "bytes_written") for s in pstats)
+    stored_after, objects_after = m["stored"]
     head = m["head"]
     return {
         "namespace": m["ns"],
@@ -267,11 +275,13 @@ def _summary(args: argparse.Namespace, **m: Any) -> dict[str, Any]:
         "commit_success_rate": round(successes / attempts, 4) if attempts else None,
         "commit_conflicts": int(conflicts),
         "input_stall_pct": round(100.0 * wait_s / rank_loop_s, 1) if rank_loop_s > 0 else None,
-        "bytes_stored_before_reclaim": stored_before,
-        "objects_stored_before_reclaim": objects_before,
-        "bytes_stored_after_reclaim": stored_after,
-        "objects_stored_after_reclaim": objects_after,
-        "bytes_reclaimed_reported": int(reclaimed_bytes),
+        "simulated_compute_ms_per_step": args.compute_ms,
+        "bytes_written_by_producers": int(written),
+        "bytes_reclaimed": int(reclaimed_bytes),
+        "tgb_objects_reclaimed": int(reclaimed_objects),
+        "log_versions_reclaimed": int(reclaimed_versions),
+        "bytes_stored_at_end": stored_after,
+        "objects_stored_at_end": objects_after,
         "reclaim_reports": reclaims,
         "producer_stats": pstats,
         "consumer_stats": [r.get("stats") or {} for r in consumer],
@@ -295,10 +305,10 @@ def _render(s: dict[str, Any]) -> str:
         ("commit attempts / successes", f"{s['commit_attempts']} / {s['commit_successes']}"),
         ("commit success rate", opt(s["commit_success_rate"], "{:.1%}")),
         ("commit conflicts", str(s["commit_conflicts"])),
-        ("input stall", opt(s["input_stall_pct"], "{:.1f} %")),
-        ("bytes stored (before reclaim)", f"{human_bytes(s['bytes_stored_before_reclaim'])} in {s['objects_stored_before_reclaim']} objects"),
-        ("bytes reclaimed (2 runs)", human_bytes(s["bytes_reclaimed_reported"])),
-        ("bytes stored (after reclaim)", f"{human_bytes(s['bytes_stored_after_reclaim'])} in {s['objects_stored_after_reclaim']} objects"),
+        ("input stall", opt(s["input_stall_pct"], "{:.1f} % of the read loop") + f" ({s['simulated_compute_ms_per_step']:g} ms simulated compute per step)"),
+        ("bytes written by producers", human_bytes(s["bytes_written_by_producers"])),
+        ("bytes reclaimed (2 runs)", f"{human_bytes(s['bytes_reclaimed'])}: {s['tgb_objects_reclaimed']} TGB objects, {s['log_versions_reclaimed']} log versions"),
+        ("bytes stored at the end", f"{human_bytes(s['bytes_stored_at_end'])} in {s['objects_stored_at_end']} objects"),
         ("wall time", f"{s['wall_s']:.1f} s"),
     ]
     return format_table(rows, title="tgb demo summary (all figures measured)")

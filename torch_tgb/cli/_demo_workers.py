@@ -37,11 +37,14 @@ def consume(
     state_out: str,
     result_out: str,
     timeout: float,
+    compute_s: float = 0.0,
 ) -> None:
     """Read ``steps`` steps as dp rank ``rank`` of ``world``, from ``state_in`` if given.
 
     Saves the dataset state (the checkpoint) to ``state_out`` and the measured
-    figures to ``result_out``.
+    figures to ``result_out``. ``compute_s`` stands in for the training step
+    each batch would feed (a sleep): input stall is the time spent waiting for
+    data as a share of the whole loop.
     """
     import dataclasses
 
@@ -65,6 +68,8 @@ def consume(
         wait += time.perf_counter() - t0
         digests.append(slice_digest(batch["input_ids"]))
         tokens += int(batch["input_ids"].numel())
+        if compute_s > 0:
+            time.sleep(compute_s)
     loop_seconds = time.perf_counter() - loop_started
     state = dataset.state_dict()
     Path(state_out).write_text(json.dumps(state, sort_keys=True))

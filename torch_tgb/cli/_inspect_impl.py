@@ -117,7 +117,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 # what max_lag bounds: committed steps not yet behind every live checkpoint
                 "steps_ahead_of_safe_boundary": head.num_steps - safe,
                 "steps_ahead_of_newest_checkpoint": None if newest_ckpt is None else head.num_steps - newest_ckpt,
-                "reclaimable_steps": max(0, safe - boundary.step),
+                "stored_steps_below_safe_boundary": max(0, safe - boundary.step),
             },
         }
         if sizes:
@@ -165,7 +165,7 @@ def render_text(r: dict[str, Any]) -> str:
         ("live checkpoints", r["live_checkpoints"]),
         ("safe boundary", f"step {r['safe_boundary']}"),
         ("lag", f"{r['lag']['steps_ahead_of_safe_boundary']} steps ahead of the safe boundary, "
-                f"{r['lag']['reclaimable_steps']} reclaimable"),
+                f"{r['lag']['stored_steps_below_safe_boundary']} steps below it still stored"),
     ]
     if "storage" in r:
         rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} objects"))

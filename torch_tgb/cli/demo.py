@@ -33,6 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=int, default=8, help="sequences per global batch (default 8)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic token stream")
+    p.add_argument(
+        "--compute-ms",
+        type=float,
+        default=20.0,
+        help="simulated training time per step on each rank, a sleep (default 20; 0 = read as fast as possible)",
+    )
     add_json_flag(p)
     add_storage_option_flag(p)
     p.set_defaults(run=run)
