@@ -201,3 +201,19 @@ def test_write_errors(mem_store):
     with pytest.raises(LayoutError, match="does not match"):
         write_tgb(mem_store, "e.tgb", [SliceData(0, 0, {"x": torch.zeros(1)})], layout=Layout(dp=2))
     assert not mem_store.exists("e.tgb")
+
+
+def test_local_store_reads_by_mmap(tmp_path):
+    from torch_tgb.storage import open_store
+
+    store = open_store(str(tmp_path / "ns"))
+    x = torch.arange(4096, dtype=torch.int64).reshape(8, 512)
+    obj = write_tgb(store, "data/p/l.tgb", Layout(dp=2).cut({"x": x}), layout=Layout(dp=2))
+    assert store.local_path(obj.key) is not None
+    footer = read_footer(store, obj.key, size=obj.size, footer_offset=obj.footer_offset, footer_length=obj.footer_length)
+    reader = SliceReader(store)
+    part = reader.read(obj.key, footer, footer.slice(1, 0))["x"]
+    assert torch.equal(part, x[4:])
+    assert isinstance(reader._maps[obj.key], mmap.mmap)
+    # and the plain function agrees
+    assert torch.equal(read_slice(store, obj.key, footer, footer.slice(0, 0))["x"], x[:4])
