@@ -48,3 +48,21 @@ class TestOpenStoreLocal(StoreContract):
         store = open_store(str(tmp_path))
         assert isinstance(store, RetryingStore)
         return store
+
+
+class TestFaultFreeFaultyStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path):
+        from torch_tgb.storage import FaultyStore
+
+        return FaultyStore(LocalStore(tmp_path, fsync=False))
+
+
+class TestZeroLatencyStore(StoreContract):
+    @pytest.fixture
+    def store(self):
+        from torch_tgb.storage import LatencyStore
+
+        inner = MemoryStore(f"latency-{uuid.uuid4().hex}")
+        yield LatencyStore(inner, rtt=0.0, bandwidth=0)
+        inner.destroy()

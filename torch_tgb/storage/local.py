@@ -113,6 +113,8 @@ class LocalStore(ObjectStore):
                 chunks.append(more)
                 got += len(more)
             return b"".join(chunks)
+        except IsADirectoryError:
+            raise ObjectNotFound(f"{self.url}: get_range {key!r}: no such object (a directory)") from None
         except OSError as e:
             raise translate(e, url=self.url, op="get_range", key=key) from e
         finally:

@@ -1,0 +1,153 @@
+"""LocalStore specifics: containment (symlinks), temp files, failures mid-write, mmap."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+import pytest
+
+from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound, StorageFull
+from torch_tgb.storage import LocalStore
+
+
+@pytest.fixture
+def root(tmp_path):
+    (tmp_path / "ns").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_bytes(b"do not read")
+    return tmp_path
+
+
+def test_symlinked_directory_out_of_namespace_is_refused(root):
+    store = LocalStore(root / "ns")
+    os.symlink(root / "outside", root / "ns" / "link")
+    for op in (
+        lambda: store.get("link/secret"),
+        lambda: store.get_range("link/secret", 0, 3),
+        lambda: store.stat("link/secret"),
+        lambda: store.exists("link/secret"),
+        lambda: store.put("link/new", b"x"),
+        lambda: store.put_if_absent("link/new", b"x"),
+        lambda: store.delete("link/secret"),
+        lambda: store.list("link/"),
+        lambda: store.local_path("link/secret"),
+    ):
+        with pytest.raises(InvalidKey, match="link/"):
+            op()
+    assert sorted(os.listdir(root / "outside")) == ["secret"]
+    assert (root / "outside" / "secret").read_bytes() == b"do not read"
+    assert store.list() == []  # the link is not part of the namespace
+
+
+def test_symlinked_file_out_of_namespace_is_refused(root):
+    store = LocalStore(root / "ns")
+    os.symlink(root / "outside" / "secret", root / "ns" / "alias")
+    with pytest.raises(InvalidKey, match="alias"):
+        store.get("alias")
+    with pytest.raises(InvalidKey):
+        store.put("alias", b"overwrite")
+    assert (root / "outside" / "secret").read_bytes() == b"do not read"
+    assert store.list() == []
+
+
+def test_symlink_inside_namespace_is_allowed(root):
+    store = LocalStore(root / "ns")
+    store.put("real/obj", b"data")
+    os.symlink(root / "ns" / "real", root / "ns" / "alias")
+    assert store.get("alias/obj") == b"data"
+
+
+def test_root_may_itself_be_a_symlink(root):
+    os.symlink(root / "ns", root / "ns-link")
+    store = LocalStore(root / "ns-link")
+    store.put("k", b"v")
+    assert (root / "ns" / "k").read_bytes() == b"v"
+    assert store.url == f"file://{root / 'ns'}"
+
+
+def test_temp_files_are_invisible_and_reserved(root):
+    store = LocalStore(root / "ns")
+    store.put("d/k", b"v")
+    (root / "ns" / "d" / ".tgb-tmp.deadbeef").write_bytes(b"half")  # a crashed writer's leftover
+    assert store.list() == ["d/k"]
+    with pytest.raises(InvalidKey, match="reserved"):
+        store.put("d/.tgb-tmp.deadbeef", b"x")
+
+
+def test_writes_leave_no_temp_files(root):
+    store = LocalStore(root / "ns")
+    store.put("a/1", b"x")
+    store.put("a/1", b"y")
+    assert store.put_if_absent("a/2", b"z")
+    assert not store.put_if_absent("a/2", b"w")
+    assert sorted(os.listdir(root / "ns" / "a")) == ["1", "2"]
+
+
+def test_disk_full_mid_write_publishes_nothing(root, monkeypatch):
+    store = LocalStore(root / "ns")
+    store.put("keep", b"old")
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(StorageFull, match="keep"):
+        store.put("keep", b"new content")
+    with pytest.raises(StorageFull):
+        store.put_if_absent("fresh", b"new content")
+    monkeypatch.undo()
+    assert store.get("keep") == b"old"
+    assert not store.exists("fresh")
+    assert os.listdir(root / "ns") == ["keep"]
+
+
+def test_file_system_without_hard_links_is_refused(root, monkeypatch):
+    store = LocalStore(root / "ns")
+
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_link)
+    with pytest.raises(ConditionalWriteUnsupported, match="hard links"):
+        store.put_if_absent("k", b"v")
+    monkeypatch.undo()
+    assert os.listdir(root / "ns") == []
+
+
+def test_missing_root_reads_as_empty_and_is_created_on_write(tmp_path):
+    store = LocalStore(tmp_path / "not" / "yet")
+    assert store.list() == []
+    with pytest.raises(ObjectNotFound):
+        store.get("k")
+    store.put("k", b"v")
+    assert store.get("k") == b"v"
+
+
+def test_directories_are_not_objects(root):
+    store = LocalStore(root / "ns")
+    store.put("dir/k", b"v")
+    for op in (lambda: store.get("dir"), lambda: store.stat("dir"), lambda: store.get_range("dir", 0, 1)):
+        with pytest.raises(ObjectNotFound, match="dir"):
+            op()
+    assert not store.exists("dir")
+    store.delete("dir")  # idempotent, and does not remove the prefix's objects
+    assert store.get("dir/k") == b"v"
+
+
+def test_local_path_can_be_memory_mapped(root):
+    store = LocalStore(f"file://{root / 'ns'}")
+    payload = bytes(range(256)) * 16
+    store.put("obj", payload)
+    path = store.local_path("obj")
+    assert path == str(root / "ns" / "obj")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        assert m[100:200] == payload[100:200]
+
+
+def test_large_range_read(root):
+    store = LocalStore(root / "ns", fsync=False)
+    payload = os.urandom(3 << 20)
+    store.put("big", payload)
+    assert store.get_range("big", 12345, 3 << 20) == payload[12345:]
