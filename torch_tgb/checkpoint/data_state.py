@@ -100,7 +100,7 @@ def _world_size() -> int:
 def encode_state(value: Any, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tensor:
     """JSON-encode ``value`` (tuples and non-string keys kept) into a ``uint8`` tensor of ``capacity`` bytes."""
     try:
-        body = json.dumps(_tag(value), sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+        body = json.dumps(_tag(value), sort_keys=True, separators=(",", ":")).encode()
     except (TypeError, ValueError) as e:
         raise TypeError(f"DataState: the data state is not JSON-serialisable: {e}") from e
     if _HEADER.size + len(body) > capacity:

@@ -1,0 +1,96 @@
+"""A tiny data-parallel training job on TGB data (run under torchrun by test_resume_torchrun).
+
+Each rank reads its DP slice with ``tgb.DataLoader``, trains a linear model
+under DDP (gloo), ``dcp.save``s model + optimizer + ``DataState`` every
+``--save-every`` steps, and rank 0 records the watermark. Every step appends
+``<step> <sha256 of the batch> <loss>`` to ``<out>/rank<r>.txt`` so that
+runs can be compared batch for batch. ``--kill-at`` ends every rank with
+``os._exit`` right after that step (a crash: nothing is flushed or saved);
+``--resume`` loads a checkpoint first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.nn.parallel import DistributedDataParallel
+
+import torch_tgb as tgb
+from torch_tgb.checkpoint import DataState, record_watermark
+from torch_tgb.layout import Mesh
+
+
+def digest(batch: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(batch):
+        h.update(name.encode())
+        h.update(batch[name].contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ns", required=True)
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--save-every", type=int, default=5)
+    parser.add_argument("--kill-at", type=int, default=-1)
+    parser.add_argument("--resume", default="")
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--ckpt-prefix", default="run", help="prefix of checkpoint ids (one namespace, many runs)")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optim = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = tgb.DataLoader(args.ns, mesh=Mesh(dp_rank=rank, dp_size=world), num_workers=args.workers, timeout=60)
+    progress = {"step": torch.zeros((), dtype=torch.int64)}
+
+    def state() -> dict:
+        return {"model": model.state_dict(), "optim": optim.state_dict(), "data": DataState(loader),
+                "progress": progress}
+
+    if args.resume:
+        loaded = state()
+        dcp.load(loaded, checkpoint_id=str(Path(args.ckpt) / args.resume))
+        model.load_state_dict(loaded["model"])
+        optim.load_state_dict(loaded["optim"])
+    step = int(progress["step"])
+
+    out = open(Path(args.out) / f"rank{rank}.txt", "a")
+    for batch in loader:
+        if step >= args.steps:
+            break
+        loss = torch.nn.functional.mse_loss(model(batch["x"]).squeeze(-1), batch["y"])
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        out.write(f"{step} {digest(batch)} {loss.item():.8f}\n")
+        out.flush()
+        step += 1
+        if step % args.save_every == 0:
+            progress["step"] = torch.tensor(step)
+            ckpt_id = f"{args.ckpt_prefix}-step-{step:05d}"
+            dcp.save(state(), checkpoint_id=str(Path(args.ckpt) / ckpt_id))
+            dist.barrier()  # every rank's shard is durable before the watermark says so
+            if rank == 0:
+                record_watermark(args.ns, ckpt_id, loader.state_dict())
+        if step == args.kill_at:
+            out.close()
+            os._exit(17)  # a crash: nothing after this point happens
+    out.close()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
