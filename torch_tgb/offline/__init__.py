@@ -1,1 +1,26 @@
-"""(being built)"""
+"""Offline corpora: pack, shuffle and commit pre-tokenised data as a sealed namespace.
+
+Pure building blocks (``pack_bfd``, ``pack_rows``, ``block_shuffle_order``,
+``permutation``) are what the ``Pack`` / ``BlockShuffle`` pipeline stages wrap;
+``write_dataset`` and ``convert_llmbatch`` commit through a ``Producer``.
+"""
+
+from torch_tgb.format.llmbatch import LLMBatchReader, convert_llmbatch, write_llmbatch
+from torch_tgb.offline.dataset import as_documents, build_rows, write_dataset
+from torch_tgb.offline.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
+from torch_tgb.offline.shuffle import block_shuffle_order, permutation
+
+__all__ = [
+    "IGNORE_INDEX",
+    "LLMBatchReader",
+    "as_documents",
+    "block_shuffle_order",
+    "build_rows",
+    "convert_llmbatch",
+    "pack_bfd",
+    "pack_rows",
+    "packing_efficiency",
+    "permutation",
+    "write_dataset",
+    "write_llmbatch",
+]
