@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import torch_tgb.cli.main as cli_main
+
+_SCRIPT = '''"""Echo the arguments (a fake benchmark)."""
+import sys
+print("ARGS", sys.argv[1:])
+sys.exit(3 if "--fail" in sys.argv else 0)
+'''
+
+
+def test_bench_lists_and_runs_with_passthrough(tmp_path, capfd):
+    (tmp_path / "echo_args.py").write_text(_SCRIPT)
+    (tmp_path / "test_bench_x.py").write_text("")  # pytest-benchmark files are not scripts
+    (tmp_path / "_helper.py").write_text("")
+    assert cli_main.main(["bench", "--dir", str(tmp_path)]) == 0
+    listing = capfd.readouterr().out
+    assert "echo_args  Echo the arguments (a fake benchmark)." in listing
+    assert "test_bench_x" not in listing and "_helper" not in listing
+
+    assert cli_main.main(["bench", "--dir", str(tmp_path), "echo_args", "--size", "2", "-x"]) == 0
+    assert "ARGS ['--size', '2', '-x']" in capfd.readouterr().out
+    assert cli_main.main(["bench", "--dir", str(tmp_path), "echo_args.py", "--", "--fail"]) == 3
+
+
+def test_bench_unknown_name_lists_available(tmp_path, capsys):
+    (tmp_path / "one.py").write_text("")
+    assert cli_main.main(["bench", "--dir", str(tmp_path), "two"]) == 1
+    err = capsys.readouterr().err
+    assert "no benchmark named 'two'" in err and "available: one" in err

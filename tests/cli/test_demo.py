@@ -1,0 +1,50 @@
+"""`tgb demo` end to end at a tiny size, as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_everything_is_exactly_once(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "torch_tgb.cli", "demo", str(tmp_path / "demo"),
+            "--steps", "8", "--global-batch", "4", "--seq-len", "16", "--compute-ms", "0", "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout)
+    assert summary["exactly_once"] is True
+    assert summary["steps_read_per_rank"] == [8, 8]
+    assert summary["steps_committed"] == 8
+    assert summary["restart_at_step"] == 4 and summary["end_step"] == 8
+    assert summary["commit_successes"] >= 2  # two producers, at least one commit each
+    assert summary["commit_attempts"] == summary["commit_successes"] + summary["commit_conflicts"]
+    assert summary["consumer_tokens"] == 8 * 4 * 16  # each rank half of every batch: every token once
+    assert summary["bytes_reclaimed"] > 0
+    assert 0 <= summary["input_stall_pct"] <= 100
+    # the namespace the demo leaves behind verifies clean
+    verify = subprocess.run(
+        [sys.executable, "-m", "torch_tgb.cli", "verify", str(tmp_path / "demo" / "ns")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_demo_rejects_a_non_empty_namespace_dir(tmp_path):
+    ns = tmp_path / "d" / "ns"
+    ns.mkdir(parents=True)
+    (ns / "something").write_text("x")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_tgb.cli", "demo", str(tmp_path / "d")], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("tgb: error:") and "not empty" in proc.stderr

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import json
+
+import torch_tgb.cli.main as cli_main
+from torch_tgb.checkpoint import record_watermark
+
+
+def test_inspect_text_and_json(small_ns, capsys):
+    record_watermark(small_ns, "ckpt-3", {"tgb_cursor": {"step": 3, "version": 3}})
+    assert cli_main.main(["inspect", small_ns]) == 0
+    text = capsys.readouterr().out
+    assert "steps             6" in text
+    assert "sealed            yes" in text
+    assert "p0  epoch 1  next offset 6" in text
+    assert "ckpt-3  step 3" in text and "live" in text
+
+    assert cli_main.main(["inspect", small_ns, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["steps"] == 6
+    assert report["sealed"] is True
+    assert [p["id"] for p in report["producers"]] == ["p0"]
+    assert report["producers"][0]["next_offset"] == 6
+    assert report["live_checkpoints"] == 1
+    assert report["safe_boundary"] == 3
+    assert report["lag"]["steps_ahead_of_safe_boundary"] == 3
+    assert report["dataset"]["layout"]["dp"] == 2
+    assert report["storage"]["by_area"]["data/"]["objects"] == 6
+    assert report["storage"]["total_bytes"] >= report["storage"]["by_area"]["data/"]["bytes"] > 0
+    assert report["versions"]["latest"] >= 6
+
+
+def test_inspect_no_sizes_skips_listing(small_ns, capsys):
+    assert cli_main.main(["inspect", small_ns, "--json", "--no-sizes"]) == 0
+    assert "storage" not in json.loads(capsys.readouterr().out)
+
+
+def test_inspect_missing_namespace_is_one_line_error(tmp_path, capsys):
+    assert cli_main.main(["inspect", str(tmp_path / "nothing")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tgb: error:") and err.count("\n") == 1 and "no TGB namespace" in err
