@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
+from torch_tgb.errors import AmbiguousWriteError, ManifestError, ObjectNotFound, SchemaMismatch
 from torch_tgb.manifest._json import Fields, dump_json, load_json
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.records import (
@@ -117,11 +117,18 @@ class Manifest:
         metadata = dict(metadata or {})
         fingerprint = schema_fingerprint(layout, schema, metadata)
         ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
-        if self.store.put_if_absent(DATASET_KEY, ours.encode()):
-            return ours
-        stored = self.dataset()
-        if stored is None:  # deleted between our create and our read: nobody may do that
-            raise ManifestError(f"{self.where}{DATASET_KEY} exists and vanished again")
+        stored = None
+        for _ in range(8):
+            try:
+                if self.store.put_if_absent(DATASET_KEY, ours.encode()):
+                    return ours
+            except AmbiguousWriteError:
+                pass  # landed or not: read it back
+            stored = self.dataset()
+            if stored is not None:
+                break
+        if stored is None:
+            raise ManifestError(f"{self.where}{DATASET_KEY}: no definite reply creating it after retries")
         if stored.fingerprint == fingerprint:
             return stored
         try:
