@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, print_json, require, storage_options
+from torch_tgb.errors import TGBError
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
 
@@ -87,14 +88,20 @@ def produce(args: argparse.Namespace) -> int:
 
     layout = layout_mod.Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
     started = time.perf_counter()
-    with producer_mod.Producer(
-        args.ns,
-        producer_id=args.producer_id,
-        layout=layout,
-        commit_policy=args.commit_policy,
-        max_lag=args.max_lag,
-        storage_options=storage_options(args),
-    ) as producer:
+    try:
+        producer = producer_mod.Producer(
+            args.ns,
+            producer_id=args.producer_id,
+            layout=layout,
+            commit_policy=args.commit_policy,
+            max_lag=args.max_lag,
+            storage_options=storage_options(args),
+        )
+    except (ValueError, TypeError) as e:  # a bad --producer-id, --commit-policy or --max-lag
+        if isinstance(e, TGBError):
+            raise
+        raise CommandError(str(e)) from e
+    with producer:
         start = producer.resume_offset
         interval = 1.0 / args.rate if args.rate else 0.0
         next_at = time.perf_counter()

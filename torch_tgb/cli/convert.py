@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        print(f"converted {args.src} -> {args.ns} (dp={args.dp}, cp={args.cp}); sealed")
-        if result is not None:
-            print(f"  {result}")
+        r = result if isinstance(result, dict) else {}
+        shape = f"{r.get('batches', '?')} batches of {r.get('batch_size', '?')}x{r.get('seq_len', '?')} tokens"
+        resumed = f", resumed at batch {r['resumed_at']}" if r.get("resumed_at") else ""
+        print(f"converted {args.src} -> {args.ns} (dp={args.dp}, cp={args.cp}): {shape}{resumed}; sealed")
     return 0

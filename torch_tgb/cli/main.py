@@ -1,8 +1,8 @@
 """The ``tgb`` command: one subcommand per module of :mod:`torch_tgb.cli`.
 
-Exit codes: 0 success; 1 a :class:`~torch_tgb.errors.TGBError` (or a problem
-the command found, e.g. ``verify``); 2 usage errors (argparse) and unexpected
-exceptions; 130 interrupted. Failures print exactly one line,
+Exit codes: 0 success; 1 a :class:`~torch_tgb.errors.TGBError`, an
+``OSError`` (missing file, permission) or a problem the command found (e.g.
+``verify``); 2 usage errors (argparse) and unexpected exceptions; 130 interrupted. Failures print exactly one line,
 ``tgb: error: <reason>``, on stderr (``--debug`` adds the traceback).
 """
 
@@ -62,7 +62,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args.run(args) or 0)
+    except BrokenPipeError:  # `tgb inspect ... | head`: the reader went away, nothing to report
+        return 0
     except TGBError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"tgb: error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except OSError as e:  # missing file, permission denied, disk full: the environment, not a bug
         if args.debug:
             traceback.print_exc()
         print(f"tgb: error: {_one_line(e)}", file=sys.stderr)
@@ -70,8 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tgb: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `tgb inspect ... | head`
-        return 0
     except Exception as e:  # noqa: BLE001 - the top level reports anything, in one line
         if args.debug:
             traceback.print_exc()
