@@ -90,6 +90,7 @@ class Reclaimer:
     ) -> None:
         if grace_period < 0:
             raise ValueError(f"Reclaimer: grace_period={grace_period} must be >= 0")
+        self._owns_store = not isinstance(ns_or_store, ObjectStore)
         self.store = as_store(ns_or_store, storage_options)
         self.grace_period = float(grace_period)
         self._clock = clock
@@ -143,6 +144,20 @@ class Reclaimer:
             except Exception:
                 log.exception("reclaim pass on %s failed; retrying in %.1fs", self.store.url, interval)
             stop.wait(interval)
+
+    def close(self) -> None:
+        """Close the store if this Reclaimer opened it (from a URL)."""
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Reclaimer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Reclaimer({self.store.url!r}, grace_period={self.grace_period})"
 
     # --- steps of a pass -------------------------------------------------------
 
