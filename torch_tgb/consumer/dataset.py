@@ -168,6 +168,7 @@ class TGBDataset(IterableDataset):
         if self._layout is None:
             store, _, layout = self._open()
             store.close()
+            return layout
         return Layout.from_json(self._layout)
 
     def _open(self) -> tuple[Any, Manifest, Layout]:

@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 
 class StepReads(Protocol):
-    pieces: tuple[Piece, ...]
+    @property
+    def pieces(self) -> tuple[Piece, ...]: ...
 
     def assemble(self, parts: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]: ...
 
@@ -51,8 +52,11 @@ class StepPlan(Protocol):
     with ``Piece.tgb`` counted from the first TGB of the consumer step.
     """
 
-    tgbs_per_step: int
-    steps_per_tgb: int
+    @property
+    def tgbs_per_step(self) -> int: ...
+
+    @property
+    def steps_per_tgb(self) -> int: ...
 
     def reads(self, step: int) -> StepReads: ...
 

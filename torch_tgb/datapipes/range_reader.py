@@ -30,6 +30,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes._types import ReadTask, StepBatch
 from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader, decode_slice
 from torch_tgb.storage import RangeRequest
 
@@ -120,7 +121,11 @@ class RangeReader(BaseNode[StepBatch]):
 
     def read(self, task: ReadTask) -> StepBatch:
         """Fetch and assemble one task's pieces (runs on a reader thread)."""
-        parts = self._read_pieces(task)
+        try:
+            parts = self._read_pieces(task)
+        except CorruptObject as e:  # the format names object/slice/tensor; add the step
+            c = task.cursor
+            raise CorruptObject(f"{self.store.url}: step={c.step} (manifest version {c.version}): {e}") from e
         return StepBatch(task, task.assemble(parts))
 
     def _read_pieces(self, task: ReadTask) -> Sequence[dict]:
