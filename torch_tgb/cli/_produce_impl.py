@@ -132,8 +132,11 @@ def produce(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        print(
-            f"producer {args.producer_id}: wrote offsets {start}..{max(start, steps) - 1} "
-            f"({summary['written']} batches) in {seconds:.2f}s{' and sealed' if args.seal else ''}"
-        )
+        if summary["written"]:
+            print(
+                f"producer {args.producer_id}: wrote offsets {start}..{steps - 1} "
+                f"({summary['written']} batches) in {seconds:.2f}s{' and sealed' if args.seal else ''}"
+            )
+        else:
+            print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
     return 0
