@@ -85,6 +85,9 @@ _TENSOR_ROW = np.dtype(
     ]
 )
 _DIM = np.dtype("<i8")
+#: lookup table: is this u8 a known dtype code (read-only constant)
+_KNOWN_CODES = np.array([dtype_by_code(c) is not None for c in range(256)], dtype=bool)
+_KNOWN_CODES.flags.writeable = False
 
 
 def crc32c_of(buffer: Any) -> int:
@@ -126,6 +129,29 @@ class SliceInfo:
     @property
     def length(self) -> int:
         return self.end - self.start
+
+    @property
+    def decode_plan(self) -> tuple[tuple[Any, ...], ...]:
+        """Per tensor: (name, numpy dtype, count, offset, shape, torch view dtype or None, crc32c).
+
+        Precomputed once so the read hot path touches plain tuples only.
+        """
+        plan = self.__dict__.get("_decode_plan")
+        if plan is None:
+            plan = tuple(
+                (
+                    t.name,
+                    t._dt.numpy_dtype,
+                    t.length // t._dt.itemsize,
+                    t.offset,
+                    t.shape,
+                    t._dt.torch_dtype if t._dt.needs_view else None,
+                    t.crc32c,
+                )
+                for t in self.tensors
+            )
+            object.__setattr__(self, "_decode_plan", plan)
+        return plan
 
 
 class Footer:
@@ -323,7 +349,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         raise CorruptObject(
             f"{where}: footer location disagrees: expected offset {footer_offset}, trailer says {found_offset}"
         )
-    body = bytes(data[:length]) if not isinstance(data, bytes) else data[:length]
+    body = memoryview(data)[:length]
     _, crc, _, _ = _TRAILER.unpack(bytes(data[-TRAILER_SIZE:]))
     if crc32c_of(body) != crc:
         raise CorruptObject(f"{where}: footer CRC32C mismatch (footer corrupted)")
@@ -342,7 +368,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     if dp < 1 or cp < 1 or dp * cp != nslices:
         raise CorruptObject(f"{where}: footer says dp={dp}, cp={cp} but holds {nslices} slices")
     try:
-        meta = json.loads(body[_HEADER.size : meta_end])
+        meta = json.loads(bytes(body[_HEADER.size : meta_end]))
     except (ValueError, RecursionError) as e:
         raise CorruptObject(f"{where}: footer metadata is not valid JSON: {e}") from e
     if not isinstance(meta, dict) or _depth(meta, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
@@ -446,13 +472,10 @@ def _check_tables(
             _fail_at(where, bad, srows, what, owner, trows, names)
     ndim = trows["ndim"].astype(np.int64)
     dims_at = trows["dims"].astype(np.int64)
-    known = np.zeros(256, dtype=bool)
-    for code in range(256):
-        known[code] = dtype_by_code(code) is not None
     tchecks = [
         ((t_off < start[owner]) | (t_end > end[owner]), "tensor bytes outside its slice"),
         (trows["name"] >= len(names), "tensor name id out of range"),
-        (~known[trows["dtype"]], "unknown dtype code"),
+        (~_KNOWN_CODES[trows["dtype"]], "unknown dtype code"),
         ((ndim > MAX_NDIM) | (dims_at + ndim > len(dims)), "bad shape entry"),
     ]
     for bad, what in tchecks:

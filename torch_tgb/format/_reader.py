@@ -13,19 +13,21 @@ from __future__ import annotations
 import mmap
 import threading
 import warnings
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+import google_crc32c
 import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, crc32c_of, parse_footer, parse_trailer
+from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
 
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
 
 __all__ = ["SliceReader", "decode_slice", "read_footer", "read_slice"]
+
+_MISSING = object()
 
 #: bytes read from the end of an object when the footer location is unknown
 TAIL_READ = 64 << 10
@@ -63,18 +65,14 @@ def read_footer(
                 f"object {key!r}: footer at {footer_offset} of length {footer_length} does not end "
                 f"an object of {size} bytes"
             )
-        data = store.get_range(key, footer_offset, size)
-        return parse_footer(data, key=key, size=size, footer_offset=footer_offset)
+        return parse_footer(store.get_range(key, footer_offset, size), key=key, size=size, footer_offset=footer_offset)
     tail_start = max(0, size - TAIL_READ)
     tail = store.get_range(key, tail_start, size)
     if len(tail) != size - tail_start:
         raise CorruptObject(f"object {key!r}: truncated, read {len(tail)} of {size - tail_start} tail bytes")
     offset, _length = parse_trailer(tail, key=key, size=size)
-    if offset >= tail_start:
-        data = memoryview(tail)[offset - tail_start :]
-    else:
-        data = store.get_range(key, offset, size)
-    return parse_footer(data, key=key, size=size, footer_offset=offset)
+    rest = memoryview(tail)[offset - tail_start :] if offset >= tail_start else store.get_range(key, offset, size)
+    return parse_footer(rest, key=key, size=size, footer_offset=offset)
 
 
 def decode_slice(
@@ -97,20 +95,16 @@ def decode_slice(
             f"[{base_offset}, {base_offset + len(buffer)}) but the slice is [{slice_info.start}, {slice_info.end})"
         )
     out: dict[str, torch.Tensor] = {}
-    for t in slice_info.tensors:
-        dt = t._dt
-        offset = t.offset - base_offset
-        if verify:
-            raw = np.frombuffer(buffer, dtype=np.uint8, count=t.length, offset=offset)
-            raw.flags.writeable = False
-            if crc32c_of(raw) != t.crc32c:
-                raise CorruptObject(
-                    f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), tensor {t.name!r}: "
-                    f"CRC32C mismatch (stored {t.crc32c:#010x})"
-                )
-        arr = np.frombuffer(buffer, dtype=dt.numpy_dtype, count=t.length // dt.itemsize, offset=offset)
-        tensor = torch.from_numpy(arr.reshape(t.shape))
-        out[t.name] = tensor.view(dt.torch_dtype) if dt.needs_view else tensor
+    for name, np_dtype, count, offset, shape, view, crc in slice_info.decode_plan:
+        arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset - base_offset)
+        # google_crc32c reads the array's bytes in place (no copy)
+        if verify and google_crc32c.value(arr) != crc:
+            raise CorruptObject(
+                f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), tensor {name!r}: "
+                f"CRC32C mismatch (stored {crc:#010x})"
+            )
+        tensor = torch.from_numpy(arr.reshape(shape))
+        out[name] = tensor if view is None else tensor.view(view)
     return out
 
 
@@ -127,9 +121,9 @@ class SliceReader:
     """Reads slices of one store's objects, keeping recently used mmaps open.
 
     The hot path for a warm local object is a dict lookup plus
-    :func:`decode_slice`. Mappings are dropped (never closed explicitly:
-    tensors may still view them) when more than ``cache_size`` objects are
-    open; the kernel unmaps when the last tensor goes.
+    :func:`decode_slice`. Mappings are dropped oldest-first (never closed
+    explicitly: tensors may still view them) when more than ``cache_size``
+    objects are open; the kernel unmaps when the last tensor goes.
     """
 
     def __init__(self, store: ObjectStore, *, verify: bool = True, cache_size: int = 64) -> None:
@@ -137,27 +131,29 @@ class SliceReader:
         self.verify = verify
         self.cache_size = cache_size
         self._lock = threading.Lock()
-        self._maps: OrderedDict[str, mmap.mmap | None] = OrderedDict()
+        self._maps: dict[str, mmap.mmap | None] = {}
 
     def _mapping(self, key: str, size: int) -> mmap.mmap | None:
-        with self._lock:
-            if key in self._maps:
-                self._maps.move_to_end(key)
-                return self._maps[key]
+        # hit: a plain dict read, atomic under the GIL (the hot path takes no lock)
+        mm = self._maps.get(key, _MISSING)
+        if mm is not _MISSING:
+            return mm  # type: ignore[return-value]
         path = self.store.local_path(key)
         mm = _open_mmap(path, key) if path is not None else None
         if mm is not None and len(mm) < size:
             raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {size} bytes")
         with self._lock:
             self._maps[key] = mm
-            while len(self._maps) > self.cache_size:
-                self._maps.popitem(last=False)
+            while len(self._maps) > self.cache_size:  # oldest first
+                self._maps.pop(next(iter(self._maps)))
         return mm
 
     def read(self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | None = None) -> dict[str, torch.Tensor]:
         """One slice of ``key`` as tensors: an mmap view locally, one range read remotely."""
         check = self.verify if verify is None else verify
-        mm = self._mapping(key, footer.size)
+        mm = self._maps.get(key, _MISSING)
+        if mm is _MISSING:
+            mm = self._mapping(key, footer.size)
         if mm is not None:
             return decode_slice(mm, slice_info, base_offset=0, verify=check, key=key)
         data = self._get(key, slice_info)

@@ -66,7 +66,8 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.device.type != "cpu":
         t = t.cpu()
     flat = t.contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy())
+    raw: Any = flat.view(torch.uint8).numpy()  # numpy arrays export the buffer protocol
+    return memoryview(raw)
 
 
 def _dtype_name(t: torch.Tensor) -> str:

@@ -78,9 +78,9 @@ def build_rows(
         n = -(-len(flat) // seq_len)
         ids = np.full(n * seq_len, pad_id, dtype=np.int64)
         ids[: len(flat)] = flat
-        labels = np.full(n * seq_len, IGNORE_INDEX, dtype=np.int64)
-        labels[: len(flat) - 1] = flat[1:]
-        labels = labels.reshape(n, seq_len)
+        stream = np.full(n * seq_len, IGNORE_INDEX, dtype=np.int64)
+        stream[: len(flat) - 1] = flat[1:]
+        labels = stream.reshape(n, seq_len)
         labels[:, -1] = IGNORE_INDEX  # the next token lives in another row
         return {"input_ids": ids.reshape(n, seq_len), "labels": labels}
     raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
