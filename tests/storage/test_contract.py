@@ -66,3 +66,17 @@ class TestZeroLatencyStore(StoreContract):
         inner = MemoryStore(f"latency-{uuid.uuid4().hex}")
         yield LatencyStore(inner, rtt=0.0, bandwidth=0)
         inner.destroy()
+
+
+@pytest.mark.s3
+def test_two_s3_stores_see_each_others_writes_at_once(s3_namespace):
+    url, options = s3_namespace
+    a, b = FsspecStore(url, options), FsspecStore(url, options)
+    assert b.list() == []
+    a.put("x/1", b"1")
+    assert b.list() == ["x/1"] and b.exists("x/1")
+    assert not b.put_if_absent("x/1", b"2")
+    a.delete("x/1")
+    assert b.list() == [] and not b.exists("x/1")
+    b.put("x/1", b"3")
+    assert a.get("x/1") == b"3" and a.size("x/1") == 1

@@ -63,7 +63,7 @@ def test_translation_table(exc, write_sent, expected):
     error = translate(exc, url="s3://b/ns", op="put", key="a/b", write_sent=write_sent)
     assert type(error) is expected
     assert "s3://b/ns" in str(error) and "'a/b'" in str(error)
-    assert is_transient(exc) == issubclass(expected, TransientStorageError) or write_sent
+    assert is_transient(exc) == issubclass(expected, TransientStorageError)
 
 
 def test_permanent_errors_are_not_transient():

@@ -18,7 +18,7 @@ from torch_tgb.storage import FsspecStore, LocalStore
 WRITERS = 16
 LOCAL_KEYS = 200
 S3_KEYS = 12  # moto serves ~150 requests/s on 2 cores
-SIZE = 256 * 1024  # large enough that a non-atomic publish would be caught mid-write
+SIZE = 128 * 1024  # large enough that a non-atomic publish would be caught mid-write
 BARRIER_TIMEOUT = 120.0
 
 
@@ -121,7 +121,7 @@ def test_put_if_absent_race_16_processes_local(tmp_path):
 def test_put_if_absent_race_16_threads_s3(s3_namespace):
     url, options = s3_namespace
     size = 4096
-    stores = [FsspecStore(url, options) for _ in range(WRITERS)]  # one client per writer
+    stores = [FsspecStore(url, options) for _ in range(WRITERS)]  # equal options: one shared s3fs client
     barrier = threading.Barrier(WRITERS)
     won: dict[int, list[int]] = {k: [] for k in range(S3_KEYS)}
     failures: queue_mod.Queue[str] = queue_mod.Queue()

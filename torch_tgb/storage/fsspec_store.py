@@ -14,9 +14,10 @@ Atomicity
   fall back to fsspec's check-then-write. S3 clones that ignore the header are
   caught by :func:`torch_tgb.storage.ensure_conditional_writes`.
 
-File systems are built per store (``skip_instance_cache=True``) and S3
-listings are not cached (``use_listings_cache=False``), so two stores never
-share stale state. ``get_ranges`` uses the async ``_cat_ranges`` of async
+S3 listings are not cached (``use_listings_cache=False``), so every store
+sees other writers' creates and deletes at once; with that off, sharing
+fsspec's cached file system instance between stores with equal options is
+safe and saves ~0.25 s of client set-up per store. ``get_ranges`` uses the async ``_cat_ranges`` of async
 file systems (one event loop, ``max_in_flight`` requests in flight) instead
 of a thread per request.
 """
@@ -42,8 +43,8 @@ __all__ = ["CONDITIONAL_PROTOCOLS", "FsspecStore", "redact_url"]
 CONDITIONAL_PROTOCOLS = frozenset({"s3", "s3a"})
 # Defaults that make a store see its own writes and other stores' writes at once.
 _PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "s3": {"skip_instance_cache": True, "use_listings_cache": False},
-    "s3a": {"skip_instance_cache": True, "use_listings_cache": False},
+    "s3": {"use_listings_cache": False},
+    "s3a": {"use_listings_cache": False},
 }
 
 
@@ -89,6 +90,11 @@ class FsspecStore(ObjectStore):
         self.url = redact_url(url).rstrip("/")
         protocol = urlsplit(url).scheme or "file"
         options = {**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})}
+        if protocol in ("s3", "s3a"):
+            # botocore allows 10 connections by default: too few for max_in_flight reads
+            config = dict(options.get("config_kwargs") or {})
+            config.setdefault("max_pool_connections", max(10, max_in_flight))
+            options["config_kwargs"] = config
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except Exception as e:  # unknown protocol, missing driver, bad option

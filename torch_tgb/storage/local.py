@@ -21,7 +21,10 @@ such files, so leftovers of a crashed writer are never seen as objects.
 
 Containment: a key is a relative path (see ``_keys``) and its resolved real
 path (symlinks followed) must lie inside the namespace root, so a symlink in
-the directory cannot lead a read or write out of the namespace.
+the directory cannot lead a read or write out of the namespace. Directories
+once found inside the root are remembered per store (``realpath`` costs a
+syscall per component); replacing such a directory by a symlink later is not
+noticed -- whoever can do that can write the namespace anyway.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch_tgb.storage._keys import validate_key, validate_prefix
 __all__ = ["LocalStore"]
 
 _TMP_PREFIX = ".tgb-tmp."
+_SAFE_DIRS_MAX = 4096
 # Errors from os.link that mean "this file system has no hard links".
 _NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS})
 
@@ -58,20 +62,38 @@ class LocalStore(ObjectStore):
         self.root = os.path.realpath(os.path.expanduser(root))
         self.url = f"file://{self.root}"
         self.fsync = fsync
+        self._root_slash = self.root.rstrip(os.sep) + os.sep
+        # directories already known to resolve inside the root (see _path)
+        self._safe_dirs: dict[str, None] = {}
 
     # --- keys and paths ------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        """The absolute path of ``key``; refuses anything that resolves outside the root."""
+        """The absolute path of ``key``; refuses anything that resolves outside the root.
+
+        ``realpath`` costs a syscall per path component, so directories found
+        inside the root are remembered (per store, bounded); the last
+        component is checked with one ``lstat`` each time.
+        """
         key = validate_key(key, namespace=self.url)
         parts = key.split("/")
         if any(p.startswith(_TMP_PREFIX) for p in parts):
             raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
         path = os.path.join(self.root, *parts)
-        real = os.path.realpath(path)
-        if real != path and not real.startswith(self.root + os.sep):
+        parent = os.path.dirname(path)
+        if parent not in self._safe_dirs:
+            if not self._inside(os.path.realpath(parent)):
+                raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
+            if os.path.isdir(parent):  # only an existing directory can be trusted later
+                if len(self._safe_dirs) >= _SAFE_DIRS_MAX:
+                    self._safe_dirs.clear()
+                self._safe_dirs[parent] = None
+        if os.path.islink(path) and not self._inside(os.path.realpath(path)):
             raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
         return path
+
+    def _inside(self, real: str) -> bool:
+        return real == self.root or real.startswith(self._root_slash)
 
     def local_path(self, key: str) -> str | None:
         return self._path(key)
@@ -138,8 +160,7 @@ class LocalStore(ObjectStore):
         # Walk only the deepest directory the prefix names completely.
         head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, *head.split("/")) if head else self.root
-        real = os.path.realpath(start)
-        if real != self.root and not real.startswith(self.root + os.sep):
+        if not self._inside(os.path.realpath(start)):
             raise InvalidKey(f"{self.url}: prefix {prefix!r} resolves outside the namespace (symlink)")
         base = f"{head}/" if head else ""
         try:
@@ -157,8 +178,7 @@ class LocalStore(ObjectStore):
             if entry.name.startswith(_TMP_PREFIX):
                 continue
             if entry.is_symlink():
-                real = os.path.realpath(entry.path)
-                if not real.startswith(self.root + os.sep):
+                if not self._inside(os.path.realpath(entry.path)):
                     continue  # a link out of the namespace is not an object of it
             if entry.is_dir():
                 yield from self._walk(entry.path, f"{base}{entry.name}/")

@@ -12,7 +12,11 @@ from __future__ import annotations
 import copy
 import itertools
 import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,25 +52,60 @@ def dummy_aws_env() -> Iterator[None]:
 
 
 class MotoS3Server:
-    """One moto S3 server with one bucket, on a free loopback port."""
+    """One moto S3 server with one bucket, on a free loopback port.
 
-    def __init__(self, bucket: str = "tgb-test") -> None:
+    By default the server runs in threads of this process (cheap to start,
+    right for tests). ``separate_process=True`` runs ``python -m moto.server``
+    instead, so server and client do not share one GIL (for benchmarks).
+    """
+
+    def __init__(self, bucket: str = "tgb-test", *, separate_process: bool = False) -> None:
         self.bucket = bucket
+        self.separate_process = separate_process
         self._server: Any = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self.endpoint_url = ""
 
     def start(self) -> MotoS3Server:
-        from moto.server import ThreadedMotoServer
+        if self.separate_process:
+            self._start_process()
+        else:
+            from moto.server import ThreadedMotoServer
 
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        self._server = server
-        self.endpoint_url = f"http://{host}:{port}"
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            host, port = server.get_host_and_port()
+            self._server = server
+            self.endpoint_url = f"http://{host}:{port}"
         self._create_bucket()
         return self
+
+    def _start_process(self, tries: int = 3, timeout: float = 60.0) -> None:
+        for _ in range(tries):  # the free port may be taken between probe and bind
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, **DUMMY_AWS_ENV},
+            )
+            deadline = time.monotonic() + timeout
+            while process.poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                self._process = process
+                self.endpoint_url = f"http://127.0.0.1:{port}"
+                return
+            process.kill()
+            process.wait()
+        raise RuntimeError(f"moto server process did not start on 127.0.0.1 after {tries} tries")
 
     def _create_bucket(self) -> None:
         import boto3
@@ -84,6 +123,14 @@ class MotoS3Server:
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -116,7 +163,7 @@ class MotoS3Server:
 
 
 @contextmanager
-def moto_s3_server(bucket: str = "tgb-test") -> Iterator[MotoS3Server]:
+def moto_s3_server(bucket: str = "tgb-test", *, separate_process: bool = False) -> Iterator[MotoS3Server]:
     """Dummy AWS environment + a started :class:`MotoS3Server`; stopped on exit."""
-    with dummy_aws_env(), MotoS3Server(bucket) as server:
+    with dummy_aws_env(), MotoS3Server(bucket, separate_process=separate_process) as server:
         yield server
