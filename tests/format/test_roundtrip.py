@@ -217,3 +217,23 @@ def test_local_store_reads_by_mmap(tmp_path):
     assert isinstance(reader._maps[obj.key], mmap.mmap)
     # and the plain function agrees
     assert torch.equal(read_slice(store, obj.key, footer, footer.slice(0, 0))["x"], x[:4])
+
+
+def test_footer_check_against_layout_and_schema(mem_store):
+    from torch_tgb.errors import SchemaMismatch
+    from torch_tgb.layout import schema_of
+
+    layout = Layout(dp=2, seq_keys=("x",))
+    batch = {"x": torch.zeros(4, 8, dtype=torch.int64), "w": torch.zeros(4)}
+    write_tgb(mem_store, "c.tgb", layout.cut(batch), layout=layout, schema=schema_of(batch))
+    footer = read_footer(mem_store, "c.tgb")
+    footer.check(layout=layout, schema=schema_of(batch))
+    footer.check(layout=layout.to_json())
+    with pytest.raises(SchemaMismatch, match="dp=2 x cp=1"):
+        footer.check(layout=Layout(dp=4))
+    with pytest.raises(SchemaMismatch, match="written with layout"):
+        footer.check(layout=Layout(dp=2, seq_keys=("w",)))
+    with pytest.raises(SchemaMismatch, match="'w' is float32"):
+        footer.check(schema={**schema_of(batch), "w": {"dtype": "float16", "shape": []}})
+    with pytest.raises(SchemaMismatch, match="holds tensors"):
+        footer.check(schema={"x": {"dtype": "int64", "shape": [8]}})

@@ -33,7 +33,7 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from torch_tgb.errors import CorruptObject
+from torch_tgb.errors import CorruptObject, SchemaMismatch
 from torch_tgb.format._dtypes import DType, dtype_by_code, dtype_by_name
 
 __all__ = [
@@ -210,6 +210,27 @@ class Footer:
     def slices(self) -> list[SliceInfo]:
         """Every slice in (dp, cp) order; validates all of them."""
         return [self.slice(i // self.cp, i % self.cp) for i in range(self.num_slices)]
+
+    def check(self, *, layout: Mapping[str, Any] | Any | None = None, schema: Mapping[str, Any] | None = None) -> None:
+        """Raise :class:`SchemaMismatch` if the recorded layout/schema disagree with the given ones.
+
+        ``layout`` is a ``Layout`` or its JSON; objects written without a
+        recorded layout are checked on their (dp, cp) grid only.
+        """
+        where = f"object {self.key!r}"
+        if layout is not None:
+            want = layout.to_json() if hasattr(layout, "to_json") else dict(layout)
+            if (want.get("dp", 1), want.get("cp", 1)) != (self.dp, self.cp):
+                raise SchemaMismatch(f"{where}: holds dp={self.dp} x cp={self.cp} slices, expected layout {want}")
+            if self.layout is not None and self.layout != want:
+                raise SchemaMismatch(f"{where}: written with layout {self.layout}, expected {want}")
+        if schema is not None:
+            if set(self.names) != set(schema):
+                raise SchemaMismatch(f"{where}: holds tensors {sorted(self.names)}, schema has {sorted(schema)}")
+            for name, spec in self.schema.items():
+                want_dtype = dict(schema.get(name, {})).get("dtype")
+                if isinstance(spec, dict) and want_dtype is not None and spec.get("dtype") != want_dtype:
+                    raise SchemaMismatch(f"{where}: tensor {name!r} is {spec.get('dtype')}, schema says {want_dtype}")
 
     def _build(self, index: int) -> SliceInfo:
         row = self._slices[index]
