@@ -21,13 +21,18 @@ order) is built on ``get_range`` here; backends may override it.
 from __future__ import annotations
 
 import abc
+import builtins
 import concurrent.futures
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Union
 
 from torch_tgb.errors import StorageError, TGBError
 
-__all__ = ["ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
+__all__ = ["Buffer", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
+
+#: what ``put`` and ``put_if_absent`` accept: any contiguous bytes-like object
+Buffer = Union[bytes, bytearray, memoryview]
 
 
 @dataclass(frozen=True)
@@ -91,10 +96,10 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> list[str]: ...
 
     @abc.abstractmethod
-    def put(self, key: str, data: bytes | memoryview) -> None: ...
+    def put(self, key: str, data: Buffer) -> None: ...
 
     @abc.abstractmethod
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool: ...
+    def put_if_absent(self, key: str, data: Buffer) -> bool: ...
 
     @abc.abstractmethod
     def delete(self, keys: str | Iterable[str]) -> None: ...
@@ -110,7 +115,7 @@ class ObjectStore(abc.ABC):
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
-    ) -> list[bytes | RangeFailure]:
+    ) -> builtins.list[bytes | RangeFailure]:
         """Read many ranges concurrently; results come back in request order.
 
         At most ``max_in_flight`` requests run at once. Without

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from torch_tgb.storage._base import ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate
 
 __all__ = ["FAULT_KINDS", "OPERATIONS", "FaultPlan", "FaultRates", "FaultyStore"]
@@ -176,10 +176,10 @@ class FaultyStore(ObjectStore):
     def list(self, prefix: str = "") -> list[str]:
         return self._run("list", prefix, self.inner.list, prefix)
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         self._run("put", key, self.inner.put, key, data)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         return self._run("put_if_absent", key, self.inner.put_if_absent, key, data)
 
     def delete(self, keys: str | Iterable[str]) -> None:

@@ -24,6 +24,7 @@ of a thread per request.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -33,7 +34,7 @@ import fsspec
 from fsspec.asyn import AsyncFileSystem, sync
 
 from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
-from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
 
@@ -189,7 +190,7 @@ class FsspecStore(ObjectStore):
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
-    ) -> list[bytes | RangeFailure]:
+    ) -> builtins.list[bytes | RangeFailure]:
         """One async batch on async file systems; the thread pool otherwise."""
         if not isinstance(self.fs, AsyncFileSystem) or len(requests) <= 1:
             return super().get_ranges(requests, continue_on_error=continue_on_error)
@@ -218,18 +219,20 @@ class FsspecStore(ObjectStore):
             for i, value in zip(batch, raw):
                 results[i] = self._settle(requests[i], value)
         out: list[bytes | RangeFailure] = []
-        for r in results:
-            if r is None:
+        for result in results:
+            if result is None:
                 raise AssertionError("every request has a result")  # internal invariant
-            if isinstance(r, RangeFailure) and not continue_on_error:
-                raise r.error
-            out.append(r)
+            if isinstance(result, RangeFailure) and not continue_on_error:
+                raise result.error
+            out.append(result)
         return out
 
     def _settle(self, request: RangeRequest, value: object) -> bytes | RangeFailure:
         """Turn one ``_cat_ranges`` result (bytes or an exception) into ours."""
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
         if not isinstance(value, BaseException):
-            return bytes(value)  # type: ignore[arg-type]
+            value = TypeError(f"unexpected range result of type {type(value).__name__}")
         error = self._fail(value, "get_range", request.key)
         try:
             return self._past_end(request.key, request.start, error)
@@ -238,14 +241,14 @@ class FsspecStore(ObjectStore):
 
     # --- writes ----------------------------------------------------------------
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         path = self._path(key)
         try:
             self.fs.pipe_file(path, bytes(data))
         except Exception as e:
             raise self._fail(e, "put", key, write=True)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)
         if self.protocol not in CONDITIONAL_PROTOCOLS:
             raise ConditionalWriteUnsupported(

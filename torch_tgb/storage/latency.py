@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from torch_tgb.storage._base import ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 
 __all__ = ["LatencyStore"]
 
@@ -81,11 +81,11 @@ class LatencyStore(ObjectStore):
         self._wait(0)
         return self.inner.list(prefix)
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         self._wait(memoryview(data).nbytes)
         self.inner.put(key, data)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         self._wait(memoryview(data).nbytes)
         return self.inner.put_if_absent(key, data)
 

@@ -36,7 +36,7 @@ import stat
 from collections.abc import Iterable, Iterator
 
 from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
-from torch_tgb.storage._base import ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
 
@@ -187,7 +187,7 @@ class LocalStore(ObjectStore):
 
     # --- writes ----------------------------------------------------------------
 
-    def _write_temp(self, path: str, data: bytes | memoryview, key: str, op: str) -> str:
+    def _write_temp(self, path: str, data: Buffer, key: str, op: str) -> str:
         """Write ``data`` completely to a fresh temp file beside ``path``; return its path."""
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{secrets.token_hex(8)}")
@@ -221,7 +221,7 @@ class LocalStore(ObjectStore):
         finally:
             os.close(fd)
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         path = self._path(key)
         tmp = self._write_temp(path, data, key, "put")
         try:
@@ -231,7 +231,7 @@ class LocalStore(ObjectStore):
             _unlink_quietly(tmp)
             raise translate(e, url=self.url, op="put", key=key) from e
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)
         tmp = self._write_temp(path, data, key, "put_if_absent")
         try:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 
 from torch_tgb.errors import ObjectNotFound
-from torch_tgb.storage._base import ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._keys import validate_key, validate_prefix
 
 __all__ = ["MemoryStore"]
@@ -87,13 +87,13 @@ class MemoryStore(ObjectStore):
         with self._bucket.lock:
             return sorted(k for k in self._bucket.objects if k.startswith(prefix))
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         key = self._key(key)
         blob = bytes(data)
         with self._bucket.lock:
             self._bucket.objects[key] = (blob, time.time())
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         key = self._key(key)
         blob = bytes(data)
         with self._bucket.lock:

@@ -14,6 +14,7 @@ harmless because the stored object is the same.
 
 from __future__ import annotations
 
+import builtins
 import random
 import threading
 import time
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from torch_tgb.errors import AmbiguousWriteError, ObjectNotFound, TransientStorageError
-from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 
 __all__ = ["RetryPolicy", "RetryingStore"]
 
@@ -128,7 +129,7 @@ class RetryingStore(ObjectStore):
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
-    ) -> list[bytes | RangeFailure]:
+    ) -> builtins.list[bytes | RangeFailure]:
         """Delegates to the inner store's (possibly batched) ``get_ranges``;
         transiently failed entries are re-issued together, up to ``attempts``."""
         results: list[bytes | RangeFailure] = list(
@@ -154,10 +155,10 @@ class RetryingStore(ObjectStore):
 
     # --- writes ----------------------------------------------------------------
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
+    def put(self, key: str, data: Buffer) -> None:
         self._call(lambda: self.inner.put(key, data))  # idempotent: a replay writes the same bytes
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
         attempts = self.policy.attempts
         ambiguous = False  # an earlier attempt may have landed unseen
         for attempt in range(1, attempts + 1):
@@ -176,7 +177,7 @@ class RetryingStore(ObjectStore):
             return self._was_ours(key, data)
         raise AssertionError("unreachable")
 
-    def _was_ours(self, key: str, data: bytes | memoryview) -> bool:
+    def _was_ours(self, key: str, data: Buffer) -> bool:
         """After a lost acknowledgement: does ``key`` hold exactly our bytes?"""
         try:
             stored = self.get(key)
