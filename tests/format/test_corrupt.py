@@ -46,6 +46,15 @@ def _tensor_table_at(body: bytearray) -> int:
     return _HEADER.size + meta_len + (-meta_len % 8) + nslices * 32
 
 
+@pytest.fixture(autouse=True, params=["python", "numpy"])
+def table_checks(request, monkeypatch):
+    """Run every corruption test through both footer table checkers."""
+    from torch_tgb.format import _footer
+
+    monkeypatch.setattr(_footer, "SMALL_TABLE", 1 << 30 if request.param == "python" else -1)
+    return request.param
+
+
 @pytest.fixture
 def store():
     s = MemoryStore("corrupt")
@@ -226,7 +235,7 @@ def test_missing_slice_request(store):
         footer.slice(2, 0)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_footer_bytes_never_crash_untyped(store, data):
     blob = bytearray(_good(store))

@@ -88,6 +88,7 @@ _DIM = np.dtype("<i8")
 #: lookup table: is this u8 a known dtype code (read-only constant)
 _KNOWN_CODES = np.array([dtype_by_code(c) is not None for c in range(256)], dtype=bool)
 _KNOWN_CODES.flags.writeable = False
+_KNOWN_CODE_SET = frozenset(c for c in range(256) if dtype_by_code(c) is not None)
 
 
 def crc32c_of(buffer: Any) -> int:
@@ -392,8 +393,8 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         meta = json.loads(bytes(body[_HEADER.size : meta_end]))
     except (ValueError, RecursionError) as e:
         raise CorruptObject(f"{where}: footer metadata is not valid JSON: {e}") from e
-    if not isinstance(meta, dict) or _depth(meta, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise CorruptObject(f"{where}: footer metadata must be a JSON object of bounded depth")
+    if not isinstance(meta, dict):
+        raise CorruptObject(f"{where}: footer metadata must be a JSON object")
     names = meta.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise CorruptObject(f"{where}: footer metadata has no list of tensor names")
@@ -402,6 +403,9 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         raise CorruptObject(f"{where}: footer layout/schema are not JSON objects")
     if not isinstance(metadata, dict):
         raise CorruptObject(f"{where}: footer metadata is not a JSON object")
+    # layout/schema have a fixed shape; only user metadata can nest arbitrarily
+    if metadata and _depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise CorruptObject(f"{where}: footer metadata nests deeper than {MAX_JSON_DEPTH}")
 
     pos = meta_padded
     srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)
@@ -448,7 +452,68 @@ def _fail_at(
     )
 
 
+#: footers with at most this many tensors are checked in plain Python (cheaper than numpy's per-call cost)
+SMALL_TABLE = 256
+
+
 def _check_tables(
+    where: str,
+    srows: np.ndarray,
+    trows: np.ndarray,
+    dims: np.ndarray,
+    names: list[str],
+    dp: int,
+    cp: int,
+    data_end: int,
+) -> None:
+    """Nothing may point outside the data region; the same checks either way."""
+    if len(trows) <= SMALL_TABLE:
+        _check_tables_small(where, srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end)
+    else:
+        _check_tables_vectorised(where, srows, trows, dims, names, dp, cp, data_end)
+
+
+def _check_tables_small(
+    where: str, slices: list[tuple[int, ...]], tensors: list[tuple[int, ...]], dims: list[int], names: list[str],
+    cp: int, data_end: int,
+) -> None:
+    def fail(i: int, what: str, name_id: int | None = None) -> None:
+        sdp, scp = slices[i][0], slices[i][1]
+        if name_id is None:
+            raise CorruptObject(f"{where}, slice #{i} (dp={sdp}, cp={scp}): {what}")
+        tensor = repr(names[name_id]) if name_id < len(names) else f"#{name_id}"
+        raise CorruptObject(f"{where}, slice (dp={sdp}, cp={scp}), tensor {tensor}: {what}")
+
+    num_names, num_dims, num_tensors = len(names), len(dims), len(tensors)
+    next_first, prev_end = 0, 0
+    for i, (sdp, scp, start, end, first, count) in enumerate(slices):
+        if sdp != i // cp or scp != i % cp:
+            fail(i, "slices out of (dp, cp) order")
+        if start % SLICE_ALIGN:
+            fail(i, f"slice start not aligned to {SLICE_ALIGN}")
+        if not start <= end <= data_end:
+            fail(i, f"slice range outside the data region [0, {data_end})")
+        if start < prev_end:
+            fail(i, "slice overlaps the previous one")
+        if first != next_first or first + count > num_tensors:
+            fail(i, "bad tensor table range")
+        prev_end, next_first = end, first + count
+        for name_id, code, ndim, _pad, dims_at, _crc, offset, length in tensors[first : first + count]:
+            if offset > data_end or length > data_end:
+                fail(i, "tensor offset/length beyond the object", name_id)
+            if offset < start or offset + length > end:
+                fail(i, "tensor bytes outside its slice", name_id)
+            if name_id >= num_names:
+                fail(i, "tensor name id out of range", name_id)
+            if code not in _KNOWN_CODE_SET:
+                fail(i, "unknown dtype code", name_id)
+            if ndim > MAX_NDIM or dims_at + ndim > num_dims:
+                fail(i, "bad shape entry", name_id)
+    if dims and (min(dims) < 0 or max(dims) > MAX_DIM):
+        raise CorruptObject(f"{where}: absurd tensor dimension in footer (negative or > {MAX_DIM})")
+
+
+def _check_tables_vectorised(
     where: str,
     srows: np.ndarray,
     trows: np.ndarray,
