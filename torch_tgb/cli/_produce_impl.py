@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, print_json, require, storage_options
@@ -59,6 +61,37 @@ def file_batches(
     return available, batch
 
 
+@contextlib.contextmanager
+def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
+    """Periodic stats log lines and/or a Prometheus endpoint for the duration of the run."""
+    reporter = server = collector = None
+    source = None
+    if args.stats_interval or args.metrics_port is not None:
+        from torch_tgb.observability import as_source
+
+        source = as_source(producer, role="producer", id=args.producer_id)
+    if args.stats_interval:
+        from torch_tgb.observability import StatsReporter
+
+        reporter = StatsReporter([source], interval=args.stats_interval).start()
+    if args.metrics_port is not None:
+        from torch_tgb.observability import TGBCollector, start_metrics_server
+
+        collector = TGBCollector([source])
+        server, port = start_metrics_server(args.metrics_port)
+        logging.getLogger("torch_tgb.cli").warning("serving metrics on http://127.0.0.1:%d/metrics", port)
+    try:
+        yield
+    finally:
+        if reporter is not None:
+            reporter.stop()
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if collector is not None:
+            collector.unregister()
+
+
 def produce(args: argparse.Namespace) -> int:
     from torch_tgb._progress import progress
 
@@ -101,7 +134,7 @@ def produce(args: argparse.Namespace) -> int:
         if isinstance(e, TGBError):
             raise
         raise CommandError(str(e)) from e
-    with producer:
+    with producer, _observed(producer, args):
         start = producer.resume_offset
         interval = 1.0 / args.rate if args.rate else 0.0
         next_at = time.perf_counter()

@@ -37,6 +37,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-lag", type=int, default=None, help="pause while this many steps ahead of the safe boundary")
     p.add_argument("--rate", type=float, default=None, help="at most this many batches per second")
     p.add_argument("--seal", action="store_true", help="seal the namespace when done (end of stream)")
+    p.add_argument(
+        "--stats-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="log the producer's stats every SECONDS through logging (shown with -v)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1:PORT while producing (needs prometheus_client)",
+    )
     add_json_flag(p)
     add_storage_option_flag(p)
     p.set_defaults(run=run)
