@@ -166,3 +166,28 @@ def test_tracebacks_never_print_url_credentials(s3_server):
         store.get("missing")
     printed = "".join(traceback.format_exception(info.value))
     assert "pw-in-url" not in printed
+
+
+def test_s3_has_one_retry_layer_and_options_are_not_mutated(s3_server):
+    url, options = s3_server.namespace("retry-layer")
+    options["config_kwargs"] = {"connect_timeout": 5, "retries": {"total_max_attempts": 1}}
+    before = repr(options)
+    store = FsspecStore(url, options)
+    assert repr(options) == before  # botocore must not write into the caller's dicts
+    assert store.fs.retries == 1  # s3fs's hidden retry loop is off; RetryingStore retries
+
+
+def test_dead_endpoint_is_transient_and_names_namespace_and_key():
+    import socket
+
+    from torch_tgb.storage import RetryPolicy
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    options = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "k", "secret": "s"}
+    store = open_store("s3://nobucket/ns", options, retry=RetryPolicy(attempts=2, base_delay=0.01))
+    with pytest.raises(TransientStorageError) as info:
+        store.get("some/key")
+    assert "s3://nobucket/ns" in str(info.value) and "some/key" in str(info.value)
+    assert "2 attempts" in str(info.value)

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from torch_tgb.errors import ObjectNotFound
-from torch_tgb.storage import FsspecStore, LocalStore
+from torch_tgb.storage import LocalStore, open_store
 
 WRITERS = 16
 LOCAL_KEYS = 200
@@ -121,7 +121,8 @@ def test_put_if_absent_race_16_processes_local(tmp_path):
 def test_put_if_absent_race_16_threads_s3(s3_namespace):
     url, options = s3_namespace
     size = 4096
-    stores = [FsspecStore(url, options) for _ in range(WRITERS)]  # equal options: one shared s3fs client
+    # open_store: RetryingStore(FsspecStore); equal options share one s3fs client
+    stores = [open_store(url, options) for _ in range(WRITERS)]
     barrier = threading.Barrier(WRITERS)
     won: dict[int, list[int]] = {k: [] for k in range(S3_KEYS)}
     failures: queue_mod.Queue[str] = queue_mod.Queue()

@@ -20,11 +20,18 @@ fsspec's cached file system instance between stores with equal options is
 safe and saves ~0.25 s of client set-up per store. ``get_ranges`` uses the async ``_cat_ranges`` of async
 file systems (one event loop, ``max_in_flight`` requests in flight) instead
 of a thread per request.
+
+Retries belong to :class:`RetryingStore` alone: for S3, botocore's retries
+(``config_kwargs["retries"]``) and s3fs's retry loop are turned off by default,
+because a hidden retry of a conditional ``PUT`` whose reply was lost would
+report our own win as a loss; surfaced as :class:`AmbiguousWriteError`, the
+retry layer can read the object back instead.
 """
 
 from __future__ import annotations
 
 import builtins
+import copy
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -90,16 +97,23 @@ class FsspecStore(ObjectStore):
     ) -> None:
         self.url = redact_url(url).rstrip("/")
         protocol = urlsplit(url).scheme or "file"
-        options = {**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})}
-        if protocol in ("s3", "s3a"):
+        # a deep copy: botocore writes into nested option dicts it is given
+        options = copy.deepcopy({**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})})
+        s3 = protocol in ("s3", "s3a")
+        if s3:
+            config = options.setdefault("config_kwargs", {})
             # botocore allows 10 connections by default: too few for max_in_flight reads
-            config = dict(options.get("config_kwargs") or {})
             config.setdefault("max_pool_connections", max(10, max_in_flight))
-            options["config_kwargs"] = config
+            # One retry layer (RetryingStore). A hidden botocore retry of a
+            # conditional PUT whose reply was lost would get 412 and turn our
+            # own win into "someone else won" with no AmbiguousWriteError.
+            config.setdefault("retries", {"total_max_attempts": 1})
         try:
             fs, root = fsspec.core.url_to_fs(url, **options)
         except Exception as e:  # unknown protocol, missing driver, bad option
             raise translate(e, url=self.url, op="open", key=None, redact=_secrets_of(url, options)) from None
+        if s3 and isinstance(getattr(fs, "retries", None), int):
+            fs.retries = 1  # s3fs's own retry loop (timeouts, SlowDown): same reason as above
         self.fs = fs
         self.protocol = protocol
         self._redact = _secrets_of(url, options)

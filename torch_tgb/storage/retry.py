@@ -179,11 +179,14 @@ class RetryingStore(ObjectStore):
 
     def _was_ours(self, key: str, data: Buffer) -> bool:
         """After a lost acknowledgement: does ``key`` hold exactly our bytes?"""
+        expected = memoryview(data).cast("B")
         try:
+            if self.size(key) != expected.nbytes:
+                return False  # cheap: a different size cannot be our object
             stored = self.get(key)
         except ObjectNotFound:
             return False  # deleted meanwhile: it was someone else's to delete
-        return stored == bytes(data)
+        return stored == expected
 
     def delete(self, keys: str | Iterable[str]) -> None:
         keys = [keys] if isinstance(keys, str) else list(keys)
