@@ -58,6 +58,10 @@ class Cursor:
         Raises LayoutError when the position falls inside one of them (a cursor
         taken by a reader that split a TGB another way).
         """
+        if self.sub_step == 0:
+            return 0
+        if self.sub_steps == parts:
+            return self.sub_step
         frac = Fraction(self.sub_step, self.sub_steps) * parts
         if frac.denominator != 1:
             raise LayoutError(

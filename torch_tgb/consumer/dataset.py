@@ -35,7 +35,7 @@ from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import DataTimeout
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import open_store
+from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = ["META_KEY", "ReaderOptions", "TGBDataset"]
 
@@ -261,6 +261,8 @@ class TGBDataset(IterableDataset):
                 yield tensors
         finally:
             reader.close()
+            if not isinstance(self.ns, ObjectStore):  # a store handed in belongs to the caller
+                store.close()
             if self._reader is reader:
                 # Keep the final position readable after the loop ends.
                 self._restore = {**self._setting(), **self._position()}

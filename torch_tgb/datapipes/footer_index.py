@@ -66,10 +66,10 @@ class FooterIndex(BaseNode[ReadTask]):
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self._state}
 
-    def available(self) -> int:
-        """Tasks this node can hand out without waiting for new commits."""
+    def available(self, limit: int = 64) -> int:
+        """Tasks (about ``limit`` at most) this node can hand out without waiting for new commits."""
         ahead = getattr(self.source, "available", None)
-        return len(self._pending) + (ahead() if ahead is not None else 0)
+        return len(self._pending) + (ahead(limit) if ahead is not None else 0)
 
     def next(self) -> ReadTask:
         if not self._pending:
@@ -102,7 +102,7 @@ class FooterIndex(BaseNode[ReadTask]):
         ahead = getattr(self.source, "available", None)
         if ahead is None:
             return
-        while len(self._pending) < self.lookahead and ahead() > 0:
+        while len(self._pending) < self.lookahead and ahead(self.lookahead - len(self._pending)) > 0:
             try:
                 self._pull()
             except StopIteration:
@@ -124,7 +124,11 @@ class FooterIndex(BaseNode[ReadTask]):
                     f"offset {entry.footer_offset} outside object {e.key!r} of {entry.size} bytes"
                 )
             requests.append(RangeRequest(e.key, entry.footer_offset, entry.size))
-        blobs = self.store.get_ranges(requests)
+        if all(self.store.local_path(r.key) is not None for r in requests):
+            # local files: sequential reads beat spinning up reader threads
+            blobs = [self.store.get_range(r.key, r.start, r.end) for r in requests]
+        else:
+            blobs = self.store.get_ranges(requests)
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
         for e, blob in zip(todo.values(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)

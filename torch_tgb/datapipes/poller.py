@@ -109,7 +109,7 @@ class ManifestPoller(BaseNode[StepEntry]):
         """Make a wait in progress (another thread) end with StopIteration; reset() re-arms."""
         self._interrupt.set()
 
-    def available(self) -> int:
+    def available(self, limit: int | None = None) -> int:
         """Steps known to be committed that this poller has not yielded yet (no waiting needed)."""
         bound = self._known_steps if self.stop_step is None else min(self._known_steps, self.stop_step)
         return max(0, bound - self._next_step)

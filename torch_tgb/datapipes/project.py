@@ -160,12 +160,13 @@ class Project(BaseNode[ReadTask]):
         position = getattr(self.source, "next_step", None)
         if ahead is None or position is None:
             return 0
-        have = set(self._buffer)
         bound = position + ahead()
+        k, m = self.plan.tgbs_per_step, self.plan.steps_per_tgb
+        base = self._origin.step * m + self._origin.split(m)
         count, index = 0, self._index
         while count < limit:
-            c = self.cursor(index)
-            if not all(s in have or s < bound for s in range(c.step, c.step + self.plan.tgbs_per_step)):
+            first = self._origin.step + index * k if m == 1 else (base + index) // m
+            if not all(s in self._buffer or s < bound for s in range(first, first + k)):
                 break
             count += 1
             index += self.num_workers

@@ -1,0 +1,287 @@
+"""Consumer read efficiency (BatchWeave §7.4 analogue) and the single-rank hot path.
+
+Three measurements, printed and saved as JSON under benchmarks/results/:
+
+1. ``amplification``: logical world sizes 8/32/128 (Layout(dp=W)) with
+   100 KB and 1 MB slices. A sample of ranks (at most ``--ranks`` of them,
+   spread over the world, reading concurrently in threads) reads every step
+   either with TGB-aware range reads (``RangeReader``: footer + own slice) or
+   dense (read the whole TGB object, keep the slice). Reported per mode:
+   read amplification (bytes fetched / bytes used), per-rank throughput
+   (useful MB/s), P50/P95 per-step fetch latency. Stores: ``LatencyStore``
+   (a model: rtt + size/bandwidth per stream over an in-memory namespace) and
+   a moto S3 server on loopback (``--s3``; kept small).
+2. ``requests``: range requests per rank-step, cold (footers fetched
+   batched) and warm (footer cache already holds them).
+3. ``hot_path``: one rank reading a local namespace through ``TGBDataset``
+   (prefetch on) vs the raw floor ``np.frombuffer(mmap) -> torch.from_numpy``
+   of a 32x512 uint32 batch, measured in the same run.
+
+Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from torch_tgb.consumer import TGBDataset
+from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
+from torch_tgb.datapipes._types import ReadTask
+from torch_tgb.format import decode_slice
+from torch_tgb.layout import Layout, Mesh, plan_reads
+from torch_tgb.manifest import Manifest
+from torch_tgb.producer import Producer
+from torch_tgb.storage import LatencyStore, RangeRequest, open_store
+
+RESULTS = Path(__file__).parent / "results"
+KB = 1000
+
+
+class DenseReader(RangeReader):
+    """Baseline: fetch the whole TGB object, keep this rank's slice."""
+
+    def _read_pieces(self, task: ReadTask) -> list[dict]:
+        started = time.perf_counter()
+        keys = sorted({task.entries[p.tgb].key for p in task.pieces})
+        sizes = {e.key: e.entry.size for e in task.entries}
+        blobs = dict(zip(keys, self.store.get_ranges([RangeRequest(k, 0, sizes[k]) for k in keys])))
+        parts = []
+        useful = 0
+        for piece in task.pieces:
+            key = task.entries[piece.tgb].key
+            info = task.footers[key].slice(piece.dp, piece.cp)
+            parts.append(decode_slice(blobs[key], info, base_offset=0, verify=self.verify, key=key))
+            useful += sum(t.length for t in info.tensors)
+        self.stats.fetch_latency(time.perf_counter() - started)
+        self.stats.add(data_requests=len(keys), bytes_read=sum(sizes[k] for k in keys), useful_bytes=useful)
+        return parts
+
+
+def produce_uniform(store_url: str, world: int, slice_bytes: int, steps: int, options: dict | None = None) -> None:
+    layout = Layout(dp=world)
+    with Producer(store_url, producer_id="bench", layout=layout, commit_policy="fixed:8", storage_options=options) as p:
+        for offset in range(steps):
+            payload = torch.full((world, slice_bytes), offset % 251, dtype=torch.uint8)
+            p.append({"payload": payload}, offset=offset)
+        p.flush()
+        p.close(seal=True)
+
+
+def read_ranks(store: Any, world: int, ranks: list[int], *, dense: bool, prefetch: int) -> dict[str, Any]:
+    """Ranks read every step concurrently (one thread each); per-rank figures."""
+    layout = Layout(dp=world)
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            stats = ReadStats()
+            poller = ManifestPoller(Manifest(store), stats=stats)
+            project = Project(poller, plan_reads(layout, Mesh(rank, world)))
+            footers = FooterIndex(project, store, stats=stats)
+            cls = DenseReader if dense else RangeReader
+            reader = cls(footers, store, prefetch=prefetch, stats=stats)
+            started = time.perf_counter()
+            n = sum(1 for _ in reader)
+            elapsed = time.perf_counter() - started
+            reader.close()
+            snap = stats.snapshot()
+            results[rank] = {"steps": n, "elapsed_s": elapsed, "stats": snap}
+        except BaseException as e:  # reported after join
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    snaps = [r["stats"] for r in results.values()]
+    useful = sum(s.useful_bytes for s in snaps)
+    read = sum(s.bytes_read for s in snaps)
+    per_rank_mbps = [r["stats"].useful_bytes / r["elapsed_s"] / 1e6 for r in results.values()]
+    return {
+        "ranks_sampled": len(ranks),
+        "steps": results[ranks[0]]["steps"],
+        "read_amplification": read / useful,
+        "per_rank_MBps_mean": float(np.mean(per_rank_mbps)),
+        "fetch_p50_ms": float(np.median([s.fetch_p50_s for s in snaps]) * 1e3),
+        "fetch_p95_ms": float(max(s.fetch_p95_s for s in snaps) * 1e3),
+        "requests_per_step": float(np.mean([s.requests_per_step for s in snaps])),
+    }
+
+
+def sample_ranks(world: int, count: int) -> list[int]:
+    if count >= world:
+        return list(range(world))
+    return sorted({int(round(i * (world - 1) / (count - 1))) for i in range(count)})
+
+
+def amplification(args: argparse.Namespace, s3: Any) -> list[dict[str, Any]]:
+    rows = []
+    worlds = [8, 32] if args.quick else [8, 32, 128]
+    sizes = [100 * KB] if args.quick else [100 * KB, 1000 * KB]
+    stores = ["latency"] + (["s3"] if s3 is not None else [])
+    for kind in stores:
+        for world in worlds:
+            for size in sizes:
+                if kind == "s3" and world * size > (8 if args.quick else 32) * 1000 * KB:
+                    continue  # keep the loopback S3 runs small
+                steps = args.steps
+                name = f"bench-{kind}-{world}-{size}-{uuid.uuid4().hex[:6]}"
+                if kind == "latency":
+                    url, options = f"memory://{name}", None
+                    produce_uniform(url, world, size, steps)
+                    store = LatencyStore(open_store(url), rtt=args.rtt, bandwidth=args.bandwidth)
+                else:
+                    url, options = s3.namespace(name)
+                    produce_uniform(url, world, size, steps, options)
+                    store = open_store(url, options)
+                ranks = sample_ranks(world, args.ranks)
+                for dense in (False, True):
+                    r = read_ranks(store, world, ranks, dense=dense, prefetch=2)
+                    row = {"store": kind, "world": world, "slice_KB": size // KB, "mode": "dense" if dense else "range", **r}
+                    rows.append(row)
+                    print(
+                        f"{kind:8s} W={world:4d} slice={size // KB:5d}KB {row['mode']:5s}: amp {r['read_amplification']:8.3f}  "
+                        f"{r['per_rank_MBps_mean']:8.2f} MB/s/rank  p50 {r['fetch_p50_ms']:8.1f} ms  p95 {r['fetch_p95_ms']:8.1f} ms",
+                        flush=True,
+                    )
+                store.close()
+    return rows
+
+
+def requests_per_step(args: argparse.Namespace) -> dict[str, float]:
+    url = f"memory://bench-req-{uuid.uuid4().hex[:6]}"
+    steps = 64 if args.quick else 256
+    produce_uniform(url, 8, 10 * KB, steps)
+    store = open_store(url)
+    stats = ReadStats()
+    poller = ManifestPoller(Manifest(store), stats=stats)
+    footers = FooterIndex(Project(poller, plan_reads(Layout(dp=8), Mesh(3, 8))), store, stats=stats, cache_size=4096)
+    reader = RangeReader(footers, store, prefetch=2, stats=stats)
+    n = sum(1 for _ in reader)
+    cold = stats.snapshot()
+    reader.reset(None)
+    m = sum(1 for _ in reader)
+    warm = stats.snapshot()
+    reader.close()
+    out = {
+        "steps": n,
+        "cold_requests_per_step": cold.requests / n,
+        "cold_footer_batches": footers.lookahead,
+        "warm_requests_per_step": (warm.requests - cold.requests) / m,
+    }
+    print(f"requests per rank-step: cold {out['cold_requests_per_step']:.3f} (footers batched "
+          f"{footers.lookahead} per call), warm {out['warm_requests_per_step']:.3f}", flush=True)
+    return out
+
+
+def hot_path(args: argparse.Namespace) -> dict[str, float]:
+    steps = 300 if args.quick else 2000
+    shape = (32, 512)
+    with tempfile.TemporaryDirectory() as tmp:
+        ns = os.path.join(tmp, "ns")
+        rng = np.random.default_rng(0)
+        with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64") as p:
+            for offset in range(steps):
+                batch = torch.from_numpy(rng.integers(0, 50000, size=shape, dtype=np.uint32))
+                p.append({"input_ids": batch}, offset=offset)
+            p.close(seal=True)
+        # raw floor: the same batches back to back in one file, mmap -> frombuffer -> from_numpy
+        raw_path = os.path.join(tmp, "raw.bin")
+        per = shape[0] * shape[1] * 4
+        with open(raw_path, "wb") as f:
+            f.write(rng.integers(0, 50000, size=(steps, *shape), dtype=np.uint32).tobytes())
+        with open(raw_path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            for i in range(steps):  # warm the page cache like the namespace was by writing it
+                np.frombuffer(mm, dtype=np.uint32, count=shape[0] * shape[1], offset=i * per)
+            started = time.perf_counter()
+            total = 0
+            for i in range(steps):
+                arr = np.frombuffer(mm, dtype=np.uint32, count=shape[0] * shape[1], offset=i * per).reshape(shape)
+                t = torch.from_numpy(arr)
+                total += t.shape[0]
+            raw_s = time.perf_counter() - started
+            del arr, t
+            mm.close()
+        out: dict[str, float] = {"steps": steps, "raw_steps_per_s": steps / raw_s}
+        tokens = shape[0] * shape[1]
+        for verify in (True, False):
+            ds = TGBDataset(ns, mesh=Mesh(0, 1), prefetch=4, options=ReaderOptions(verify=verify))
+            started = time.perf_counter()
+            n = 0
+            for batch in ds:
+                n += batch["input_ids"].shape[0] > 0
+            elapsed = time.perf_counter() - started
+            tag = "crc" if verify else "nocrc"
+            out[f"dataset_{tag}_steps_per_s"] = n / elapsed
+            out[f"dataset_{tag}_tokens_per_s"] = n * tokens / elapsed
+            out[f"dataset_{tag}_us_per_step"] = elapsed / n * 1e6
+            out[f"ratio_raw_over_dataset_{tag}"] = out["raw_steps_per_s"] / out[f"dataset_{tag}_steps_per_s"]
+        out["raw_us_per_step"] = raw_s / steps * 1e6
+        print(
+            f"hot path: raw floor {out['raw_us_per_step']:.1f} us/step; TGBDataset {out['dataset_crc_us_per_step']:.1f} "
+            f"us/step with CRC ({out['dataset_crc_tokens_per_s'] / 1e6:.1f} M tokens/s), "
+            f"{out['dataset_nocrc_us_per_step']:.1f} us/step without; ratio {out['ratio_raw_over_dataset_crc']:.1f}x / "
+            f"{out['ratio_raw_over_dataset_nocrc']:.1f}x",
+            flush=True,
+        )
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI / a laptop)")
+    parser.add_argument("--s3", action="store_true", help="also run on a loopback moto S3 server")
+    parser.add_argument("--steps", type=int, default=None, help="TGB steps per namespace")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks sampled per world size (threads)")
+    parser.add_argument("--rtt", type=float, default=0.020, help="LatencyStore round trip, seconds")
+    parser.add_argument("--bandwidth", type=float, default=100e6, help="LatencyStore bytes/s per stream")
+    parser.add_argument("--out", type=Path, default=RESULTS / "consumer_read.json")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 3 if args.quick else 6
+    s3 = None
+    if args.s3:
+        from torch_tgb.testing.s3server import MotoS3Server
+
+        s3 = MotoS3Server(separate_process=True).start()
+    try:
+        report = {
+            "benchmark": "consumer_read",
+            "quick": args.quick,
+            "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+            "latency_model": {"rtt_s": args.rtt, "bandwidth_Bps_per_stream": args.bandwidth},
+            "amplification": amplification(args, s3),
+            "requests": requests_per_step(args),
+            "hot_path": hot_path(args),
+        }
+    finally:
+        if s3 is not None:
+            s3.stop()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
