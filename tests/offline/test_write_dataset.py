@@ -96,3 +96,13 @@ def test_argument_errors(tmp_path):
         write_dataset(str(tmp_path / "x"), _docs(3), layout=Layout(), global_batch_size=4, seq_len=8, packing="greedy")
     with pytest.raises(LayoutError, match="not divisible into 2"):
         write_dataset(str(tmp_path / "x"), _docs(3), layout=Layout(cp=2, seq_keys=("input_ids",)), global_batch_size=4, seq_len=7)
+
+
+def test_progress_bar_forced_on_does_not_change_output(tmp_path, read_back, capsys):
+    docs = _docs(8)
+    write_dataset(str(tmp_path / "a"), docs, layout=Layout(), global_batch_size=2, seq_len=8, progress=True)
+    write_dataset(str(tmp_path / "b"), docs, layout=Layout(), global_batch_size=2, seq_len=8, progress=False)
+    assert "write_dataset" in capsys.readouterr().err
+    a = torch.cat([b["input_ids"] for b in read_back(str(tmp_path / "a"))[0]])
+    b = torch.cat([b["input_ids"] for b in read_back(str(tmp_path / "b"))[0]])
+    assert torch.equal(a, b)
