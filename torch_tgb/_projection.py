@@ -95,7 +95,9 @@ class StepReads:
         names = parts[0].keys()
         return {name: torch.cat([p[name] for p in parts], dim=0) for name in names}
 
-    def _part(self, segments: tuple[Segment, ...], tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    def _part(
+        self, segments: tuple[Segment, ...], tensors: Sequence[Mapping[str, torch.Tensor]]
+    ) -> dict[str, torch.Tensor]:
         base = tensors[segments[0].piece]
         out = {}
         for name, t in base.items():
@@ -194,7 +196,9 @@ class ReadPlan:
         return float(len(used) / sum(used.values()))
 
 
-def _cp_segments(written: Layout, cp_size: int, cp_rank: int, cp_order: str) -> tuple[tuple[int, Fraction, Fraction], ...]:
+def _cp_segments(
+    written: Layout, cp_size: int, cp_rank: int, cp_order: str
+) -> tuple[tuple[int, Fraction, Fraction], ...]:
     """(written cp index, local lo, local hi) for each token range cp rank ``cp_rank`` wants, in order."""
     if not written.seq_keys:
         # nothing is split along the sequence: any cp slice holds everything

@@ -90,7 +90,9 @@ class Layout:
         seq_keys = d.get("seq_keys", ())
         if not isinstance(seq_keys, (list, tuple)):
             raise LayoutError(f"layout seq_keys must be a list, got {seq_keys!r}")
-        return cls(dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous"))
+        return cls(
+            dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous")
+        )
 
     def check_batch(self, batch: Mapping[str, torch.Tensor]) -> int:
         """Validate that ``batch`` can be cut; returns the global batch size."""

@@ -148,7 +148,9 @@ class SliceReader:
                 self._maps.pop(next(iter(self._maps)))
         return mm
 
-    def read(self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | None = None) -> dict[str, torch.Tensor]:
+    def read(
+        self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | None = None
+    ) -> dict[str, torch.Tensor]:
         """One slice of ``key`` as tensors: an mmap view locally, one range read remotely."""
         check = self.verify if verify is None else verify
         mm = self._maps.get(key, _MISSING)

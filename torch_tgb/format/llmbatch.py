@@ -71,7 +71,8 @@ class LLMBatchHeader:
 
     def pack(self) -> bytes:
         head = _HEADER.pack(
-            MAGIC, self.version, self.batch_size, self.seq_len, self.num_batches, self.dtype, self.seed, self.total_records
+            MAGIC, self.version, self.batch_size, self.seq_len,
+            self.num_batches, self.dtype, self.seed, self.total_records,
         )
         return head + bytes(HEADER_SIZE - len(head))
 

@@ -96,7 +96,9 @@ def global_batches(rows: Mapping[str, np.ndarray], global_batch_size: int, shuff
     return padded, num_batches
 
 
-def _take(rows: Mapping[str, np.ndarray], index: np.ndarray, *, pad_id: int, token_dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _take(
+    rows: Mapping[str, np.ndarray], index: np.ndarray, *, pad_id: int, token_dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """Rows ``index`` (``-1`` = an empty padding row) as tensors."""
     out: dict[str, torch.Tensor] = {}
     real = index >= 0
