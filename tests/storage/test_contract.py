@@ -81,3 +81,40 @@ def test_two_s3_stores_see_each_others_writes_at_once(s3_namespace):
     assert b.list() == [] and not b.exists("x/1")
     b.put("x/1", b"3")
     assert a.get("x/1") == b"3" and a.size("x/1") == 1
+
+
+def _get_in_child(store, key, results):  # type: ignore[no-untyped-def]
+    try:
+        results.put(store.get(key))
+    except BaseException as e:
+        results.put(repr(e))
+
+
+@pytest.mark.s3
+def test_s3_store_survives_pickle_and_fork(s3_namespace):
+    """DataLoader workers receive stores by pickling (spawn) or inherit them (fork)."""
+    import multiprocessing as mp
+    import pickle
+
+    store = open_store(*s3_namespace)
+    store.put("k", b"shared")
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.get("k") == b"shared" and clone.url == store.url
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_get_in_child, args=(store, "k", results))
+    child.start()
+    assert results.get(timeout=60) == b"shared"
+    child.join(timeout=30)
+    assert store.get("k") == b"shared"  # the parent's client still works
+
+
+def test_local_and_wrapped_stores_pickle(tmp_path):
+    import pickle
+
+    from torch_tgb.storage import FaultyStore, LatencyStore
+
+    store = open_store(str(tmp_path))
+    store.put("k", b"v")
+    for s in (store, FaultyStore(LocalStore(tmp_path)), LatencyStore(LocalStore(tmp_path), rtt=0)):
+        assert pickle.loads(pickle.dumps(s)).get("k") == b"v"

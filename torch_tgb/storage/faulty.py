@@ -30,7 +30,6 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate
@@ -75,7 +74,7 @@ class FaultPlan:
         unknown = sorted(set(self.ops) - set(OPERATIONS))
         if unknown:
             raise ValueError(f"FaultPlan.ops: unknown operations {unknown}; known: {OPERATIONS}")
-        object.__setattr__(self, "ops", MappingProxyType(dict(self.ops)))
+        object.__setattr__(self, "ops", dict(self.ops))  # a private copy (picklable, unlike a proxy)
 
     def rates(self, op: str) -> FaultRates:
         return self.ops.get(op, self.default)
@@ -188,6 +187,16 @@ class FaultyStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return None  # force reads through the faulty path
+
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (e.g. into DataLoader workers): the lock is recreated."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         self.inner.close()

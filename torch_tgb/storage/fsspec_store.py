@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import builtins
 import copy
+import os
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -99,8 +101,7 @@ class FsspecStore(ObjectStore):
         protocol = urlsplit(url).scheme or "file"
         # a deep copy: botocore writes into nested option dicts it is given
         options = copy.deepcopy({**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})})
-        s3 = protocol in ("s3", "s3a")
-        if s3:
+        if protocol in ("s3", "s3a"):
             config = options.setdefault("config_kwargs", {})
             # botocore allows 10 connections by default: too few for max_in_flight reads
             config.setdefault("max_pool_connections", max(10, max_in_flight))
@@ -108,17 +109,46 @@ class FsspecStore(ObjectStore):
             # conditional PUT whose reply was lost would get 412 and turn our
             # own win into "someone else won" with no AmbiguousWriteError.
             config.setdefault("retries", {"total_max_attempts": 1})
-        try:
-            fs, root = fsspec.core.url_to_fs(url, **options)
-        except Exception as e:  # unknown protocol, missing driver, bad option
-            raise translate(e, url=self.url, op="open", key=None, redact=_secrets_of(url, options)) from None
-        if s3 and isinstance(getattr(fs, "retries", None), int):
-            fs.retries = 1  # s3fs's own retry loop (timeouts, SlowDown): same reason as above
-        self.fs = fs
         self.protocol = protocol
-        self._redact = _secrets_of(url, options)
-        self.root = root.rstrip("/")
         self.max_in_flight = max_in_flight
+        self._redact = _secrets_of(url, options)
+        # kept (never printed) to rebuild the file system in a forked or unpickled process
+        self._spec = (url, options)
+        self._lock = threading.Lock()
+        fs, root = self._connect()
+        self.root = root.rstrip("/")
+        self._fs, self._pid = fs, os.getpid()
+
+    def _connect(self) -> tuple[Any, str]:
+        url, options = self._spec
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **copy.deepcopy(options))
+        except Exception as e:  # unknown protocol, missing driver, bad option
+            raise translate(e, url=self.url, op="open", key=None, redact=self._redact) from None
+        if self.protocol in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
+            fs.retries = 1  # s3fs's own retry loop (timeouts, SlowDown): same reason as above
+        return fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec file system; rebuilt after a fork (async ones are not fork-safe)."""
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._fs = self._connect()[0]
+                    self._pid = os.getpid()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_fs"], state["_lock"]
+        state["_pid"] = -1  # connect lazily on first use
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._fs = None
+        self._lock = threading.Lock()
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{validate_key(key, namespace=self.url)}"

@@ -192,6 +192,16 @@ class RetryingStore(ObjectStore):
         keys = [keys] if isinstance(keys, str) else list(keys)
         self._call(lambda: self.inner.delete(keys))
 
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (e.g. into DataLoader workers): the lock is recreated."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def close(self) -> None:
         self.inner.close()
 
