@@ -151,3 +151,20 @@ def test_large_range_read(root):
     payload = os.urandom(3 << 20)
     store.put("big", payload)
     assert store.get_range("big", 12345, 3 << 20) == payload[12345:]
+
+
+def test_get_ranges_small_and_large_batches_agree(root):
+    from torch_tgb.errors import ObjectNotFound as Missing
+    from torch_tgb.storage import RangeFailure, RangeRequest
+
+    store = LocalStore(root / "ns", fsync=False)
+    payload = os.urandom(3 << 20)
+    store.put("big", payload)
+    small = [RangeRequest("big", i * 1000, i * 1000 + 500) for i in range(50)]
+    large = [RangeRequest("big", (i * 100_003) % (2 << 20), (i * 100_003) % (2 << 20) + (1 << 20)) for i in range(20)]
+    for requests in (small, large):  # sequential path, then the thread pool (> 16 MiB)
+        assert store.get_ranges(requests) == [payload[r.start : r.end] for r in requests]
+    mixed = [*large, RangeRequest("missing", 0, 1)]
+    results = store.get_ranges(mixed, continue_on_error=True)
+    assert isinstance(results[-1], RangeFailure) and isinstance(results[-1].error, Missing)
+    assert results[:-1] == [payload[r.start : r.end] for r in large]

@@ -29,14 +29,15 @@ noticed -- whoever can do that can write the namespace anyway.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
-from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
 
@@ -44,6 +45,8 @@ __all__ = ["LocalStore"]
 
 _TMP_PREFIX = ".tgb-tmp."
 _SAFE_DIRS_MAX = 4096
+# get_ranges batches up to this many bytes are read sequentially (see there)
+_SEQUENTIAL_BYTES = 16 << 20
 # Errors from os.link that mean "this file system has no hard links".
 _NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS})
 
@@ -184,6 +187,17 @@ class LocalStore(ObjectStore):
                 yield from self._walk(entry.path, f"{base}{entry.name}/")
             elif entry.is_file():
                 yield f"{base}{entry.name}"
+
+    def get_ranges(
+        self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
+    ) -> builtins.list[bytes | RangeFailure]:
+        """Small batches are read in this thread: from the page cache a ``pread``
+        takes microseconds, less than handing it to a pool (3x faster for 256 x
+        64 KiB on 2 cores). Large batches use the pool so a cold disk sees
+        several requests at once."""
+        if sum(r.length for r in requests) <= _SEQUENTIAL_BYTES:
+            return [self._read_one(r, continue_on_error) for r in requests]
+        return super().get_ranges(requests, continue_on_error=continue_on_error)
 
     # --- writes ----------------------------------------------------------------
 
