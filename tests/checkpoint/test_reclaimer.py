@@ -68,9 +68,9 @@ def test_boundary_follows_retirements_and_never_moves_back(store):
     assert reclaimer.run_once().boundary_step == 3
     assert keep_last(store, 1) == ["ck-3", "ck-9"]
     report = reclaimer.run_once()
-    assert report.boundary_step == 15 and report.live_checkpoints == 1
-    assert not store.exists("_tgb/watermarks/ck-3.json")  # retired watermarks are dropped
-    assert store.exists("_tgb/retired/ck-3")  # markers stay: the id is never live again
+    assert report.boundary_step == 15 and report.live_checkpoints == 1 and report.checkpoints_dropped == 2
+    assert not store.exists("_tgb/watermarks/ck-3.json")  # retired checkpoints are dropped:
+    assert not store.exists("_tgb/retired/ck-3")  # watermark, then marker
     retire(store, "ck-15")
     assert safe_boundary(store) == 0
     report = reclaimer.run_once()
@@ -78,6 +78,8 @@ def test_boundary_follows_retirements_and_never_moves_back(store):
     with pytest.raises(ManifestError, match="reclaimed"):
         record_watermark(store, "late", cursor(4))  # a checkpoint that could not resume is refused
     assert not store.exists("_tgb/watermarks/late.json")
+    record_watermark(store, "ck-3", cursor(16))  # a dropped id is free again, above the boundary
+    assert safe_boundary(store) == 16
     assert_resumable(store, 15, ns.keys)
 
 

@@ -18,7 +18,7 @@ the job (deletes are idempotent, TGB objects immutable):
 5. delete orphans: objects under ``data/`` that no kept version names and
    whose age exceeds ``grace_period`` (written but never committed — or not
    committed *yet*: the grace period must exceed any write-to-commit delay);
-6. drop the watermark files of retired checkpoints.
+6. drop retired checkpoints: their watermarks, then their markers.
 
 The boundary never moves back (a pass with fewer live checkpoints only
 deletes what earlier passes already allowed). Run one Reclaimer per
@@ -35,12 +35,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch_tgb.checkpoint._store import as_store
-from torch_tgb.checkpoint.watermarks import (
-    WATERMARK_PREFIX,
-    live_checkpoints,
-    read_watermarks,
-    retired_ids,
-)
+from torch_tgb.checkpoint.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.errors import ObjectNotFound
 from torch_tgb.manifest.manifest import SNAPSHOT_PREFIX, Manifest, snapshot_key
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, TGBEntry
@@ -66,6 +61,7 @@ class ReclaimReport:
     versions: int  # log versions deleted
     snapshots: int
     orphans: int  # uncommitted objects deleted
+    checkpoints_dropped: int  # retired checkpoints whose watermark and marker were deleted
     bytes: int  # TGB + orphan bytes deleted
     seconds: float
 
@@ -113,7 +109,7 @@ class Reclaimer:
         versions = manifest.delete_versions_below(boundary.version)
         snapshots = self._delete_old_snapshots(boundary)
         orphans, orphan_bytes = self._delete_orphans(data_keys, kept | deleted_keys)
-        self._drop_retired_watermarks()
+        dropped = self._drop_retired()
         report = ReclaimReport(
             safe_step=safe_step,
             boundary_version=boundary.version,
@@ -123,6 +119,7 @@ class Reclaimer:
             versions=versions,
             snapshots=snapshots,
             orphans=orphans,
+            checkpoints_dropped=dropped,
             bytes=nbytes + orphan_bytes,
             seconds=time.monotonic() - started,
         )
@@ -225,10 +222,24 @@ class Reclaimer:
             kept.update(e.key for e in manifest.read_version(number).entries)
         return kept
 
-    def _drop_retired_watermarks(self) -> None:
-        """Retired checkpoints' watermarks are no longer read; their markers stay (ids are not reused)."""
+    def _drop_retired(self) -> int:
+        """Delete retired checkpoints' watermarks, then their markers; returns how many ids were dropped.
+
+        Markers are listed *before* watermarks: an id recorded and retired
+        between the two listings then has its watermark deleted with it, never
+        a marker deleted under a watermark that would come back to life.
+        Dropping them keeps every listing bounded by the live checkpoints, not
+        by the length of the run; once dropped, the id may be recorded again
+        (``record_watermark`` still refuses a cursor below the GC boundary).
+        """
         retired = retired_ids(self.store)
-        doomed = [f"{WATERMARK_PREFIX}{m.checkpoint_id}.json" for m in read_watermarks(self.store)
-                  if m.checkpoint_id in retired]
-        if doomed:
-            self.store.delete(doomed)
+        if not retired:
+            return 0
+        recorded = {key[len(WATERMARK_PREFIX) : -len(".json")] for key in self.store.list(WATERMARK_PREFIX)
+                    if key.endswith(".json")}
+        doomed = sorted(retired)
+        watermarks = [f"{WATERMARK_PREFIX}{cid}.json" for cid in doomed if cid in recorded]
+        if watermarks:
+            self.store.delete(watermarks)
+        self.store.delete([f"{RETIRED_PREFIX}{cid}" for cid in doomed])  # only after their watermarks are gone
+        return len(doomed)

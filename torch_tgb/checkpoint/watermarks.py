@@ -15,9 +15,11 @@ Ordering rules (why this is safe without locks):
   listed earlier may advance the GC boundary past a cursor that is older than
   every other live checkpoint; ``record_watermark`` re-reads the GC boundary
   after writing and fails loud if the checkpoint can no longer resume.
-- A retirement marker is permanent: re-recording a retired id is refused, so
-  a Reclaimer never sees a retired checkpoint come back to life under data it
-  has already deleted.
+- Re-recording a retired id is refused while its marker exists, so a retired
+  checkpoint does not come back to life. The Reclaimer deletes a retired
+  checkpoint's watermark and then its marker (listings stay bounded by the
+  live checkpoints); after that the id is free again, and a cursor below the
+  GC boundary is refused as for any id.
 - Reading is strict: a malformed watermark raises instead of being skipped,
   since skipping one could let the Reclaimer delete what it protects.
 """
@@ -159,7 +161,7 @@ def retire(
     checkpoint_id: str,
     storage_options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Mark a checkpoint deleted: its data may be reclaimed. Idempotent; retiring is permanent."""
+    """Mark a checkpoint deleted: its data may be reclaimed. Idempotent."""
     validate_checkpoint_id(checkpoint_id)
     store = as_store(ns_or_store, storage_options)
     key = _retired_key(checkpoint_id)
