@@ -229,7 +229,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
 def _report_dict(report: Any) -> dict[str, Any]:
     import dataclasses
 
-    if dataclasses.is_dataclass(report):
+    if dataclasses.is_dataclass(report) and not isinstance(report, type):
         return dataclasses.asdict(report)
     return dict(vars(report))
 

@@ -76,7 +76,11 @@ def consume(
     stats: dict[str, Any] = {}
     if callable(getattr(dataset, "stats", None)):
         snapshot = dataset.stats()
-        stats = dataclasses.asdict(snapshot) if dataclasses.is_dataclass(snapshot) else dict(snapshot)
+        stats = (
+            dataclasses.asdict(snapshot)
+            if dataclasses.is_dataclass(snapshot) and not isinstance(snapshot, type)
+            else dict(snapshot)
+        )
     close = getattr(dataset, "close", None)
     if callable(close):
         close()

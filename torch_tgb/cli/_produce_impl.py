@@ -24,8 +24,8 @@ def synthetic_batch(offset: int, *, global_batch: int, seq_len: int, vocab_size:
     import torch
 
     rng = np.random.default_rng([seed, offset])
-    tokens = rng.integers(0, vocab_size, size=(global_batch, seq_len + 1), dtype=np.int64)
-    tokens = torch.from_numpy(tokens.astype(np.int32))
+    drawn = rng.integers(0, vocab_size, size=(global_batch, seq_len + 1), dtype=np.int64)
+    tokens = torch.from_numpy(drawn.astype(np.int32))
     return {"input_ids": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous()}
 
 
@@ -64,12 +64,10 @@ def file_batches(
 @contextlib.contextmanager
 def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
     """Periodic stats log lines and/or a Prometheus endpoint for the duration of the run."""
-    reporter = server = collector = None
-    source = None
-    if args.stats_interval or args.metrics_port is not None:
-        from torch_tgb.observability import as_source
+    from torch_tgb.observability import as_source
 
-        source = as_source(producer, role="producer", id=args.producer_id)
+    reporter = server = collector = None
+    source = as_source(producer, role="producer", id=args.producer_id)
     if args.stats_interval:
         from torch_tgb.observability import StatsReporter
 

@@ -87,14 +87,12 @@ def run(args: argparse.Namespace) -> int:
 def _run_self_check(args: argparse.Namespace, root: Path) -> int:
     from torch_tgb.cli._selfcheck import storage_self_check
 
-    results = []
-    try:
-        from torch_tgb.storage import open_store  # type: ignore[attr-defined]
-    except ImportError:
-        open_store = None
-    from torch_tgb.storage import MemoryStore
+    import torch_tgb.storage as storage
+    from torch_tgb.storage import ObjectStore
 
-    stores = [MemoryStore(f"tgb-demo-selfcheck-{root.name}")]
+    results = []
+    open_store = getattr(storage, "open_store", None)
+    stores: list[ObjectStore] = [storage.MemoryStore(f"tgb-demo-selfcheck-{root.name}")]
     if open_store is not None:
         stores.append(open_store(str(root / "selfcheck")))
     for store in stores:

@@ -41,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
         kwargs["grace_period"] = args.grace_period
     reclaimer = checkpoint.Reclaimer(args.ns, **kwargs)
     report = reclaimer.run_once()
-    fields = dataclasses.asdict(report) if dataclasses.is_dataclass(report) else dict(vars(report))
+    fields = (
+        dataclasses.asdict(report)
+        if dataclasses.is_dataclass(report) and not isinstance(report, type)
+        else dict(vars(report))
+    )
     if args.json:
         print_json(fields)
     else:
