@@ -163,6 +163,9 @@ class Reclaimer:
         current = manifest.gc_boundary()
         head = manifest.head()
         if head.version == 0 or safe_step <= current.step:
+            if 0 < safe_step < current.step:  # only a race with record_watermark gets here
+                log.warning("%s: a live checkpoint resumes at step=%d, below the GC boundary step=%d: "
+                            "it cannot resume", self.store.url, safe_step, current.step)
             return current
         if safe_step >= head.num_steps:
             version = manifest.read_version(head.version)  # every committed step is consumed
