@@ -49,9 +49,9 @@ def _tensor_table_at(body: bytearray) -> int:
 @pytest.fixture(autouse=True, params=["python", "numpy"])
 def table_checks(request, monkeypatch):
     """Run every corruption test through both footer table checkers."""
-    from torch_tgb.format import _footer
+    from torch_tgb.format import _checks
 
-    monkeypatch.setattr(_footer, "SMALL_TABLE", 1 << 30 if request.param == "python" else -1)
+    monkeypatch.setattr(_checks, "SMALL_TABLE", 1 << 30 if request.param == "python" else -1)
     return request.param
 
 

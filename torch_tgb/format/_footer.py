@@ -25,7 +25,6 @@ library and its depth is bounded.
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,24 @@ import google_crc32c
 import numpy as np
 
 from torch_tgb.errors import CorruptObject, SchemaMismatch
+from torch_tgb.format._checks import check_tables, json_depth
 from torch_tgb.format._dtypes import DType, dtype_by_code, dtype_by_name
+from torch_tgb.format._spec import (
+    _DIM,
+    _HEADER,
+    _SLICE_ROW,
+    _TENSOR_ROW,
+    _TRAILER,
+    FOOTER_MAGIC,
+    FORMAT_VERSION,
+    MAX_JSON_DEPTH,
+    MAX_META_BYTES,
+    MAX_NDIM,
+    SLICE_ALIGN,
+    TENSOR_ALIGN,
+    TRAILER_MAGIC,
+    TRAILER_SIZE,
+)
 
 __all__ = [
     "FOOTER_MAGIC",
@@ -52,43 +68,6 @@ __all__ = [
     "parse_footer",
     "parse_trailer",
 ]
-
-FORMAT_VERSION = 1
-#: PNG-style magic: a high byte and CR/LF/^Z catch text-mode mangling
-TRAILER_MAGIC = b"\x89TGB\r\n\x1a\n"
-FOOTER_MAGIC = b"TGBF"
-SLICE_ALIGN = 4096
-TENSOR_ALIGN = 64
-MAX_NDIM = 16
-#: a footer's JSON part never needs more; anything bigger is corrupt
-MAX_META_BYTES = 16 << 20
-MAX_JSON_DEPTH = 32
-#: no real dimension is larger; shapes are multiplied exactly in Python ints
-MAX_DIM = 1 << 40
-
-_TRAILER = struct.Struct("<QII8s")
-TRAILER_SIZE = _TRAILER.size  # 24
-_HEADER = struct.Struct("<4sHHIIIIII")  # 32 bytes
-_SLICE_ROW = np.dtype(
-    [("dp", "<u4"), ("cp", "<u4"), ("start", "<u8"), ("end", "<u8"), ("first", "<u4"), ("count", "<u4")]
-)
-_TENSOR_ROW = np.dtype(
-    [
-        ("name", "<u4"),
-        ("dtype", "u1"),
-        ("ndim", "u1"),
-        ("pad", "<u2"),
-        ("dims", "<u4"),
-        ("crc", "<u4"),
-        ("offset", "<u8"),
-        ("length", "<u8"),
-    ]
-)
-_DIM = np.dtype("<i8")
-#: lookup table: is this u8 a known dtype code (read-only constant)
-_KNOWN_CODES = np.array([dtype_by_code(c) is not None for c in range(256)], dtype=bool)
-_KNOWN_CODES.flags.writeable = False
-_KNOWN_CODE_SET = frozenset(c for c in range(256) if dtype_by_code(c) is not None)
 
 
 def crc32c_of(buffer: Any) -> int:
@@ -346,21 +325,6 @@ def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
     return size - TRAILER_SIZE - length, length
 
 
-def _depth(value: Any, limit: int) -> int:
-    stack = [(value, 1)]
-    deepest = 0
-    while stack:
-        item, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > limit:
-            return deepest
-        if isinstance(item, dict):
-            stack.extend((v, d + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, d + 1) for v in item)
-    return deepest
-
-
 def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset: int) -> Footer:
     """Parse footer body + trailer (``data`` = bytes ``[footer_offset, size)``)."""
     where = f"object {key!r}"
@@ -404,7 +368,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     if not isinstance(metadata, dict):
         raise CorruptObject(f"{where}: footer metadata is not a JSON object")
     # layout/schema have a fixed shape; only user metadata can nest arbitrarily
-    if metadata and _depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+    if metadata and json_depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise CorruptObject(f"{where}: footer metadata nests deeper than {MAX_JSON_DEPTH}")
 
     pos = meta_padded
@@ -413,7 +377,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     trows = np.frombuffer(body, dtype=_TENSOR_ROW, count=ntensors, offset=pos)
     pos += trows.nbytes
     dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
-    _check_tables(where, srows, trows, dims, names, dp, cp, footer_offset)
+    check_tables(where, srows, trows, dims, names, dp, cp, footer_offset)
     return Footer(
         key=key,
         size=size,
@@ -429,143 +393,3 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         tensors=trows,
         dims=dims,
     )
-
-
-def _fail_at(
-    where: str,
-    bad: np.ndarray,
-    srows: np.ndarray,
-    what: str,
-    owner: np.ndarray | None = None,
-    trows: np.ndarray | None = None,
-    names: list[str] | None = None,
-) -> None:
-    """Raise for the first ``bad`` row, naming its slice (and tensor when it is a tensor row)."""
-    i = int(np.flatnonzero(bad)[0])
-    if owner is None or trows is None or names is None:
-        raise CorruptObject(f"{where}, slice #{i} (dp={int(srows[i]['dp'])}, cp={int(srows[i]['cp'])}): {what}")
-    si = int(owner[i])
-    name_id = int(trows[i]["name"])
-    tensor = repr(names[name_id]) if name_id < len(names) else f"#{i}"
-    raise CorruptObject(
-        f"{where}, slice (dp={int(srows[si]['dp'])}, cp={int(srows[si]['cp'])}), tensor {tensor}: {what}"
-    )
-
-
-#: footers with at most this many tensors are checked in plain Python (cheaper than numpy's per-call cost)
-SMALL_TABLE = 256
-
-
-def _check_tables(
-    where: str,
-    srows: np.ndarray,
-    trows: np.ndarray,
-    dims: np.ndarray,
-    names: list[str],
-    dp: int,
-    cp: int,
-    data_end: int,
-) -> None:
-    """Nothing may point outside the data region; the same checks either way."""
-    if len(trows) <= SMALL_TABLE:
-        _check_tables_small(where, srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end)
-    else:
-        _check_tables_vectorised(where, srows, trows, dims, names, dp, cp, data_end)
-
-
-def _check_tables_small(
-    where: str, slices: list[tuple[int, ...]], tensors: list[tuple[int, ...]], dims: list[int], names: list[str],
-    cp: int, data_end: int,
-) -> None:
-    def fail(i: int, what: str, name_id: int | None = None) -> None:
-        sdp, scp = slices[i][0], slices[i][1]
-        if name_id is None:
-            raise CorruptObject(f"{where}, slice #{i} (dp={sdp}, cp={scp}): {what}")
-        tensor = repr(names[name_id]) if name_id < len(names) else f"#{name_id}"
-        raise CorruptObject(f"{where}, slice (dp={sdp}, cp={scp}), tensor {tensor}: {what}")
-
-    num_names, num_dims, num_tensors = len(names), len(dims), len(tensors)
-    next_first, prev_end = 0, 0
-    for i, (sdp, scp, start, end, first, count) in enumerate(slices):
-        if sdp != i // cp or scp != i % cp:
-            fail(i, "slices out of (dp, cp) order")
-        if start % SLICE_ALIGN:
-            fail(i, f"slice start not aligned to {SLICE_ALIGN}")
-        if not start <= end <= data_end:
-            fail(i, f"slice range outside the data region [0, {data_end})")
-        if start < prev_end:
-            fail(i, "slice overlaps the previous one")
-        if first != next_first or first + count > num_tensors:
-            fail(i, "bad tensor table range")
-        prev_end, next_first = end, first + count
-        for name_id, code, ndim, _pad, dims_at, _crc, offset, length in tensors[first : first + count]:
-            if offset > data_end or length > data_end:
-                fail(i, "tensor offset/length beyond the object", name_id)
-            if offset < start or offset + length > end:
-                fail(i, "tensor bytes outside its slice", name_id)
-            if name_id >= num_names:
-                fail(i, "tensor name id out of range", name_id)
-            if code not in _KNOWN_CODE_SET:
-                fail(i, "unknown dtype code", name_id)
-            if ndim > MAX_NDIM or dims_at + ndim > num_dims:
-                fail(i, "bad shape entry", name_id)
-    if dims and (min(dims) < 0 or max(dims) > MAX_DIM):
-        raise CorruptObject(f"{where}: absurd tensor dimension in footer (negative or > {MAX_DIM})")
-
-
-def _check_tables_vectorised(
-    where: str,
-    srows: np.ndarray,
-    trows: np.ndarray,
-    dims: np.ndarray,
-    names: list[str],
-    dp: int,
-    cp: int,
-    data_end: int,
-) -> None:
-    """Vectorised bounds checks: nothing may point outside the data region."""
-    n = len(srows)
-    idx = np.arange(n, dtype=np.int64)
-    start = srows["start"].astype(np.uint64)
-    end = srows["end"].astype(np.uint64)
-    checks: list[tuple[np.ndarray, str]] = [
-        ((srows["dp"] != idx // cp) | (srows["cp"] != idx % cp), "slices out of (dp, cp) order"),
-        (start % SLICE_ALIGN != 0, f"slice start not aligned to {SLICE_ALIGN}"),
-        ((end < start) | (end > data_end), f"slice range outside the data region [0, {data_end})"),
-    ]
-    if n > 1:
-        overlap = np.zeros(n, dtype=bool)
-        overlap[1:] = start[1:] < end[:-1]
-        checks.append((overlap, "slice overlaps the previous one"))
-    first = srows["first"].astype(np.int64)
-    count = srows["count"].astype(np.int64)
-    expect_first = np.concatenate([[0], np.cumsum(count)[:-1]]) if n else first
-    checks.append(((first != expect_first) | (first + count > len(trows)), "bad tensor table range"))
-    for bad, what in checks:
-        if bad.any():
-            _fail_at(where, bad, srows, what)
-    if not len(trows):
-        return
-    owner = np.repeat(np.arange(n), count)
-    t_off = trows["offset"].astype(np.uint64)
-    t_len = trows["length"].astype(np.uint64)
-    t_end = t_off + t_len  # both < 2**64 / 2 after the first check, no wrap
-    tchecks: list[tuple[np.ndarray, str]] = [
-        ((t_off > data_end) | (t_len > data_end), "tensor offset/length beyond the object"),
-    ]
-    for bad, what in tchecks:
-        if bad.any():
-            _fail_at(where, bad, srows, what, owner, trows, names)
-    ndim = trows["ndim"].astype(np.int64)
-    dims_at = trows["dims"].astype(np.int64)
-    tchecks = [
-        ((t_off < start[owner]) | (t_end > end[owner]), "tensor bytes outside its slice"),
-        (trows["name"] >= len(names), "tensor name id out of range"),
-        (~_KNOWN_CODES[trows["dtype"]], "unknown dtype code"),
-        ((ndim > MAX_NDIM) | (dims_at + ndim > len(dims)), "bad shape entry"),
-    ]
-    for bad, what in tchecks:
-        if bad.any():
-            _fail_at(where, bad, srows, what, owner, trows, names)
-    if len(dims) and ((dims < 0).any() or (dims > MAX_DIM).any()):
-        raise CorruptObject(f"{where}: absurd tensor dimension in footer (negative or > {MAX_DIM})")
