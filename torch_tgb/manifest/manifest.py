@@ -17,6 +17,7 @@ Cost, with n committed versions and K = ``snapshot_every``:
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -72,7 +73,7 @@ def _number_of(key: str, prefix: str) -> int | None:
 class Manifest:
     """The manifest log of one namespace, read through ``store``. Thread-safe."""
 
-    def __init__(self, store: ObjectStore, *, snapshot_every: int = 32, cache_size: int = 4096) -> None:
+    def __init__(self, store: ObjectStore, *, snapshot_every: int = 16, cache_size: int = 4096) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every={snapshot_every} must be >= 1")
         self.store = store
@@ -81,6 +82,7 @@ class Manifest:
         self._lock = threading.Lock()
         self._versions: OrderedDict[int, Version] = OrderedDict()
         self._known_latest = 0
+        self._hint: int | None = None  # last hint read (a starting point only)
         self._state: ManifestState | None = None
 
     @property
@@ -193,7 +195,7 @@ class Manifest:
                 return True
         return self.store.exists(version_key(number))
 
-    def latest_version(self) -> int:
+    def latest_version(self, *, boundary: GCBoundary | None = None) -> int:
         """The newest committed version (0 for an empty namespace), found by probing.
 
         Start from the best lower bound known (our own newest, the snapshot
@@ -201,13 +203,15 @@ class Manifest:
         binary-search the gap. Versions above the boundary exist without holes
         (v+1 is only written by someone who read v), so existence is monotone there.
         """
-        boundary = self.gc_boundary()
+        if boundary is None:
+            boundary = self.gc_boundary()
         with self._lock:
             known = self._known_latest
         if known >= boundary.version and known > 0:
             low = known
         else:
-            low = max(known, boundary.version, self._read_hint())
+            self._hint = self._read_hint()
+            low = max(known, boundary.version, self._hint)
         if not self._exists(low + 1):
             latest = low
         else:
@@ -257,14 +261,16 @@ class Manifest:
             raise ManifestError(f"{self.where}{key}: snapshot says version={state.version}")
         return state
 
-    def _base_state(self, at_most: int) -> ManifestState:
+    def _base_state(self, at_most: int, boundary: GCBoundary | None = None) -> ManifestState:
         """The newest snapshot at or below version ``at_most`` that can be replayed from."""
-        boundary = self.gc_boundary()
+        if boundary is None:
+            boundary = self.gc_boundary()
         if at_most < boundary.version:
             raise ManifestError(
                 f"{self.where}state at version={at_most} is reclaimed (GC boundary is version={boundary.version})"
             )
-        for candidate in (self._read_hint(), boundary.version):
+        hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
+        for candidate in (hint, boundary.version):
             if boundary.version <= candidate <= at_most and candidate > 0:
                 state = self.read_snapshot(candidate)
                 if state is not None:
@@ -279,12 +285,19 @@ class Manifest:
         return EMPTY_STATE
 
     def replay(self, state: ManifestState, until: int) -> ManifestState:
-        """Fold versions ``state.version + 1 .. until`` onto ``state``."""
-        for number in range(state.version + 1, until + 1):
+        """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently)."""
+        numbers = list(range(state.version + 1, until + 1))
+        with self._lock:
+            missing = [n for n in numbers if n not in self._versions]
+        if len(missing) > 1:
+            workers = min(len(missing), self.store.max_in_flight, 16)
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
+                list(pool.map(self.try_read_version, missing))  # fills the cache; errors re-raise below
+        for number in numbers:
             state = fold(state, self.read_version(number), where=self.where)
         return state
 
-    def state_at(self, number: int) -> ManifestState:
+    def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
         """The full state (steps, producers, sealed) after version ``number``."""
         with self._lock:
             cached = self._state
@@ -293,16 +306,17 @@ class Manifest:
                 return self.replay(cached, number)
             except ObjectNotFound:  # versions after our cached state were reclaimed meanwhile
                 pass
-        return self.replay(self._base_state(number), number)
+        return self.replay(self._base_state(number, boundary), number)
 
     def head(self) -> ManifestState:
         """The state at the newest version: version, num_steps, sealed, producers."""
-        latest = self.latest_version()
+        boundary = self.gc_boundary()
+        latest = self.latest_version(boundary=boundary)
         with self._lock:
             cached = self._state
         if cached is not None and cached.version == latest:
             return cached
-        state = self.state_at(latest)
+        state = self.state_at(latest, boundary=boundary)
         with self._lock:
             if self._state is None or self._state.version < state.version:
                 self._state = state
@@ -399,8 +413,8 @@ class Manifest:
             boundary = self.gc_boundary()
             if step < boundary.step:
                 raise ManifestError(f"{self.where}{step=} is reclaimed (GC boundary step={boundary.step})")
-            high = self.latest_version() if latest is None else latest
             low = max(1, boundary.version)
+            high = latest if latest is not None else self._upper_bound_for(step, boundary, low)
             if high < low:
                 break
             try:
@@ -428,6 +442,19 @@ class Manifest:
                 )
             return found
         raise ManifestError(f"{self.where}{step=} is not committed (newest version {self._known_latest})")
+
+    def _upper_bound_for(self, step: int, boundary: GCBoundary, low: int) -> int:
+        """A version at or after the one holding ``step``: the hinted snapshot if it covers
+        ``step`` (a cold reader then skips probing for the newest version), else the newest."""
+        with self._lock:
+            cold = self._known_latest == 0
+        if cold:
+            hint = self._read_hint()
+            if hint >= low:
+                snapshot = self.read_snapshot(hint)
+                if snapshot is not None and step < snapshot.num_steps:
+                    return hint
+        return self.latest_version(boundary=boundary)
 
     def entry(self, step: int) -> TGBEntry:
         """The TGB entry of ``step``."""

@@ -59,7 +59,7 @@ class ProducerConfig:
 
     max_pending: int = 256
     lag_poll_s: float = 0.5
-    snapshot_every: int = 32
+    snapshot_every: int = 16
     crash_hook: Callable[[str], None] | None = None
 
 
