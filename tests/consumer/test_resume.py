@@ -148,3 +148,18 @@ def test_state_after_one_step_with_two_workers(namespace: str) -> None:
     next(it)
     assert cursor_of(loader.state_dict()).step == 1
     del it
+
+
+def test_pin_memory_is_harmless_without_an_accelerator(namespace: str) -> None:
+    mesh = Mesh(0, 2, 0, 2)
+    got = list(DataLoader(namespace, mesh=mesh, pin_memory=True))
+    assert same(got, expected_stream(LAYOUT, mesh, Cursor(0), N_STEPS))
+
+
+def test_loader_stats_sum_workers(namespace: str) -> None:
+    loader = DataLoader(namespace, mesh=Mesh(1, 2, 1, 2), num_workers=2)
+    assert len(list(loader)) == N_STEPS
+    stats = loader.stats()
+    assert stats.steps == N_STEPS
+    assert stats.data_requests == N_STEPS
+    assert stats.read_amplification >= 1.0

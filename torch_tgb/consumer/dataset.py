@@ -136,12 +136,16 @@ class TGBDataset(IterableDataset):
         elif self._restore is not None:
             return {k: self._restore[k] for k in (CURSOR_KEY, "origin", "index", "plan")}
         else:
-            # Not started: this worker's first step. It needs the plan, so the written
-            # layout is read now (a worker's initial state must not claim an earlier step).
+            # Not started. Worker 0 (or a dataset outside a DataLoader) starts at the start
+            # cursor under any plan; worker w > 0 starts w steps later, which needs the plan,
+            # so the written layout is read now: a worker's initial state must not claim an
+            # earlier step than its own first one.
+            index = self._current_worker()[0]
+            if index == 0:
+                return {CURSOR_KEY: self._start.to_json(), "origin": self._start.to_json()}
             layout = self._resolve_layout()
             plan_obj = plan_reads(layout, self.mesh, dp_split=self.dp_split)
             origin = self._start.to_json()
-            index = self._current_worker()[0]
             plan = {"tgbs_per_step": plan_obj.tgbs_per_step, "steps_per_tgb": plan_obj.steps_per_tgb}
             version = self._start.version
         cursor = cursor_at(Cursor.from_json(origin), index, version=version, **plan)
@@ -242,12 +246,11 @@ class TGBDataset(IterableDataset):
                 try:
                     batch = next(reader)
                 except StopIteration:
+                    self._stats.add(stall_s=time.perf_counter() - started)
                     if checker is not None:
                         checker.check_end()
                     return
-                finally:
-                    self._stats.add(stall_s=time.perf_counter() - started)
-                self._stats.add(steps=1)
+                self._stats.add(stall_s=time.perf_counter() - started, steps=1)
                 task = batch.task
                 if checker is not None:
                     checker.check(task.cursor, task.keys)

@@ -65,10 +65,6 @@ class DataLoader(StatefulDataLoader):
             )
         )
         dataset.emit_meta = dataset.check_consistency and num_workers > 0
-        if num_workers > 0:
-            # Workers report their position only with their next item; read the layout now so
-            # that a worker's initial state already names its own first step.
-            dataset._resolve_layout()
         super().__init__(
             dataset,
             batch_size=None,
@@ -87,9 +83,21 @@ class DataLoader(StatefulDataLoader):
     def tgb_dataset(self) -> TGBDataset:
         return self.dataset  # type: ignore[return-value]
 
+    def _before_workers(self) -> None:
+        # Workers report their position only with their next item: read the written layout
+        # once here, so every worker's initial state already names its own first step
+        # (and the workers do not each wait for dataset.json).
+        if self.num_workers > 0:
+            self.tgb_dataset._resolve_layout()
+
     def __iter__(self) -> Iterator[Any]:
+        self._before_workers()
         inner = super().__iter__()
         return self._deliver(inner)
+
+    def state_dict(self) -> dict[str, Any]:
+        self._before_workers()
+        return super().state_dict()
 
     def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
         while True:
@@ -124,7 +132,7 @@ class DataLoader(StatefulDataLoader):
         elif self._iterator is None:
             own = ConsumerStats()
         else:
-            own = merge_stats(_worker_stats(super().state_dict()))
+            own = merge_stats(_worker_stats(StatefulDataLoader.state_dict(self)))
         fields = own.to_json()
         fields["stall_s"] = self._stall
         return ConsumerStats.from_json(fields)

@@ -53,6 +53,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
+        self._local: bool | None = None
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
@@ -124,7 +125,9 @@ class FooterIndex(BaseNode[ReadTask]):
                     f"offset {entry.footer_offset} outside object {e.key!r} of {entry.size} bytes"
                 )
             requests.append(RangeRequest(e.key, entry.footer_offset, entry.size))
-        if all(self.store.local_path(r.key) is not None for r in requests):
+        if self._local is None:  # one namespace lives on one backend: ask once
+            self._local = self.store.local_path(requests[0].key) is not None
+        if self._local:
             # local files: sequential reads beat spinning up reader threads
             blobs = [self.store.get_range(r.key, r.start, r.end) for r in requests]
         else:

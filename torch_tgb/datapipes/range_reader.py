@@ -75,6 +75,7 @@ class RangeReader(BaseNode[StepBatch]):
         self._stop = threading.Event()
         self._ended: _End | None = None
         self._slices = SliceReader(store, verify=verify)  # keeps local objects mapped
+        self._local: bool | None = None
 
     # --- BaseNode --------------------------------------------------------------
 
@@ -135,7 +136,9 @@ class RangeReader(BaseNode[StepBatch]):
             footer = task.footers[entry.key]
             infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
         started = time.perf_counter()
-        local = [self.store.local_path(key) is not None for key, _, _ in infos]
+        if self._local is None:  # one namespace lives on one backend: ask once
+            self._local = self.store.local_path(infos[0][0]) is not None if infos else False
+        local = [self._local] * len(infos)
         parts: list[dict | None] = [None] * len(infos)
         remote = [i for i, is_local in enumerate(local) if not is_local]
         for i, is_local in enumerate(local):
