@@ -223,6 +223,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         print_json(summary)
     else:
         print(_render(summary))
+        print(f"next: tgb inspect {ns}   |   tgb verify {ns}")
     return 0 if exact else 1
 
 

@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("producers", "ranks", "steps", "global_batch", "seq_len"):
         if getattr(args, name) < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.storage_option:
+        print("tgb demo: runs on a local directory; --storage-option is ignored", file=sys.stderr)
     root = _directory(args.dir)
     if _pipeline_available():
         from torch_tgb.cli._demo_run import run_demo

@@ -1,0 +1,48 @@
+"""The tgb command against the loopback moto S3 server, options given as --storage-option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import torch_tgb.cli.main as cli_main
+
+pytestmark = pytest.mark.s3
+
+
+def _options(opts: dict) -> list[str]:
+    return [
+        "-o", f"endpoint_url={opts['endpoint_url']}",
+        "-o", f"key={opts['key']}",
+        "-o", f"secret={opts['secret']}",
+        "-o", f"client_kwargs.region_name={opts['client_kwargs']['region_name']}",
+    ]
+
+
+def test_produce_inspect_verify_on_s3_never_print_credentials(s3_namespace, capsys):
+    url, opts = s3_namespace
+    so = _options(opts)
+    assert cli_main.main(["produce", url, "--steps", "3", "--global-batch", "2", "--seq-len", "4", "--seal", *so]) == 0
+    produced = capsys.readouterr()
+    assert cli_main.main(["inspect", url, "--json", *so]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)
+    assert report["steps"] == 3 and report["sealed"] is True
+    assert report["storage"]["by_area"]["data/"]["objects"] == 3
+    assert cli_main.main(["verify", url, *so]) == 0
+    assert cli_main.main(["reclaim", url, *so]) == 0
+    captured = capsys.readouterr()
+    everything = produced.out + produced.err + out + captured.out + captured.err
+    assert opts["secret"] not in everything and f"key={opts['key']}" not in everything
+
+
+def test_wrong_credentials_fail_in_one_line(s3_namespace, capsys):
+    url, opts = s3_namespace
+    # no endpoint: the namespace cannot be reached on loopback; the error is one line, exit 1
+    code = cli_main.main(["inspect", url, "-o", "endpoint_url=http://127.0.0.1:9", "-o", "secret=hunter2",
+                          "-o", "key=k", "-o", "client_kwargs.region_name=us-east-1", "--no-sizes"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err.startswith("tgb: error:") and err.count("\n") == 1
+    assert "hunter2" not in err
