@@ -22,7 +22,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import ReadTask, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
-from torch_tgb.format._footer import parse_footer  # TODO: use torch_tgb.format.parse_footer once exported
+from torch_tgb.format import parse_footer
 from torch_tgb.storage import RangeRequest
 
 __all__ = ["FooterIndex"]

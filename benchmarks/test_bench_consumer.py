@@ -1,0 +1,79 @@
+"""Consumer benchmarks (pytest-benchmark): one rank's hot path and requests per step.
+
+Run: ``python -m pytest benchmarks/test_bench_consumer.py -s --benchmark-enable``.
+Without ``--benchmark-enable`` each benchmark body runs once, as a smoke test.
+The full §7.4 sweep (amplification, throughput, tail latency) is
+``python benchmarks/consumer_read.py``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from torch_tgb.consumer import TGBDataset
+from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
+from torch_tgb.layout import Layout, Mesh, plan_reads
+from torch_tgb.manifest import Manifest
+from torch_tgb.producer import Producer
+from torch_tgb.storage import open_store
+
+SHAPE = (32, 512)
+STEPS = int(os.environ.get("TGB_BENCH_STEPS", "200"))
+
+
+@pytest.fixture(scope="module")
+def local_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
+    ns = str(tmp_path_factory.mktemp("hot"))
+    rng = np.random.default_rng(0)
+    with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64") as p:
+        for offset in range(STEPS):
+            p.append({"input_ids": torch.from_numpy(rng.integers(0, 50000, size=SHAPE, dtype=np.uint32))}, offset=offset)
+        p.close(seal=True)
+    return ns
+
+
+def test_dataset_hot_path(benchmark, local_ns: str) -> None:
+    def run() -> int:
+        return sum(1 for _ in TGBDataset(local_ns, mesh=Mesh(0, 1), prefetch=4))
+
+    assert benchmark.pedantic(run, rounds=3, iterations=1) == STEPS
+
+
+def test_raw_mmap_floor(benchmark, tmp_path) -> None:
+    path = tmp_path / "raw.bin"
+    per = SHAPE[0] * SHAPE[1] * 4
+    path.write_bytes(np.zeros((STEPS, *SHAPE), dtype=np.uint32).tobytes())
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # writable view: no torch warning
+
+        def run() -> int:
+            n = 0
+            for i in range(STEPS):
+                t = torch.from_numpy(np.frombuffer(mm, dtype=np.uint32, count=SHAPE[0] * SHAPE[1], offset=i * per).reshape(SHAPE))
+                n += t.shape[0] > 0
+            return n
+
+        assert benchmark(run) == STEPS
+        mm.close()
+
+
+def test_requests_per_step_with_warm_footers(local_ns: str) -> None:
+    store = open_store(local_ns)
+    stats = ReadStats()
+    footers = FooterIndex(Project(ManifestPoller(Manifest(store), stats=stats), plan_reads(Layout(dp=1), Mesh(0, 1))),
+                          store, stats=stats, cache_size=STEPS)
+    reader = RangeReader(footers, store, prefetch=2, stats=stats)
+    assert sum(1 for _ in reader) == STEPS
+    cold = stats.snapshot()
+    reader.reset(None)
+    assert sum(1 for _ in reader) == STEPS
+    warm = stats.snapshot()
+    reader.close()
+    per_step = (warm.requests - cold.requests) / STEPS
+    print(f"\nrequests per rank-step: cold {cold.requests / STEPS:.3f}, warm {per_step:.3f}")
+    assert per_step <= 1.05
