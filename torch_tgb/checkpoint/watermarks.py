@@ -36,6 +36,7 @@ from typing import Any
 from torch_tgb.checkpoint._store import as_store
 from torch_tgb.consumer.cursor import cursor_of
 from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
+from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore
 
 __all__ = [
@@ -231,8 +232,4 @@ def keep_last(
 
 def _reclaimed_step(store: ObjectStore) -> int:
     """First step not yet reclaimed: the GC boundary's step (0 before any reclamation)."""
-    try:
-        from torch_tgb.manifest import Manifest  # type: ignore[attr-defined]
-    except ImportError:  # manifest not built yet: nothing can have been reclaimed by us
-        return 0
-    return int(Manifest(store).gc_boundary().step)
+    return Manifest(store).gc_boundary().step
