@@ -1,10 +1,10 @@
 """``tgb verify NS``: check a namespace end to end; exit 1 if anything is wrong.
 
 Every object a version references exists, has the recorded size, its footer
-parses, every tensor's CRC32C matches (unless ``--no-crc``), keys stay inside
+parses, every tensor's CRC32C matches (unless --no-crc), keys stay inside
 the namespace, and the step sequence is consistent (versions contiguous,
-``first_step`` adding up, producer offsets increasing). Problems are reported
-by version and step.
+first_step adding up, producer offsets increasing). Problems are reported
+by version and step; the exit code is 1 if there is any.
 """
 
 from __future__ import annotations
