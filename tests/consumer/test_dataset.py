@@ -125,3 +125,15 @@ def test_token_coverage_over_all_ranks(namespace: str) -> None:
                 seen.update(b["input_ids"].flatten().tolist())
     want = Counter(t for s in range(N_STEPS) for t in make_batch(s)["input_ids"].flatten().tolist())
     assert seen == want
+
+
+def test_iterating_again_continues_the_stream(namespace: str) -> None:
+    ds = TGBDataset(namespace)  # mesh from the environment: a single process is dp 0 of 1
+    assert ds.mesh == Mesh(0, 1)
+    first = iter(ds)
+    assert [int(next(first)["sample_id"][0]) for _ in range(2)] == [0, 1000]
+    rest = list(ds)  # a new iterator while the first is still open
+    assert [int(b["sample_id"][0]) for b in rest] == [s * 1000 for s in range(2, N_STEPS)]
+    assert list(ds) == []
+    ds.load_state_dict({"tgb_cursor": Cursor(0).to_json()})
+    assert len(list(ds)) == N_STEPS

@@ -13,6 +13,10 @@ state taken in another setting (another mesh, dp_split or worker count, or a
 whole StatefulDataLoader state) continues from the canonical cursor, the
 smallest one in it: that is exact at step boundaries, and raises LayoutError
 for a position inside a TGB the new plan cannot express.
+
+The step sequence is one stream: iterating again continues where the last
+iteration stopped (at the seal of a finished stream it yields nothing);
+``load_state_dict({"tgb_cursor": Cursor(0).to_json()})`` starts over.
 """
 
 from __future__ import annotations
@@ -234,6 +238,10 @@ class TGBDataset(IterableDataset):
         return reader
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        if self._reader is not None:  # an earlier iterator still open: continue from its position
+            self._restore = {**self._setting(), **self._position()}
+            self._reader.close()
+            self._reader = None
         store, manifest, layout = self._open()
         reader = self._build(store, manifest, layout)
         self._reader = reader
