@@ -77,3 +77,14 @@ def test_dcp_keys_are_per_rank(tmp_path):
     with pytest.raises(BaseException) as info:  # DCP wraps it in CheckpointException (a BaseException)
         dcp.load({"data": DataState(Counter(), rank=0)}, checkpoint_id=str(tmp_path / "ck"))
     assert "data.rank_0" in str(info.value)
+
+
+def test_rank_override_loads_another_ranks_state(tmp_path):
+    """After a world-size change, a new rank loads an existing rank's cursor with rank=..."""
+    ds = Counter()
+    for _ in zip(ds, range(4)):
+        pass
+    dcp.save({"data": DataState(ds, rank=1)}, checkpoint_id=str(tmp_path / "ck"))
+    fresh = Counter()
+    dcp.load({"data": DataState(fresh, rank=1)}, checkpoint_id=str(tmp_path / "ck"))
+    assert fresh.i == 4
