@@ -22,10 +22,13 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import ReadTask, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
-from torch_tgb.format import parse_footer
+from torch_tgb.format import TRAILER_SIZE, parse_footer
 from torch_tgb.storage import RangeRequest
 
-__all__ = ["FooterIndex"]
+__all__ = ["MAX_FOOTER_BYTES", "FooterIndex"]
+
+#: no real footer is larger (it is a few dozen bytes per tensor); a bigger claim is corrupt
+MAX_FOOTER_BYTES = 64 << 20
 
 
 class FooterIndex(BaseNode[ReadTask]):
@@ -119,10 +122,13 @@ class FooterIndex(BaseNode[ReadTask]):
         requests = []
         for e in todo.values():
             entry = e.entry
-            if not (0 <= entry.footer_offset < entry.size):
+            # The entry's numbers decide how much is read: check them before any allocation.
+            end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
+            if entry.footer_offset < 0 or end != entry.size or not (0 < entry.footer_length <= MAX_FOOTER_BYTES):
                 raise ManifestError(
-                    f"{self.store.url}: manifest entry for step={e.step} (version {e.version}) has footer "
-                    f"offset {entry.footer_offset} outside object {e.key!r} of {entry.size} bytes"
+                    f"{self.store.url}: manifest entry for step={e.step} (version {e.version}) of object "
+                    f"{e.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
+                    f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
                 )
             requests.append(RangeRequest(e.key, entry.footer_offset, entry.size))
         if self._local is None:  # one namespace lives on one backend: ask once
