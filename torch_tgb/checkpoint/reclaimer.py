@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,6 +74,7 @@ class Reclaimer:
 
     ``grace_period`` (seconds) protects objects a producer wrote but has not
     committed yet; set it above the longest write-to-commit delay you allow.
+    ``clock`` (wall-clock seconds, compared with object mtimes) is for tests.
     """
 
     def __init__(
@@ -82,7 +83,7 @@ class Reclaimer:
         *,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         storage_options: Mapping[str, Any] | None = None,
-        clock: Any = time.time,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if grace_period < 0:
             raise ValueError(f"Reclaimer: grace_period={grace_period} must be >= 0")
