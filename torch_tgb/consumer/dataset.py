@@ -36,12 +36,15 @@ from torch_tgb.datapipes.project import Project, cursor_at
 from torch_tgb.datapipes.range_reader import RangeReader
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
-from torch_tgb.errors import DataTimeout
+from torch_tgb.errors import DataTimeout, LayoutError
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = ["META_KEY", "ReaderOptions", "TGBDataset"]
+
+#: how a reader with fewer DP ranks than the layout uses a TGB (see layout.plan_reads)
+DP_SPLITS = ("merge", "spread")
 
 #: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
 META_KEY = "__tgb_meta__"
@@ -76,6 +79,10 @@ class TGBDataset(IterableDataset):
         options: ReaderOptions = ReaderOptions(),
     ) -> None:
         super().__init__()
+        if dp_split not in DP_SPLITS:
+            raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {dp_split!r}")
+        if prefetch < 0 or (timeout is not None and timeout < 0):
+            raise ValueError(f"prefetch and timeout must be >= 0, got {prefetch=} {timeout=}")
         self.ns = ns
         self.mesh = mesh if mesh is not None else Mesh.from_env()
         self.prefetch = prefetch

@@ -24,7 +24,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes._types import StepEntry
 from torch_tgb.datapipes.stats import ReadStats
-from torch_tgb.errors import DataTimeout
+from torch_tgb.errors import DataTimeout, ManifestError
 
 __all__ = ["ManifestPoller", "PollPolicy"]
 
@@ -151,10 +151,12 @@ class ManifestPoller(BaseNode[StepEntry]):
         if self.stop_step is not None:
             stop = min(stop, self.stop_step)
         entries = self.manifest.entries(step, stop)
+        if len(entries) != stop - step:  # the manifest disagrees with itself: fail loud, never skip
+            raise ManifestError(
+                f"{self.namespace}: manifest version {self._version} reports {self._known_steps} steps "
+                f"but returned {len(entries)} entries for steps [{step}, {stop})"
+            )
         self._buffer.extend(StepEntry(step + i, self._version, e) for i, e in enumerate(entries))
-        if not self._buffer:  # the manifest lied about num_steps: fail loud, never skip
-            raise DataTimeout(f"{self.namespace}: manifest version {self._version} reports "
-                              f"{self._known_steps} steps but returned no entry for {step=}")
 
     def _wait_for(self, step: int) -> None:
         """Poll until ``step`` is committed; StopIteration at the seal."""
