@@ -37,7 +37,10 @@ def main() -> int:
         if mode == "skew" and rank == 3:
             reader.load_state_dict({"tgb_cursor": Cursor(1).to_json()})
     count = 0
+    marker = os.environ.get("TGB_TEST_MARKER")
     for step, batch in enumerate(reader):
+        if step == 0 and rank == 0 and marker:
+            open(marker, "w").close()  # tells the test's producer that reading has begun
         want = LAYOUT.cut(make_batch(step))[mesh.dp_rank * 2 + mesh.cp_rank].tensors
         for name, t in want.items():
             if not torch.equal(batch[name], t):

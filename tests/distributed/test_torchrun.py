@@ -18,17 +18,25 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 STEPS = 12
 
+# Commits two steps, waits until rank 0 has read one (marker file), then commits the rest one
+# by one: the ranks are guaranteed to read while the producer is still committing.
 PRODUCER = f"""
-import sys, time
+import os, sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from tests.consumer._support import LAYOUT, make_batch
 from torch_tgb.producer import Producer
+marker = sys.argv[2]
 with Producer(sys.argv[1], producer_id="live", layout=LAYOUT, commit_policy="naive") as p:
     for offset in range({STEPS}):
         p.append(make_batch(offset), offset=offset)
         p.flush()
+        if offset == 1:
+            deadline = time.monotonic() + 120
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
         time.sleep(0.05)
     p.close(seal=True)
+print("producer committed while readers ran:", os.path.exists(marker), flush=True)
 """
 
 
@@ -39,8 +47,10 @@ def free_port() -> int:
 
 
 def torchrun(ns: str, mode: str, *, live: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, ns], env=env) if live else None
+    marker = ns.rstrip("/") + ".reading"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TGB_TEST_MARKER": marker}
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, ns, marker], env=env,
+                                stdout=subprocess.PIPE, text=True) if live else None
     try:
         return subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port",
@@ -49,7 +59,8 @@ def torchrun(ns: str, mode: str, *, live: bool = True, timeout: float = 240) -> 
         )
     finally:
         if producer is not None:
-            producer.wait(timeout=60)
+            out, _ = producer.communicate(timeout=120)
+            assert producer.returncode == 0 and "while readers ran: True" in out, out
 
 
 def _produce_all(ns: str) -> None:
