@@ -19,6 +19,7 @@ def test_train_preempt_resume_sees_every_batch_once(tmp_path, run_example, tiny_
     common = [
         "train_gpt_torchrun.py", "--workdir", str(tmp_path), "--steps", "6", "--ckpt-every", "2",
         "--global-batch", "4", "--seq-len", "8", "--d-model", "16", "--layers", "1", "--log-batches",
+        "--producers", "1",
     ]
     first = run_example([*common, "--stop-after", "4"], torchrun=2)
     assert "stopped after step 4" in first.stdout

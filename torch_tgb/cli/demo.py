@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.storage_option:
         print("tgb demo: runs on a local directory; --storage-option is ignored", file=sys.stderr)
     root = _directory(args.dir)
+    ns_dir = root / "ns"
+    if ns_dir.exists() and any(ns_dir.iterdir()):
+        raise CommandError(f"{ns_dir} is not empty: give `tgb demo` a new directory")
     if _pipeline_available():
         from torch_tgb.cli._demo_run import run_demo
 
