@@ -22,7 +22,7 @@ def test_demo_runs_end_to_end_and_everything_is_exactly_once(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
-    assert summary["exactly_once"] is True
+    assert summary["exactly_once"] is True and summary["ranks_aligned"] is True
     assert summary["steps_read_per_rank"] == [8, 8]
     assert summary["steps_committed"] == 8
     assert summary["restart_at_step"] == 4 and summary["end_step"] == 8
@@ -48,3 +48,17 @@ def test_demo_rejects_a_non_empty_namespace_dir(tmp_path, capsys):
     assert cli_main.main(["demo", str(tmp_path / "d")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tgb: error:") and "not empty" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_demo_reports_a_failed_producer_instead_of_waiting(tmp_path, capsys, monkeypatch):
+    import torch_tgb.cli._demo_run as demo_run
+    import torch_tgb.cli.main as cli_main
+
+    def failing(args, ns, index, steps):
+        return [sys.executable, "-c", "import sys; sys.stderr.write('tgb: error: disk on fire\\n'); sys.exit(1)"]
+
+    monkeypatch.setattr(demo_run, "_producer_command", failing)
+    assert cli_main.main(["demo", str(tmp_path / "d"), "--steps", "4", "--global-batch", "2", "--seq-len", "4"]) == 1
+    err = capsys.readouterr().err
+    assert "demo producer p0 exited with 1: tgb: error: disk on fire" in err or "demo producer p1" in err

@@ -63,7 +63,7 @@ def _producer_command(args: argparse.Namespace, ns: str, index: int, steps: int)
 
 
 def _expected_digests(args: argparse.Namespace, per_producer: list[int]) -> list[list[str]]:
-    """For each rank, the slice hashes of every batch the producers write (any order)."""
+    """For each rank, the slice hashes of every batch the producers write (in production order)."""
     from torch_tgb.cli._demo_workers import slice_digest
     from torch_tgb.cli._produce_impl import synthetic_batch
 
@@ -80,8 +80,16 @@ def _expected_digests(args: argparse.Namespace, per_producer: list[int]) -> list
 
 
 def _run_consumers(
-    ns: str, root: Path, ranks: int, steps: int, phase: str, state_in: str | None, compute_s: float
+    ns: str,
+    root: Path,
+    ranks: int,
+    steps: int,
+    phase: str,
+    state_in: str | None,
+    compute_s: float,
+    producers: list[subprocess.Popen],
 ) -> list[dict[str, Any]]:
+    """Start one spawned process per rank and wait for all; a failed producer stops them early."""
     from torch_tgb.cli._demo_workers import consume
 
     ctx = multiprocessing.get_context("spawn")
@@ -98,16 +106,35 @@ def _run_consumers(
         )
         proc.start()
         procs.append((proc, result_path))
-    results = []
-    for proc, result_path in procs:
-        proc.join()
-        if proc.exitcode != 0 or not result_path.exists():
-            for other, _ in procs:
-                if other.is_alive():
-                    other.terminate()
-            raise TGBError(f"demo consumer {proc.name} failed with exit code {proc.exitcode} (see its stderr above)")
-        results.append(json.loads(result_path.read_text()))
-    return results
+    try:
+        while any(proc.is_alive() for proc, _ in procs):
+            for index, producer in enumerate(producers):
+                code = producer.poll()
+                if code not in (None, 0):
+                    # the consumers would only time out waiting: report the cause instead
+                    raise TGBError(f"demo producer p{index} exited with {code}: {_last_line(root, index)}")
+            for proc, _ in procs:
+                proc.join(timeout=0.1)
+        results = []
+        for proc, result_path in procs:
+            if proc.exitcode != 0 or not result_path.exists():
+                raise TGBError(f"demo consumer {proc.name} failed with exit code {proc.exitcode} (see its stderr above)")
+            results.append(json.loads(result_path.read_text()))
+        return results
+    finally:
+        for proc, _ in procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+
+
+def _last_line(work: Path, index: int) -> str:
+    """The last line producer ``index`` wrote to stderr (its one-line `tgb: error: ...`)."""
+    try:
+        lines = (work / f"producer-p{index}.log").read_text().strip().splitlines()
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "(no output)"
 
 
 def _stored_bytes(store: Any) -> tuple[int, int]:
@@ -152,15 +179,14 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
 
     bar = progress(total=5, desc="tgb demo", unit="phase")
     env = dict(os.environ, TGB_PROGRESS="0")
-    producers = [
-        subprocess.Popen(
-            _producer_command(args, ns, i, count), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-        )
-        for i, count in enumerate(per_producer)
-    ]
+    # output goes to files, not pipes: nothing can block on a full pipe buffer
+    producers = []
+    for i, count in enumerate(per_producer):
+        with open(work / f"producer-p{i}.json", "w") as out, open(work / f"producer-p{i}.log", "w") as err:
+            producers.append(subprocess.Popen(_producer_command(args, ns, i, count), stdout=out, stderr=err, env=env))
     try:
         # phase 1: read the first half while the producers write
-        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000)
+        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000, producers)
         bar.update(1)
         states = {f"rank{r}": json.loads((work / f"state-phase1-rank{r}.json").read_text()) for r in range(args.ranks)}
         mid = record_watermark(store, "demo-mid", states)
@@ -175,15 +201,15 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
             "phase2",
             str(work / "state-phase1-rank{rank}.json"),
             args.compute_ms / 1000,
+            producers,
         )
         bar.update(1)
         producer_reports = []
         for index, proc in enumerate(producers):
-            out, err = proc.communicate(timeout=_CONSUMER_TIMEOUT_S)
+            proc.wait(timeout=_CONSUMER_TIMEOUT_S)
             if proc.returncode != 0:
-                last = (err.strip().splitlines() or ["(no output)"])[-1]
-                raise TGBError(f"demo producer p{index} exited with {proc.returncode}: {last}")
-            producer_reports.append(json.loads(out))
+                raise TGBError(f"demo producer p{index} exited with {proc.returncode}: {_last_line(work, index)}")
+            producer_reports.append(json.loads((work / f"producer-p{index}.json").read_text()))
         bar.update(1)
     finally:
         for proc in producers:
@@ -201,9 +227,11 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
 
     # exactly once: every slice each rank received, against every slice written for it
     expected = _expected_digests(args, per_producer)
-    exact = all(
-        sorted(phase1[r]["digests"] + phase2[r]["digests"]) == sorted(expected[r]) for r in range(args.ranks)
-    )
+    seen = [phase1[r]["digests"] + phase2[r]["digests"] for r in range(args.ranks)]
+    exact = all(sorted(seen[r]) == sorted(expected[r]) for r in range(args.ranks))
+    # same step sequence on every rank: at each step the ranks hold slices of one global batch
+    batches = set(zip(*expected))
+    aligned = all(step in batches for step in zip(*seen))
     head = Manifest(store).head()
     summary = _summary(
         args,
@@ -217,6 +245,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         reclaims=(reclaim_mid, reclaim_end),
         stored=(stored_after, objects_after),
         exact=exact,
+        aligned=aligned,
         head=head,
     )
     if args.json:
@@ -224,7 +253,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     else:
         print(_render(summary))
         print(f"next: tgb inspect {ns}   |   tgb verify {ns}")
-    return 0 if exact else 1
+    return 0 if exact and aligned else 1
 
 
 def _report_dict(report: Any) -> dict[str, Any]:
@@ -266,6 +295,7 @@ def _summary(args: argparse.Namespace, **m: Any) -> dict[str, Any]:
         "restart_at_step": m["mid_step"],
         "end_step": m["end_step"],
         "exactly_once": m["exact"],
+        "ranks_aligned": m["aligned"],
         "consumer_tokens": tokens,
         "consumer_tokens_per_s": round(tokens / loop_s, 1) if loop_s > 0 else None,
         "producer_tokens_per_s": round(
@@ -301,6 +331,7 @@ def _render(s: dict[str, Any]) -> str:
         ("steps read per rank", ", ".join(str(n) for n in s["steps_read_per_rank"])),
         ("restart from saved state at", f"step {s['restart_at_step']}"),
         ("every batch exactly once", "yes" if s["exactly_once"] else "NO"),
+        ("ranks saw the same step sequence", "yes" if s["ranks_aligned"] else "NO"),
         ("consumer tokens/s (all ranks)", opt(s["consumer_tokens_per_s"], "{:,.0f}")),
         ("producer tokens/s (all)", opt(s["producer_tokens_per_s"], "{:,.0f}")),
         ("commit attempts / successes", f"{s['commit_attempts']} / {s['commit_successes']}"),
