@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import torch_tgb as tgb
 from torch_tgb.checkpoint import DataState, Reclaimer, keep_last, live_checkpoints, record_watermark
+from torch_tgb.observability import StatsReporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tiny_gpt import TinyGPT, batch_digest, lm_loss  # noqa: E402
@@ -57,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a new step")
     p.add_argument("--log-batches", action="store_true", help="append each rank's batch hashes to WORKDIR/batches-rankR.jsonl")
+    p.add_argument("--stats-interval", type=float, default=None, metavar="SECONDS",
+                   help="log each rank's loader stats every SECONDS (torch_tgb.observability.StatsReporter)")
     return p.parse_args(argv)
 
 
@@ -110,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"resumed from {resume_from.name} at step {start}", flush=True)
 
+    reporter = None
+    if args.stats_interval:
+        logging.basicConfig(level=logging.INFO, format=f"rank{rank} %(name)s: %(message)s")
+        reporter = StatsReporter(interval=args.stats_interval)
+        reporter.add(loader, namespace=ns, role="consumer", id=f"rank{rank}")
+        reporter.start()
     log = open(workdir / f"batches-rank{rank}.jsonl", "a") if args.log_batches else None
     stop = min(args.steps, args.stop_after) if args.stop_after is not None else args.steps
     batches = iter(loader)
@@ -132,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - started
     if log is not None:
         log.close()
+    if reporter is not None:
+        reporter.stop()  # logs a final line
 
     if rank == 0:
         stats = loader.stats() if callable(getattr(loader, "stats", None)) else None

@@ -23,9 +23,12 @@ def test_train_preempt_resume_sees_every_batch_once(tmp_path, run_example, tiny_
     ]
     first = run_example([*common, "--stop-after", "4"], torchrun=2)
     assert "stopped after step 4" in first.stdout
-    second = run_example(common, torchrun=2)
+    second = run_example([*common, "--stats-interval", "60"], torchrun=2)
     assert "resumed from step-000004 at step 4" in second.stdout
     assert "trained steps 4..5 on 2 ranks" in second.stdout
+    # the StatsReporter's final line of each rank, through logging (stderr)
+    for rank in range(2):
+        assert f"tgb stats consumer rank{rank} ns=" in second.stderr
 
     ns = str(tmp_path / "ns")
     for rank in range(2):
