@@ -168,3 +168,26 @@ def test_get_ranges_small_and_large_batches_agree(root):
     results = store.get_ranges(mixed, continue_on_error=True)
     assert isinstance(results[-1], RangeFailure) and isinstance(results[-1].error, Missing)
     assert results[:-1] == [payload[r.start : r.end] for r in large]
+
+
+def test_directory_sync_failure_after_create_is_ambiguous_and_resolved_by_retry(root, monkeypatch):
+    from torch_tgb.errors import AmbiguousWriteError
+    from torch_tgb.storage import RetryingStore, RetryPolicy
+
+    store = LocalStore(root / "ns")
+    calls = {"n": 0}
+    real_sync = LocalStore._sync_dir
+
+    def failing_once(self, path):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.EIO, "I/O error")
+        real_sync(self, path)
+
+    monkeypatch.setattr(LocalStore, "_sync_dir", failing_once)
+    with pytest.raises(AmbiguousWriteError, match="k1"):
+        store.put_if_absent("k1", b"mine")
+    assert store.get("k1") == b"mine"  # it was published
+    calls["n"] = 0
+    retrying = RetryingStore(store, RetryPolicy(attempts=3), sleep=lambda s: None)
+    assert retrying.put_if_absent("k2", b"mine") is True  # the retry reads our bytes back

@@ -36,7 +36,7 @@ import secrets
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 
-from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
+from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
@@ -247,6 +247,8 @@ class LocalStore(ObjectStore):
 
     def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)
+        if os.path.lexists(path):
+            return False  # already taken: skip writing a temp file (linearisable: it existed during the call)
         tmp = self._write_temp(path, data, key, "put_if_absent")
         try:
             # The commit point: link(2) fails with EEXIST if the name exists.
@@ -264,8 +266,11 @@ class LocalStore(ObjectStore):
             _unlink_quietly(tmp)
         try:
             self._sync_dir(path)
-        except OSError as e:  # the object is published; only its durability is unknown
-            raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+        except OSError as e:
+            # Published, durability unknown: ambiguous, so a retry reads it back.
+            raise AmbiguousWriteError(
+                f"{self.url}: put_if_absent {key!r}: created, but syncing its directory failed ({e})"
+            ) from e
         return True
 
     def delete(self, keys: str | Iterable[str]) -> None:
