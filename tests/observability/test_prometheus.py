@@ -94,3 +94,13 @@ def test_broken_source_does_not_break_scrape():
 def test_metric_names_are_sanitised():
     assert metric_name("tgb", "fetch-latency.p99") == "tgb_fetch_latency_p99"
     assert metric_name("", "9lives") == "_9lives"
+
+
+def test_missing_prometheus_client_names_the_extra(monkeypatch):
+    import sys
+
+    from torch_tgb.errors import TGBError
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
+    with pytest.raises(TGBError, match=r"torch-tgb\[prometheus\]"):
+        TGBCollector(registry=CollectorRegistry())
