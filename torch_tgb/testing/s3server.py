@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import os
 import socket
 import subprocess
@@ -74,6 +75,8 @@ class MotoS3Server:
         else:
             from moto.server import ThreadedMotoServer
 
+            # one INFO line per request would flood captured test logs
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()
             host, port = server.get_host_and_port()
