@@ -111,6 +111,7 @@ class Project(BaseNode[ReadTask]):
         self.worker = worker
         self.num_workers = num_workers
         self._first = first_index(worker, num_workers)
+        self.origin = origin  # where reset(None) starts
         self._origin = origin
         cursor_at(origin, 0, **self._ratios())  # fail at construction on an impossible origin
         self._index = self._first
@@ -139,6 +140,7 @@ class Project(BaseNode[ReadTask]):
                 )
             self._version = int(initial_state.get(self.SOURCE_KEY, {}).get(ManifestPoller.VERSION_KEY, 0))
         else:
+            self._origin = self.origin
             self._index = self._first
             self._version = self._origin.version
         self._buffer.clear()
