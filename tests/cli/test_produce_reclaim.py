@@ -66,3 +66,12 @@ def test_reclaim_deletes_below_the_watermark(small_ns, capsys):
     ds.load_state_dict({"tgb_cursor": {"step": 4, "version": 4}})
     assert len(list(ds)) == 2
     assert cli_main.main(["verify", small_ns]) == 0
+
+
+def test_reclaim_text_report(small_ns, capsys):
+    record_watermark(small_ns, "ckpt-5", {"tgb_cursor": {"step": 5, "version": 5}})
+    assert cli_main.main(["reclaim", small_ns, "--grace-period", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("reclaimed file://")
+    assert "safe step            5 (smallest cursor of 1 live checkpoints)" in out
+    assert "TGB objects" in out and "bytes freed" in out

@@ -49,5 +49,34 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(fields)
     else:
-        print(format_table(sorted(fields.items()), title=f"reclaimed {args.ns}"))
+        print(render_text(reclaimer_url(reclaimer, args.ns), fields))
     return 0
+
+
+def reclaimer_url(reclaimer: object, ns: str) -> str:
+    store = getattr(reclaimer, "store", None)
+    url = getattr(store, "url", None)
+    return url if isinstance(url, str) else ns
+
+
+_KNOWN = ("safe_step", "live_checkpoints", "boundary_version", "boundary_step", "objects", "orphans", "versions",
+          "snapshots", "bytes", "seconds")
+
+
+def render_text(url: str, f: dict) -> str:
+    """The report as a few readable lines; fields this code does not know are listed as they are."""
+    from torch_tgb.cli._common import human_bytes
+
+    if not all(k in f for k in _KNOWN):
+        return format_table(sorted(f.items()), title=f"reclaimed {url}")
+    rows = [
+        ("safe step", f"{f['safe_step']} (smallest cursor of {f['live_checkpoints']} live checkpoints)"
+         if f["live_checkpoints"] else "0 (no live checkpoint: only orphans can be reclaimed)"),
+        ("GC boundary", f"version {f['boundary_version']}, step {f['boundary_step']}"),
+        ("deleted", f"{f['objects']} TGB objects, {f['orphans']} orphans, {f['versions']} log versions, "
+                    f"{f['snapshots']} snapshots"),
+        ("bytes freed", human_bytes(f["bytes"])),
+    ]
+    rows += [(k.replace("_", " "), v) for k, v in sorted(f.items()) if k not in _KNOWN]
+    return format_table(rows, title=f"reclaimed {url} in {f['seconds']:.2f}s")
+
