@@ -66,12 +66,18 @@ def test_incr_grows_by_one_per_conflict() -> None:
     assert policy.wait_time(11, 0.0) is None and policy.wait_time(12, 0.0) == 0.0
 
 
-def test_aimd_adds_on_success_halves_on_conflict() -> None:
-    policy = AIMDPolicy(increase_s=0.1)
-    for _ in range(4):
+def test_aimd_adds_rate_on_success_halves_on_conflict() -> None:
+    policy = AIMDPolicy(increase=0.5, initial_rate=1.0)
+    assert policy.gap_s == pytest.approx(1.0)
+    for _ in range(2):
         policy.on_attempt(success=True, window_s=0.01, active_producers=2)
-    assert policy.gap_s == pytest.approx(0.4)
+    assert policy.rate == pytest.approx(2.0) and policy.gap_s == pytest.approx(0.5)
     policy.on_attempt(success=False, window_s=0.01, active_producers=2)
-    assert policy.gap_s == pytest.approx(0.2)
-    assert policy.wait_time(1, 0.05) == pytest.approx(0.15)
+    assert policy.rate == pytest.approx(1.0)
+    assert policy.wait_time(1, 0.25) == pytest.approx(0.75)
     assert policy.wait_time(0, 0.05) is None
+    for _ in range(20):
+        policy.on_attempt(success=False, window_s=0.01, active_producers=2)
+    assert policy.rate == pytest.approx(policy.min_rate)
+    with pytest.raises(ValueError):
+        AIMDPolicy(increase=0)

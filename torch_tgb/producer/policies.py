@@ -13,8 +13,8 @@ DAC) wait for a gap. ``flush()`` overrides "wait for entries" but never a gap.
 
 Baselines follow the BatchWeave paper (§7.1): Naive commits every TGB on its
 own; Fixed(k) every k TGBs; Incr starts at 10 and adds 1 per conflict; AIMD
-adds ``a`` seconds to its gap on success and halves it on conflict (the
-paper's literal rule). DAC is in :mod:`torch_tgb.producer.dac`.
+is TCP's rule on the commit rate (additive increase on success, halved on
+conflict). DAC is in :mod:`torch_tgb.producer.dac`.
 """
 
 from __future__ import annotations
@@ -106,26 +106,39 @@ class IncrPolicy(_CountPolicy):
 
 
 class AIMDPolicy(CommitPolicy):
-    """Gap after an attempt: ``+ increase_s`` on success, halved on conflict (capped at ``max_gap_s``)."""
+    """TCP-style AIMD on the commit rate: ``+ increase`` attempts/s on success, halved on conflict.
+
+    The gap after an attempt is ``1 / rate``. The paper describes AIMD as
+    "increase the interval by a fixed addend on success, halve it on
+    conflict", with the interval read as TCP's window (a rate): that reading
+    backs off on conflicts, as the paper's 95.5 % success rate shows AIMD does.
+    """
 
     name = "aimd"
 
-    def __init__(self, increase_s: float = 0.01, initial_gap_s: float = 0.0, max_gap_s: float = 10.0) -> None:
-        if increase_s <= 0 or initial_gap_s < 0 or max_gap_s <= 0:
-            raise ValueError("AIMDPolicy: increase_s and max_gap_s must be > 0, initial_gap_s >= 0")
-        self.increase_s = increase_s
-        self.max_gap_s = max_gap_s
-        self._gap = initial_gap_s
+    def __init__(
+        self, increase: float = 0.02, initial_rate: float = 1.0, min_rate: float = 0.05, max_rate: float = 1000.0
+    ) -> None:
+        if increase <= 0 or not 0 < min_rate <= initial_rate <= max_rate:
+            raise ValueError("AIMDPolicy: need increase > 0 and 0 < min_rate <= initial_rate <= max_rate")
+        self.increase = increase
+        self.min_rate, self.max_rate = min_rate, max_rate
+        self._rate = initial_rate
 
     def wait_time(self, pending: int, since_last: float) -> float | None:
-        return None if pending < 1 else max(0.0, self._gap - since_last)
+        return None if pending < 1 else max(0.0, self.gap_s - since_last)
 
     def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
-        self._gap = min(self.max_gap_s, self._gap + self.increase_s) if success else self._gap / 2.0
+        rate = self._rate + self.increase if success else self._rate / 2.0
+        self._rate = min(self.max_rate, max(self.min_rate, rate))
+
+    @property
+    def rate(self) -> float:
+        return self._rate
 
     @property
     def gap_s(self) -> float:
-        return self._gap
+        return 1.0 / self._rate
 
 
 @dataclass(frozen=True)
