@@ -76,3 +76,18 @@ def test_verify_max_problems_stops_early(small_ns, capsys):
         (Path(small_ns) / _entry(small_ns, step).key).unlink()
     code, report = _verify_json(small_ns, capsys, "--max-problems", "2")
     assert code == 1 and len(report["problems"]) == 2 and report["truncated"] is True
+
+
+def test_verify_finds_a_broken_step_sequence(small_ns, capsys):
+    import json as _json
+
+    # version 3 claims to start 3 steps later than it does: the sequence no longer adds up
+    path = Path(small_ns) / "_tgb" / "log" / f"{3:020d}.json"
+    record = _json.loads(path.read_bytes())
+    true_first = record["first_step"]
+    record["first_step"] = true_first + 3
+    path.write_bytes(_json.dumps(record).encode())
+    code, report = _verify_json(small_ns, capsys, "--no-crc")
+    assert code == 1
+    first = report["problems"][0]
+    assert first["version"] == 3 and f"first_step={true_first + 3}, expected {true_first}" in first["message"]

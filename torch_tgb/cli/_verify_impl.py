@@ -121,10 +121,6 @@ def verify_namespace(
 
 
 def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool) -> None:
-    from torch_tgb._progress import progress
-    from torch_tgb.checkpoint.watermarks import read_watermarks, retired_ids
-    from torch_tgb.format import decode_slice, read_footer
-
     manifest = m.Manifest(store)
     dataset = None
     try:
@@ -139,53 +135,62 @@ def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool
     if dataset is None and latest > 0:
         problem(f"{m.DATASET_KEY} is missing but {latest} versions exist", key=m.DATASET_KEY)
     layout = dict(dataset.layout) if dataset is not None else {}
-    want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
 
-    # 1. versions present: from the boundary (kept) to the newest, no holes, nothing beyond
-    listed = set()
-    for key in store.list(m.LOG_PREFIX):
-        stem = key[len(m.LOG_PREFIX) :].split(".")[0]
-        if stem.isdigit():
-            listed.add(int(stem))
-    oldest = max(1, boundary.version)
-    for number in sorted(n for n in listed if n > latest):
+    entries = _check_log(store, m, manifest, report, problem, latest=latest, boundary=boundary)
+    if entries is None:
+        return
+    _check_objects(store, entries, report, problem, crc=crc, boundary_step=boundary.step, layout=layout)
+    _check_watermarks(store, problem, boundary_step=boundary.step)
+    referenced = {entry.key for _, _, entry in entries}
+    for key in store.list("data/"):
+        if key not in referenced:
+            try:
+                size = store.size(key)
+            except TGBError:
+                continue  # deleted since the listing
+            report.unreferenced_objects += 1
+            report.unreferenced_bytes += size
+
+
+def _check_log(
+    store: Any, m: Any, manifest: Any, report: VerifyReport, problem: Any, *, latest: int, boundary: Any
+) -> list[tuple[int, int, Any]] | None:
+    """Steps 1 and 2: the kept log versions, replayed from the GC boundary's snapshot.
+
+    Returns every kept entry as ``(version, step, entry)``, or ``None`` when
+    the log cannot be replayed at all.
+    """
+    for number in sorted(n for n in _numbers(store, m.LOG_PREFIX) if n > latest):
         problem(f"log object exists beyond the newest contiguous version {latest} (a hole before it?)", version=number)
-
-    # 2. the step sequence, replayed from the boundary snapshot
+    base = None
+    producers: dict[str, tuple[int, int]] = {}  # producer → (epoch, next_offset) after the last version read
     if boundary.version > 0:
         base = manifest.read_snapshot(boundary.version)
         if base is None:
             problem("snapshot of the GC boundary version is missing", version=boundary.version)
-            return
-        num_steps_before = None  # boundary version is kept: its first_step starts the check
+            return None
         producers = {pid: (s.epoch, s.next_offset) for pid, s in base.producers.items()}
-    else:
-        base = None
-        num_steps_before = 0
-        producers = {}
-    referenced: set[str] = set()
-    expected_first = num_steps_before
+    expected_first: int | None = 0 if base is None else None
     sealed_at: int | None = None
-    snapshots = _snapshot_numbers(store, m)
-    entries: list[tuple[int, int, Any]] = []  # (version, step, entry)
-    for number in range(oldest, latest + 1):
+    snapshots = _numbers(store, m.SNAPSHOT_PREFIX)
+    entries: list[tuple[int, int, Any]] = []
+    for number in range(max(1, boundary.version), latest + 1):
         try:
             version = manifest.read_version(number)
         except TGBError as e:
             problem(f"unreadable: {e}", version=number, key=m.version_key(number))
-            expected_first = None
+            expected_first = None  # the next version's first_step cannot be checked
             continue
         report.versions_checked += 1
-        for i, entry in enumerate(version.entries):
-            entries.append((number, version.first_step + i, entry))
-            referenced.add(entry.key)
-        if number == boundary.version and base is not None:
-            # the boundary snapshot is the state *after* this version
+        entries += [(number, version.first_step + i, entry) for i, entry in enumerate(version.entries)]
+        if base is not None and number == boundary.version:
+            # the boundary snapshot is the state *after* this version: its producers are already folded in
             if version.stop_step != base.num_steps:
                 problem(
                     f"snapshot says num_steps={base.num_steps} but the version ends at step {version.stop_step}",
                     version=number,
                 )
+            sealed_at = number if base.sealed else None
             expected_first = version.stop_step
             continue
         if expected_first is not None and version.first_step != expected_first:
@@ -195,58 +200,85 @@ def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool
             problem(f"appends {len(version.entries)} entries after the seal at version {sealed_at}", version=number)
         if version.sealed and sealed_at is None:
             sealed_at = number
-        first_offset: dict[str, int] = {}
-        for entry in version.entries:
-            first_offset.setdefault(entry.producer, entry.offset)
-        for pid, state in version.producers.items():
-            before = producers.get(pid)
-            if before is not None:
-                epoch, next_offset = before
-                if state.epoch < epoch:
-                    problem(f"producer {pid!r} epoch went back from {epoch} to {state.epoch}", version=number)
-                if pid in first_offset and first_offset[pid] != next_offset:
-                    problem(
-                        f"producer {pid!r} continues at offset={first_offset[pid]}, its previous state said "
-                        f"next_offset={next_offset}",
-                        version=number,
-                        step=version.first_step + next(
-                            i for i, e in enumerate(version.entries) if e.producer == pid
-                        ),
-                    )
-            producers[pid] = (state.epoch, state.next_offset)
-        for pid in first_offset:
-            if pid not in version.producers:
-                problem(f"entries of producer {pid!r} without its producer state", version=number)
-        snap = manifest.read_snapshot(number) if number in snapshots else None
-        if snap is not None:
-            if snap.num_steps != version.stop_step or bool(snap.sealed) != (sealed_at is not None):
-                problem(
-                    f"snapshot disagrees with the log: num_steps={snap.num_steps} sealed={snap.sealed}, "
-                    f"log says num_steps={version.stop_step} sealed={sealed_at is not None}",
-                    version=number,
-                )
-            for pid, state in snap.producers.items():
-                if producers.get(pid) != (state.epoch, state.next_offset):
-                    problem(
-                        f"snapshot producer {pid!r} at epoch={state.epoch} next_offset={state.next_offset}, "
-                        f"log says {producers.get(pid)}",
-                        version=number,
-                    )
+        _check_producers(version, producers, problem)
+        if number in snapshots:
+            _check_snapshot(manifest.read_snapshot(number), version, producers, sealed_at, problem)
+    return entries
 
-    # 3. the objects
-    bar = progress(entries, desc="verify", unit="step")
-    for number, step, entry in bar:
-        if step < boundary.step:
+
+def _check_producers(version: Any, producers: dict[str, tuple[int, int]], problem: Any) -> None:
+    """Epochs never go back; a producer's entries continue at its previous ``next_offset``."""
+    first_step: dict[str, tuple[int, int]] = {}  # producer → (offset, step) of its first entry here
+    for i, entry in enumerate(version.entries):
+        first_step.setdefault(entry.producer, (entry.offset, version.first_step + i))
+    for pid, state in version.producers.items():
+        before = producers.get(pid)
+        if before is not None:
+            epoch, next_offset = before
+            if state.epoch < epoch:
+                problem(f"producer {pid!r} epoch went back from {epoch} to {state.epoch}", version=version.number)
+            if pid in first_step and first_step[pid][0] != next_offset:
+                offset, step = first_step[pid]
+                problem(
+                    f"producer {pid!r} continues at offset={offset}, its previous state said next_offset={next_offset}",
+                    version=version.number,
+                    step=step,
+                )
+        producers[pid] = (state.epoch, state.next_offset)
+    for pid in first_step:
+        if pid not in version.producers:
+            problem(f"entries of producer {pid!r} without its producer state", version=version.number)
+
+
+def _check_snapshot(
+    snap: Any, version: Any, producers: dict[str, tuple[int, int]], sealed_at: int | None, problem: Any
+) -> None:
+    if snap is None:
+        return  # deleted since the listing
+    sealed = sealed_at is not None
+    if snap.num_steps != version.stop_step or bool(snap.sealed) != sealed:
+        problem(
+            f"snapshot disagrees with the log: num_steps={snap.num_steps} sealed={snap.sealed}, "
+            f"log says num_steps={version.stop_step} sealed={sealed}",
+            version=version.number,
+        )
+    for pid, state in snap.producers.items():
+        if producers.get(pid) != (state.epoch, state.next_offset):
+            problem(
+                f"snapshot producer {pid!r} at epoch={state.epoch} next_offset={state.next_offset}, "
+                f"log says (epoch, next_offset)={producers.get(pid)}",
+                version=version.number,
+            )
+
+
+def _check_objects(
+    store: Any,
+    entries: list[tuple[int, int, Any]],
+    report: VerifyReport,
+    problem: Any,
+    *,
+    crc: bool,
+    boundary_step: int,
+    layout: dict[str, Any],
+) -> None:
+    """Step 3: every referenced object exists with its size, footer and (optionally) CRCs."""
+    from torch_tgb._progress import progress
+    from torch_tgb.format import decode_slice, read_footer
+
+    want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
+    for number, step, entry in progress(entries, desc="verify", unit="step"):
+        if step < boundary_step:
             continue  # reclaimed steps of the kept boundary version: their objects may be gone
         report.steps_checked += 1
+        where = {"version": number, "step": step, "key": entry.key}
         try:
             info = store.stat(entry.key)
         except TGBError as e:
-            problem(f"object missing or unreadable: {e}", version=number, step=step, key=entry.key)
+            problem(f"object missing or unreadable: {e}", **where)
             continue
         report.objects_checked += 1
         if info.size != entry.size:
-            problem(f"size {info.size} bytes, the manifest says {entry.size}", version=number, step=step, key=entry.key)
+            problem(f"size {info.size} bytes, the manifest says {entry.size}", **where)
             continue
         try:
             footer = read_footer(
@@ -255,51 +287,47 @@ def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool
             if want_dp is not None and (footer.dp, footer.cp) != (want_dp, want_cp):
                 problem(
                     f"object has dp={footer.dp} cp={footer.cp}, the namespace layout says dp={want_dp} cp={want_cp}",
-                    version=number,
-                    step=step,
-                    key=entry.key,
+                    **where,
                 )
             slices = footer.slices()
-            if crc:
-                data = store.get(entry.key)
-                report.bytes_checked += len(data)
-                with warnings.catch_warnings():
-                    # tensors viewing read-only bytes: fine here, they are only checked, never written
-                    warnings.simplefilter("ignore", UserWarning)
-                    for s in slices:
-                        decode_slice(data, s, base_offset=0, verify=True, key=entry.key)
-            else:
+            if not crc:
                 report.bytes_checked += entry.footer_length
+                continue
+            data = store.get(entry.key)
+            report.bytes_checked += len(data)
+            with warnings.catch_warnings():
+                # tensors viewing read-only bytes: fine here, they are only checked, never written
+                warnings.simplefilter("ignore", UserWarning)
+                for s in slices:
+                    decode_slice(data, s, base_offset=0, verify=True, key=entry.key)
         except TGBError as e:
-            problem(f"{type(e).__name__}: {e}", version=number, step=step, key=entry.key)
+            problem(f"{type(e).__name__}: {e}", **where)
 
-    # 4. watermarks, and what lies under data/ without a reference
+
+def _check_watermarks(store: Any, problem: Any, *, boundary_step: int) -> None:
+    """Step 4: watermarks parse; no live checkpoint resumes below the GC boundary."""
+    from torch_tgb.checkpoint.watermarks import read_watermarks, retired_ids
+
     try:
         marks = read_watermarks(store)
         retired = retired_ids(store)
-        for mark in marks:
-            if mark.checkpoint_id not in retired and mark.step < boundary.step:
-                problem(
-                    f"live checkpoint {mark.checkpoint_id!r} resumes at step {mark.step}, below the GC boundary "
-                    f"step {boundary.step}: its data was reclaimed",
-                    step=mark.step,
-                )
     except TGBError as e:
         problem(f"watermarks unreadable: {e}")
-    for key in store.list("data/"):
-        if key not in referenced:
-            try:
-                size = store.size(key)
-            except TGBError:
-                continue
-            report.unreferenced_objects += 1
-            report.unreferenced_bytes += size
+        return
+    for mark in marks:
+        if mark.checkpoint_id not in retired and mark.step < boundary_step:
+            problem(
+                f"live checkpoint {mark.checkpoint_id!r} resumes at step {mark.step}, below the GC boundary "
+                f"step {boundary_step}: its data was reclaimed",
+                step=mark.step,
+            )
 
 
-def _snapshot_numbers(store: Any, m: Any) -> set[int]:
+def _numbers(store: Any, prefix: str) -> set[int]:
+    """Version numbers of the ``<number>.json`` objects under ``prefix`` (one LIST)."""
     numbers = set()
-    for key in store.list(m.SNAPSHOT_PREFIX):
-        stem = key[len(m.SNAPSHOT_PREFIX) :].split(".")[0]
+    for key in store.list(prefix):
+        stem = key[len(prefix) :].split(".")[0]
         if stem.isdigit():
             numbers.add(int(stem))
     return numbers
