@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import re
 import sys
 from collections.abc import Iterable, Mapping
@@ -106,6 +107,9 @@ def parse_storage_options(items: Iterable[str]) -> dict[str, Any]:
 def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The parsed ``--storage-option`` values of ``args``, or ``None`` when there are none."""
     options = parse_storage_options(getattr(args, "storage_option", None) or [])
+    if options:
+        # with -v the user sees which options were understood, secrets masked
+        logging.getLogger("torch_tgb.cli").info("storage options: %s", redact(options))
     return options or None
 
 
