@@ -22,7 +22,7 @@ def test_demo_runs_end_to_end_and_everything_is_exactly_once(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
-    assert summary["exactly_once"] is True and summary["ranks_aligned"] is True
+    assert summary["exactly_once"] is True and summary["ranks_aligned"] is True and summary["verify_ok"] is True
     assert summary["steps_read_per_rank"] == [8, 8]
     assert summary["steps_committed"] == 8
     assert summary["restart_at_step"] == 4 and summary["end_step"] == 8

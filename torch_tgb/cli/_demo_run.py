@@ -233,6 +233,9 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     batches = set(zip(*expected))
     aligned = all(step in batches for step in zip(*seen))
     head = Manifest(store).head()
+    from torch_tgb.cli._verify_impl import verify_namespace
+
+    verified = verify_namespace(ns)
     summary = _summary(
         args,
         ns=ns,
@@ -246,6 +249,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         stored=(stored_after, objects_after),
         exact=exact,
         aligned=aligned,
+        verified=verified,
         head=head,
     )
     if args.json:
@@ -253,7 +257,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     else:
         print(_render(summary))
         print(f"next: tgb inspect {ns}   |   tgb verify {ns}")
-    return 0 if exact and aligned else 1
+    return 0 if exact and aligned and verified.ok else 1
 
 
 def _report_dict(report: Any) -> dict[str, Any]:
@@ -296,6 +300,9 @@ def _summary(args: argparse.Namespace, **m: Any) -> dict[str, Any]:
         "end_step": m["end_step"],
         "exactly_once": m["exact"],
         "ranks_aligned": m["aligned"],
+        "verify_ok": m["verified"].ok,
+        "verify_problems": [p.render() for p in m["verified"].problems],
+        "verified_objects": m["verified"].objects_checked,
         "consumer_tokens": tokens,
         "consumer_tokens_per_s": round(tokens / loop_s, 1) if loop_s > 0 else None,
         "producer_tokens_per_s": round(
@@ -332,6 +339,8 @@ def _render(s: dict[str, Any]) -> str:
         ("restart from saved state at", f"step {s['restart_at_step']}"),
         ("every batch exactly once", "yes" if s["exactly_once"] else "NO"),
         ("ranks saw the same step sequence", "yes" if s["ranks_aligned"] else "NO"),
+        ("tgb verify after reclaim", f"OK ({s['verified_objects']} objects, CRC32C)" if s["verify_ok"]
+         else f"{len(s['verify_problems'])} problem(s): {s['verify_problems'][0]}"),
         ("consumer tokens/s (all ranks)", opt(s["consumer_tokens_per_s"], "{:,.0f}")),
         ("producer tokens/s (all)", opt(s["producer_tokens_per_s"], "{:,.0f}")),
         ("commit attempts / successes", f"{s['commit_attempts']} / {s['commit_successes']}"),
