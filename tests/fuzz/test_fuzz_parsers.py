@@ -31,7 +31,7 @@ from torch_tgb.storage import MemoryStore
 
 pytestmark = pytest.mark.timeout(300)
 
-FUZZ = settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+FUZZ = settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 def _tgb_bytes(dp: int = 2, cp: int = 1) -> bytes:

@@ -1,0 +1,128 @@
+"""Disk full under a producer: a clear error, nothing half-committed, resume after space is freed.
+
+``tmpfs``: a real 4 MiB tmpfs (needs root and mount; skipped otherwise) filled
+with a ballast file. ``faulty``: a FaultyStore answering ENOSPC to puts, which
+runs everywhere. Both check the same things.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import torch_tgb as tgb
+from torch_tgb.errors import StorageFull
+from torch_tgb.format import read_footer
+from torch_tgb.manifest import Manifest
+from torch_tgb.storage import FaultyStore, LocalStore, ObjectStore, open_store
+
+LAYOUT = tgb.Layout(dp=2)
+ROW = 32 * 1024  # int32 values per row: 128 KiB per row, 512 KiB per batch
+
+
+def batch(offset: int) -> dict[str, torch.Tensor]:
+    return {"x": torch.full((4, ROW), offset, dtype=torch.int32)}
+
+
+@pytest.fixture
+def tmpfs(tmp_path) -> Iterator[str]:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield str(mnt)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(root: str, leave: int) -> str:
+    """A ballast file that leaves about ``leave`` bytes free on root's file system."""
+    st = os.statvfs(root)
+    free = st.f_bavail * st.f_frsize
+    ballast = os.path.join(root, "ballast")
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * max(0, free - leave))
+    return ballast
+
+
+def _produce_until_full(store: ObjectStore, n: int) -> tuple[int, StorageFull]:
+    p = None
+    offset = Manifest(store).head().producers["p0"].next_offset
+    try:  # a full disk may already refuse the start (its epoch-bump commit)
+        p = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive")
+        while offset < n:
+            p.append(batch(offset), offset=offset)
+            p.flush()
+            offset += 1
+    except StorageFull as e:
+        if p is not None:
+            p.abort()
+        return offset, e
+    p.close()
+    raise AssertionError(f"no StorageFull after {n} batches")
+
+
+def _check_consistent(store: ObjectStore) -> int:
+    """Every committed step's object exists and parses; no temp file is visible. Returns steps."""
+    m = Manifest(store)
+    head = m.head()
+    for step, entry in enumerate(m.entries(0, head.num_steps)):
+        assert entry.offset == step
+        read_footer(store, entry.key, size=entry.size, footer_offset=entry.footer_offset,
+                    footer_length=entry.footer_length)
+    assert not [k for k in store.list() if ".tgb-tmp." in k]
+    return head.num_steps
+
+
+def _resume_and_read(store: ObjectStore, n: int) -> None:
+    with tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        start = p.resume_offset
+        assert start == _check_consistent(store)
+        for offset in range(start, n):
+            p.append(batch(offset), offset=offset)
+        p.close(seal=True)
+    for rank in range(2):
+        ds = tgb.TGBDataset(store, mesh=tgb.Mesh(rank, 2), timeout=10)
+        assert [int(b["x"][0, 0]) for b in ds] == list(range(n))
+
+
+def test_disk_full_on_tmpfs(tmpfs: str) -> None:
+    root = os.path.join(tmpfs, "ns")
+    store = open_store(root)
+    with tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        p.append(batch(0), offset=0)
+    ballast = _fill(tmpfs, leave=1200 * 1024)  # room for about two batches
+    stopped_at, error = _produce_until_full(store, 20)
+    assert 1 <= stopped_at < 20
+    assert "full" in str(error) and "data/p0/" in str(error) or "_tgb/" in str(error)
+    committed = _check_consistent(store)
+    assert committed <= stopped_at
+    leftovers = [f for _, _, files in os.walk(root) for f in files if f.startswith(".tgb-tmp.")]
+    assert not leftovers, f"temporary files left behind on a full disk: {leftovers}"
+    os.unlink(ballast)
+    _resume_and_read(store, 5)
+
+
+@pytest.mark.parametrize("op", ["put", "put_if_absent"])
+def test_disk_full_injected(tmp_path, op: str) -> None:
+    """ENOSPC on object writes (put) or on the commit itself (put_if_absent of a version)."""
+    faulty = FaultyStore(LocalStore(str(tmp_path / "ns")))
+    with tgb.Producer(faulty, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        for offset in range(3):
+            p.append(batch(offset), offset=offset)
+    faulty.fail_next(op, 1000, "enospc")
+    stopped_at, error = _produce_until_full(faulty, 10)
+    assert stopped_at >= 3 and "full" in str(error)
+    assert faulty.count(op, "enospc") >= 1
+    committed = _check_consistent(faulty.inner)
+    assert committed == 3 or (op == "put" and committed == 3)
+    faulty._forced.clear()  # space freed
+    _resume_and_read(faulty, 6)
