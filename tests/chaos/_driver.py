@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -43,7 +44,7 @@ from torch_tgb.format import read_footer
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import LocalStore
 
-from _roles import KNOWN_RACE_EXIT
+from _roles import FENCED_EXIT, KNOWN_RACE_EXIT
 from _roles import code as code_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +138,8 @@ class TrialReport:
     reclaimed_below: int = 0
     phases: dict = field(default_factory=dict)
     known_race_restarts: int = 0  # bugs.md B4, see _roles.KNOWN_RACE
+    paused: int = 0  # producers SIGSTOPped while a new incarnation started (zombies)
+    fenced: int = 0  # incarnations that stopped with FencedError
 
 
 class TrialFailure(AssertionError):
@@ -150,6 +153,7 @@ class TrialConfig:
     every: int = 3  # consumer checkpoint interval (steps)
     grace: float = 3.0  # reclaimer orphan grace period (s)
     deadline: float = 90.0  # a trial taking longer is a hang
+    pause: float = 0.3  # chance that a producer "kill" is a SIGSTOP (zombie) plus a new incarnation
 
 
 def _logs_of(tmp: str) -> str:
@@ -205,9 +209,33 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
             report.known_race_restarts += 1
             start(p)
             return
+        if code == FENCED_EXIT and p.role == "producer":  # a resumed zombie took over: take it back
+            report.fenced += 1
+            start(p)
+            return
         if code != 0:
             raise fail(f"{p.name} (incarnation {p.incarnations}) exited with {code}")
         p.done = True
+
+    zombies: list[tuple[int, str, bool]] = []  # (pid, name, resumed)
+
+    def tend_zombies(final: bool) -> None:
+        """Resume paused old incarnations now and then; a resumed one must end fenced or done."""
+        for i, (pid, name, resumed) in enumerate(list(zombies)):
+            if not resumed and (final or rng.random() < 0.5):
+                os.kill(pid, signal.SIGCONT)
+                zombies[i] = (pid, name, True)
+        for pid, name, resumed in list(zombies):
+            if not resumed:
+                continue
+            code = zygote.wait(pid, 30) if final else zygote.poll(pid)
+            if code is None:
+                continue
+            zombies.remove((pid, name, resumed))
+            if code == FENCED_EXIT:
+                report.fenced += 1
+            elif code not in (0, KNOWN_RACE_EXIT):
+                raise fail(f"old incarnation of {name} (pid {pid}, paused then resumed) exited with {code}")
 
     store = LocalStore(root, fsync=False)
     manifest = Manifest(store)
@@ -247,8 +275,17 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                 if not p.done:
                     reap(p)
             alive = [p for p in procs if not p.done]
+            tend_zombies(final=False)
             if kills_left and alive and rng.random() < 0.7:
                 victim = rng.choice(alive)
+                if victim.role == "producer" and rng.random() < config.pause:
+                    os.kill(victim.pid, signal.SIGSTOP)  # not dead: a zombie that will wake up later
+                    zombies.append((victim.pid, victim.name, False))
+                    report.paused += 1
+                    kills_left -= 1
+                    start(victim)
+                    report.restarts += 1
+                    continue
                 code = zygote.kill(victim.pid)
                 if code == -9:
                     victim.kills += 1
@@ -256,6 +293,8 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                     kills_left -= 1
                 elif code == KNOWN_RACE_EXIT:
                     report.known_race_restarts += 1
+                elif code == FENCED_EXIT and victim.role == "producer":
+                    report.fenced += 1
                 elif code != 0:
                     raise fail(f"{victim.name} exited with {code} before it was killed")
                 else:
@@ -264,6 +303,13 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                 time.sleep(rng.uniform(0, 0.1))
                 start(victim)
                 report.restarts += 1
+        tend_zombies(final=True)
+        for p in procs[:2]:  # a zombie may have fenced the main incarnation meanwhile
+            while not p.done:
+                if time.monotonic() - started > config.deadline:
+                    raise fail(f"{p.name} did not finish before the deadline (hang?)")
+                reap(p)
+                time.sleep(0.02)
         report.phases["produced"] = round(time.monotonic() - started, 2)
         sealer = Proc("sealer", "sealer", {"root": root})
         start(sealer)

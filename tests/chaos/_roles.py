@@ -75,15 +75,24 @@ def _sleep(lo: float, hi: float) -> None:
 # --- roles ----------------------------------------------------------------------
 
 
+#: exit code of a producer that learnt it was fenced by a newer incarnation (expected for
+#: an incarnation the driver paused with SIGSTOP while it started a new one)
+FENCED_EXIT = 10
+
+
 def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = None, pace: float = 0.02) -> int:
     store = open_ns(root, fault_seed)
-    with tgb.Producer(store, producer_id=f"p{pi}", layout=layout(), commit_policy=policy) as p:
-        print(f"producer p{pi} epoch={p.epoch} resume_offset={p.resume_offset}", flush=True)
-        for offset in range(p.resume_offset, n):
-            p.append(make_batch(pi, offset), offset=offset)
-            _sleep(0, pace)
-        p.flush()
-    print(f"producer p{pi} done", flush=True)
+    try:
+        with tgb.Producer(store, producer_id=f"p{pi}", layout=layout(), commit_policy=policy) as p:
+            print(f"producer p{pi} pid={os.getpid()} epoch={p.epoch} resume_offset={p.resume_offset}", flush=True)
+            for offset in range(p.resume_offset, n):
+                p.append(make_batch(pi, offset), offset=offset)
+                _sleep(0, pace)
+            p.flush()
+    except tgb.FencedError as e:
+        print(f"producer p{pi} pid={os.getpid()} fenced: {e}", flush=True)
+        return FENCED_EXIT
+    print(f"producer p{pi} pid={os.getpid()} done", flush=True)
     return 0
 
 
