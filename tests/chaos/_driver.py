@@ -269,7 +269,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         while not (by_name["p0"].done and by_name["p1"].done):
             if time.monotonic() - started > config.deadline:
                 raise fail("producers did not finish before the deadline (hang?)")
-            time.sleep(rng.uniform(0.05, 0.4))
+            time.sleep(rng.uniform(0.05, 0.3))
             follow()
             for p in procs:
                 if not p.done:
@@ -277,7 +277,8 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
             alive = [p for p in procs if not p.done]
             tend_zombies(final=False)
             if kills_left and alive and rng.random() < 0.7:
-                victim = rng.choice(alive)
+                weights = [{"producer": 3, "consumer": 2, "reclaimer": 1}[p.role] for p in alive]
+                victim = rng.choices(alive, weights)[0]
                 if victim.role == "producer" and rng.random() < config.pause:
                     os.kill(victim.pid, signal.SIGSTOP)  # not dead: a zombie that will wake up later
                     zombies.append((victim.pid, victim.name, False))

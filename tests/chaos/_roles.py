@@ -80,7 +80,7 @@ def _sleep(lo: float, hi: float) -> None:
 FENCED_EXIT = 10
 
 
-def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = None, pace: float = 0.02) -> int:
+def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = None, pace: float = 0.06) -> int:
     store = open_ns(root, fault_seed)
     try:
         with tgb.Producer(store, producer_id=f"p{pi}", layout=layout(), commit_policy=policy) as p:

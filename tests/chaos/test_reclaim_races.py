@@ -20,40 +20,48 @@ from torch_tgb.storage import LocalStore, ObjectInfo, ObjectStore
 
 
 class HookStore(ObjectStore):
-    """Forwards to ``inner``; runs ``action`` once, right after the first read of ``key``."""
+    """Forwards to ``inner``; runs ``action`` once, right after the first call matching ``when``.
 
-    def __init__(self, inner: ObjectStore, key: str, action: Callable[[], object]) -> None:
-        self.inner, self.key, self.action, self.url = inner, key, action, inner.url
+    ``when`` is a key (any ``get`` of it) or a predicate ``(op, key) -> bool``.
+    """
+
+    def __init__(self, inner: ObjectStore, when: str | Callable[[str, str], bool], action: Callable[[], object]) -> None:
+        self.inner, self.action, self.url = inner, action, inner.url
+        self.when = when if callable(when) else (lambda op, key, _k=when: op == "get" and key == _k)
         self.fired = False
 
-    def get(self, key: str) -> bytes:
+    def _call(self, op: str, key: str, fn: Callable[[], object]):  # type: ignore[no-untyped-def]
         try:
-            return self.inner.get(key)
+            return fn()
         finally:
-            if key == self.key and not self.fired:
+            if not self.fired and self.when(op, key):
                 self.fired = True
                 self.action()
 
+    def get(self, key: str) -> bytes:
+        return self._call("get", key, lambda: self.inner.get(key))
+
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        return self.inner.get_range(key, start, end)
+        return self._call("get_range", key, lambda: self.inner.get_range(key, start, end))
 
     def stat(self, key: str) -> ObjectInfo:
-        return self.inner.stat(key)
+        return self._call("stat", key, lambda: self.inner.stat(key))
 
     def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
+        return self._call("exists", key, lambda: self.inner.exists(key))
 
     def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
+        return self._call("list", prefix, lambda: self.inner.list(prefix))
 
     def put(self, key: str, data: bytes | memoryview) -> None:
-        self.inner.put(key, data)
+        self._call("put", key, lambda: self.inner.put(key, data))
 
     def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
-        return self.inner.put_if_absent(key, data)
+        return self._call("put_if_absent", key, lambda: self.inner.put_if_absent(key, data))
 
     def delete(self, keys: str | Iterable[str]) -> None:
-        self.inner.delete(keys)
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        self._call("delete", keys[0] if len(keys) == 1 else "", lambda: self.inner.delete(keys))
 
 
 LAYOUT = tgb.Layout(dp=1)
@@ -103,3 +111,56 @@ def test_reclaim_race_replay_without_reclaim_is_clean(namespace: str) -> None:
     p = tgb.Producer(store, producer_id="p1", layout=LAYOUT, commit_policy="naive")
     assert p.resume_offset == 0
     p.close()
+
+
+@pytest.mark.xfail(strict=True, reason="bugs.md B9: the committer deletes its freshly committed version when the "
+                   "GC boundary already equals it (number <= boundary), forking the log")
+def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
+    """A reclaimer pass right after our create makes our new version the boundary (all consumed).
+
+    That version is legitimately committed (others may have read it) and the
+    boundary version is kept by definition: the committer must not delete it.
+    """
+    from torch_tgb.manifest import Manifest
+    from torch_tgb.manifest.manifest import version_key
+
+    from torch_tgb.checkpoint.watermarks import retire
+
+    record_watermark(namespace, "all-read", {"tgb_cursor": {"step": 11, "version": 0}})
+    retire(namespace, "ck")
+    p = tgb.Producer(namespace, producer_id="p1", layout=LAYOUT, commit_policy="naive")
+    target = Manifest(LocalStore(namespace)).latest_version() + 1
+    hook = HookStore(
+        LocalStore(namespace),
+        lambda op, key: op == "put_if_absent" and key == version_key(target),
+        lambda: tgb.Reclaimer(LocalStore(namespace), grace_period=0).run_once(),
+    )
+    p.manifest.store = p._committer.store = hook  # only the committer's next create is hooked
+    p.append({"x": torch.full((1, 2), 10.0)}, offset=0)
+    p.flush()
+    p.close()
+    assert hook.fired
+    fresh = Manifest(LocalStore(namespace))
+    assert fresh.gc_boundary().version == target
+    assert LocalStore(namespace).exists(version_key(target)), "the boundary version was deleted"
+    entries = fresh.entries(10, fresh.head().num_steps)
+    assert [(e.producer, e.offset) for e in entries] == [("p1", 0)]
+
+
+@pytest.mark.xfail(strict=True, reason="bugs.md B10: live_checkpoints lists watermarks before retirement markers; "
+                   "a checkpoint recorded and its predecessor retired between the two listings are both missed")
+def test_checkpoint_rotation_between_listings_stays_protected(namespace: str) -> None:
+    """A trainer rotates its checkpoint (record new, retire old) while a reclaimer lists."""
+    from torch_tgb.checkpoint.watermarks import WATERMARK_PREFIX, retire, safe_boundary
+
+    record_watermark(namespace, "other-job", {"tgb_cursor": {"step": 9, "version": 0}})
+    record_watermark(namespace, "mine-old", {"tgb_cursor": {"step": 2, "version": 0}})
+
+    def rotate() -> None:
+        record_watermark(namespace, "mine-new", {"tgb_cursor": {"step": 3, "version": 0}})
+        retire(namespace, "mine-old")
+
+    hook = HookStore(LocalStore(namespace), lambda op, key: op == "list" and key == WATERMARK_PREFIX, rotate)
+    safe = safe_boundary(hook)
+    assert hook.fired
+    assert safe <= 3, f"safe boundary {safe}: neither the old (step 2) nor the new (step 3) checkpoint protected"
