@@ -10,6 +10,7 @@ import torch
 
 from tests.consumer._support import LAYOUT, make_batch
 from torch_tgb.consumer import DataLoader, TGBDataset
+from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.errors import DataTimeout
 from torch_tgb.layout import Mesh
 from torch_tgb.producer import Producer
@@ -35,7 +36,8 @@ def slow_producer(ns: str, n: int, delay: float, *, seal: bool = True, start_del
 def test_consumer_waits_for_producer_and_records_stall(tmp_path, prefetch: int) -> None:
     ns = str(tmp_path)
     producer = slow_producer(ns, 5, 0.15, start_delay=0.2)  # dataset.json does not exist yet
-    ds = TGBDataset(ns, mesh=Mesh(1, 2, 0, 2), prefetch=prefetch, timeout=10)
+    ds = TGBDataset(ns, mesh=Mesh(1, 2, 0, 2), prefetch=prefetch, timeout=10,
+                    options=ReaderOptions(inline_local=prefetch == 0))  # prefetch threads wait too
     got = list(ds)
     producer.join(10)
     assert len(got) == 5
@@ -62,7 +64,7 @@ def test_timeout_while_producer_stalls(tmp_path) -> None:
     ns = str(tmp_path)
     producer = slow_producer(ns, 2, 0.05, seal=False)
     producer.join(10)
-    ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), timeout=0.5, prefetch=2)
+    ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), timeout=0.5, prefetch=2, options=ReaderOptions(inline_local=False))
     it = iter(ds)
     assert len([next(it), next(it)]) == 2
     started = time.monotonic()

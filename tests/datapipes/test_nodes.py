@@ -56,11 +56,11 @@ def batch_equal(a: StepBatch, b: StepBatch) -> bool:
 
 def pipeline(store: Any, mesh: Mesh, *, prefetch: int = 0, worker: int = 0, workers: int = 1,
              split: str = "merge", origin: Cursor = Cursor(0), stats: ReadStats | None = None,
-             lookahead: int = 8) -> RangeReader:
+             lookahead: int = 8, inline_local: bool = True) -> RangeReader:
     poller = ManifestPoller(Manifest(store), origin.step, stats=stats)
     project = Project(poller, plan_reads(LAYOUT, mesh, dp_split=split), origin=origin, worker=worker, num_workers=workers)
     footers = FooterIndex(project, store, lookahead=lookahead, stats=stats)
-    return RangeReader(footers, store, prefetch=prefetch, stats=stats)
+    return RangeReader(footers, store, prefetch=prefetch, stats=stats, inline_local=inline_local)
 
 
 def test_poller_resume(store: Any) -> None:
@@ -92,11 +92,11 @@ def test_project_resume(store: Any, mesh: Mesh, split: str, worker: int, workers
         assert [t.index for t in full] == list(range(1, 2 * N_STEPS, 2))
 
 
-@pytest.mark.parametrize("prefetch", [0, 3])
-def test_reader_resume_and_exact_data(store: Any, prefetch: int) -> None:
+@pytest.mark.parametrize(("prefetch", "inline_local"), [(0, True), (3, True), (3, False)])
+def test_reader_resume_and_exact_data(store: Any, prefetch: int, inline_local: bool) -> None:
     mesh = Mesh(0, 2, 1, 2)
-    full = run_resume_test(lambda: pipeline(store, mesh, prefetch=prefetch), stop_after=4, equal=batch_equal,
-                           close=lambda n: n.close())
+    full = run_resume_test(lambda: pipeline(store, mesh, prefetch=prefetch, inline_local=inline_local), stop_after=4,
+                           equal=batch_equal, close=lambda n: n.close())
     for step, b in enumerate(full):
         want = LAYOUT.cut(make_batch(step))[1].tensors
         assert all(torch.equal(b.tensors[k], want[k]) for k in want)
@@ -142,7 +142,7 @@ def test_corrupt_slice_names_object_and_step(tmp_path) -> None:
         byte = f.read(1)
         f.seek(100)
         f.write(bytes([byte[0] ^ 0xFF]))
-    reader = pipeline(s, Mesh(0, 2, 0, 2), prefetch=2)
+    reader = pipeline(s, Mesh(0, 2, 0, 2), prefetch=2, inline_local=False)  # error crosses the prefetch threads
     assert next(reader).task.cursor.step == 0
     with pytest.raises(CorruptObject, match=r"step=1.*CRC32C") as info:
         next(reader)

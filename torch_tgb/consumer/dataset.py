@@ -58,6 +58,8 @@ class ReaderOptions:
     #: upcoming steps whose footers are fetched in one batched call
     footer_lookahead: int = 8
     verify: bool = True
+    #: read a local (mmap-able) namespace in the consumer's thread; prefetch then only serves remote stores
+    inline_local: bool = True
     poll: PollPolicy = PollPolicy()
     #: stop before this TGB step (exclusive); None: at the seal
     stop_step: int | None = None
@@ -231,7 +233,14 @@ class TGBDataset(IterableDataset):
             lookahead=self.options.footer_lookahead,
             stats=self._stats,
         )
-        reader = RangeReader(footers, store, prefetch=self.prefetch, verify=self.options.verify, stats=self._stats)
+        reader = RangeReader(
+            footers,
+            store,
+            prefetch=self.prefetch,
+            verify=self.options.verify,
+            inline_local=self.options.inline_local,
+            stats=self._stats,
+        )
         if exact and restore is not None:
             project_state = {
                 Project.ORIGIN_KEY: restore["origin"],

@@ -6,8 +6,9 @@ assembles the rank's batch with the plan. A namespace on the local
 filesystem (``store.local_path(key)`` is not None) takes the zero-copy path
 of ``format.read_slice``: the tensors view a memory map.
 
-With ``prefetch > 0`` a feeder thread pulls tasks from the source and hands
-each to a pool of ``prefetch`` reader threads, so at most ``prefetch`` steps
+With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
+feeder thread pulls tasks from the source and hands each to a pool of
+``prefetch`` reader threads, so at most ``prefetch`` steps
 are being fetched at once; results are delivered strictly in step order.
 Errors (a timeout, a corrupt object) are delivered in order too, at the step
 where they happened.
@@ -58,6 +59,7 @@ class RangeReader(BaseNode[StepBatch]):
         *,
         prefetch: int = 4,
         verify: bool = True,
+        inline_local: bool = True,
         stats: ReadStats | None = None,
     ) -> None:
         super().__init__()
@@ -67,6 +69,7 @@ class RangeReader(BaseNode[StepBatch]):
         self.store = store
         self.prefetch = prefetch
         self.verify = verify
+        self.inline_local = inline_local
         self.stats = stats if stats is not None else ReadStats()
         self._state: dict[str, Any] | None = None
         self._queue: queue.Queue[tuple[concurrent.futures.Future[StepBatch], dict] | _End] | None = None
@@ -92,7 +95,10 @@ class RangeReader(BaseNode[StepBatch]):
     def next(self) -> StepBatch:
         if self._ended is not None:
             raise StopIteration
-        if self.prefetch == 0:
+        if self._feeder is None and (self.prefetch == 0 or self._local is None or (self._local and self.inline_local)):
+            # Inline: no prefetch asked, or the first task (which tells whether the namespace is
+            # local), or a local namespace, where a page-cache read costs less than the thread
+            # hand-offs of prefetching (the kernel's readahead does the prefetching there).
             task = next(self.source)
             state = self.source.state_dict()
             batch = self.read(task)
