@@ -83,6 +83,12 @@ def test_topology_remap_reads(namespace: str) -> None:
     for step, batch in enumerate(narrow):
         for name, t in make_batch(step).items():
             assert torch.equal(batch[name], t)
+    # cp 2 -> 4: each written cp chunk is split in two; the four chunks tile the sequence
+    split = [_read(namespace, Mesh(1, 2, c, 4)) for c in range(4)]
+    for step in range(N_STEPS):
+        joined = torch.cat([split[c][step]["input_ids"] for c in range(4)], dim=1)
+        assert torch.equal(joined, make_batch(step)["input_ids"][GLOBAL_BATCH // 2 :])
+        assert all(torch.equal(split[c][step]["sample_id"], split[0][step]["sample_id"]) for c in range(4))
     spread = _read(namespace, Mesh(0, 1, 0, 1), dp_split="spread")
     assert len(spread) == 2 * N_STEPS
     assert torch.equal(torch.cat([b["sample_id"] for b in spread]), torch.cat([make_batch(s)["sample_id"] for s in range(N_STEPS)]))
