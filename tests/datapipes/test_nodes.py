@@ -235,3 +235,18 @@ def test_local_reads_do_not_write_through(store: Any) -> None:
     batch.tensors["input_ids"].add_(1)  # the mmap is copy-on-write: the object stays intact
     with open(store.local_path(key), "rb") as f:
         assert f.read() == before
+
+
+def test_nodes_compose_under_torchdata_loader(store: Any) -> None:
+    from torchdata.nodes import Loader
+
+    mesh = Mesh(1, 2, 0, 2)
+    loader = Loader(pipeline(store, mesh, prefetch=2))
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    again = Loader(pipeline(store, mesh, prefetch=2))
+    again.load_state_dict(state)
+    rest = list(again)
+    steps = [b.task.cursor.step for b in head + rest]
+    assert steps == list(range(N_STEPS))
