@@ -37,6 +37,7 @@ from torch_tgb.checkpoint._store import as_store
 from torch_tgb.consumer.cursor import cursor_of
 from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
 from torch_tgb.manifest import Manifest
+from torch_tgb.manifest._json import MAX_METADATA_BYTES, load_json
 from torch_tgb.storage import ObjectStore
 
 __all__ = [
@@ -177,13 +178,11 @@ def read_watermarks(store: ObjectStore) -> list[Watermark]:
         if not key.endswith(".json"):
             continue  # temporary files of a backend, never ours
         try:
-            raw = store.get(key)
+            # Bounded read: a planted giant object must not be read whole by every producer.
+            raw = store.get_range(key, 0, MAX_METADATA_BYTES + 1)
         except ObjectNotFound:
             continue  # removed after listing (cleanup of a retired checkpoint)
-        try:
-            data = json.loads(raw)
-        except ValueError as e:
-            raise ManifestError(f"{store.url}: watermark {key!r} is not JSON: {e}") from e
+        data = load_json(raw, what=f"{store.url}: watermark {key!r}")
         marks.append(Watermark.from_json(data, key=key))
     return sorted(marks, key=lambda m: (m.time, m.step, m.checkpoint_id))
 
@@ -196,13 +195,17 @@ def retired_ids(store: ObjectStore) -> set[str]:
 def live_checkpoints(ns_or_store: str | ObjectStore, storage_options: Mapping[str, Any] | None = None) -> list[Watermark]:
     """Watermarks of checkpoints recorded and not retired, oldest recorded first.
 
-    Markers are listed after watermarks, so a checkpoint retired between the
-    two listings is seen as retired, and one recorded in between is not seen
-    at all (the race ``record_watermark`` checks for).
+    Retirement markers are listed *before* watermarks. A trainer rotates by
+    recording the new checkpoint B, then retiring the old A. If A's marker
+    appears after our marker listing, A still counts as live (its watermark
+    is only deleted by a Reclaimer that saw the marker); if it appeared
+    before, B was recorded even earlier and the watermark listing sees it.
+    Either way one of them protects the data. The opposite order could see A
+    retired and miss B, leaving B's steps unprotected.
     """
     store = as_store(ns_or_store, storage_options)
-    marks = read_watermarks(store)
     retired = retired_ids(store)
+    marks = read_watermarks(store)
     return [m for m in marks if m.checkpoint_id not in retired]
 
 

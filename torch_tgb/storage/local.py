@@ -21,10 +21,9 @@ such files, so leftovers of a crashed writer are never seen as objects.
 
 Containment: a key is a relative path (see ``_keys``) and its resolved real
 path (symlinks followed) must lie inside the namespace root, so a symlink in
-the directory cannot lead a read or write out of the namespace. Directories
-once found inside the root are remembered per store (``realpath`` costs a
-syscall per component); replacing such a directory by a symlink later is not
-noticed -- whoever can do that can write the namespace anyway.
+the directory cannot lead a read or write out of the namespace. The path is
+resolved on every call, so a directory swapped for a symlink later is caught
+too (a check-then-use window of one syscall remains).
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ from torch_tgb.storage._keys import validate_key, validate_prefix
 __all__ = ["LocalStore"]
 
 _TMP_PREFIX = ".tgb-tmp."
-_SAFE_DIRS_MAX = 4096
 # get_ranges batches up to this many bytes are read sequentially (see there)
 _SEQUENTIAL_BYTES = 16 << 20
 # Errors from os.link that mean "this file system has no hard links".
@@ -67,31 +65,24 @@ class LocalStore(ObjectStore):
         self.fsync = fsync
         self._root_slash = self.root.rstrip(os.sep) + os.sep
         # directories already known to resolve inside the root (see _path)
-        self._safe_dirs: dict[str, None] = {}
 
     # --- keys and paths ------------------------------------------------------
 
     def _path(self, key: str) -> str:
         """The absolute path of ``key``; refuses anything that resolves outside the root.
 
-        ``realpath`` costs a syscall per path component, so directories found
-        inside the root are remembered (per store, bounded); the last
-        component is checked with one ``lstat`` each time.
+        Every call resolves the whole path (one ``realpath``): a directory
+        that was inside the root a moment ago may since have been swapped for
+        a symlink pointing elsewhere, so no earlier answer is trusted. Hot
+        readers do not pay this per step: they map an object once and keep
+        the mapping.
         """
         key = validate_key(key, namespace=self.url)
         parts = key.split("/")
         if any(p.startswith(_TMP_PREFIX) for p in parts):
             raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
         path = os.path.join(self.root, *parts)
-        parent = os.path.dirname(path)
-        if parent not in self._safe_dirs:
-            if not self._inside(os.path.realpath(parent)):
-                raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
-            if os.path.isdir(parent):  # only an existing directory can be trusted later
-                if len(self._safe_dirs) >= _SAFE_DIRS_MAX:
-                    self._safe_dirs.clear()
-                self._safe_dirs[parent] = None
-        if os.path.islink(path) and not self._inside(os.path.realpath(path)):
+        if not self._inside(os.path.realpath(path)):
             raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
         return path
 

@@ -147,6 +147,14 @@ class RetryingStore(ObjectStore):
             again = self.inner.get_ranges([requests[i] for i in pending], continue_on_error=True)
             for i, r in zip(pending, again):
                 results[i] = r
+        if self.policy.attempts > 1:
+            # Still transient after the last round: say that retries ran out, as every other operation does.
+            results = [
+                RangeFailure(r.request, _exhausted(r.error, self.policy.attempts))
+                if isinstance(r, RangeFailure) and isinstance(r.error, TransientStorageError)
+                else r
+                for r in results
+            ]
         if not continue_on_error:
             for r in results:
                 if isinstance(r, RangeFailure):
