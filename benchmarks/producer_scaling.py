@@ -218,7 +218,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    delta = [r for r in rows if r["mode"] == "delta"]
+    delta = [r for r in rows if r["mode"] == "delta" and not r["history_steps"]]
     payloads = sorted({r["payload_kb"] for r in delta})
     fig, axes = plt.subplots(2, len(payloads), figsize=(6 * len(payloads), 8), squeeze=False)
     for col, kb in enumerate(payloads):
@@ -264,7 +264,11 @@ def main() -> None:
     parser.add_argument("--rtt-ms", type=float, default=5.0)
     parser.add_argument("--history", type=int, default=20_000, help="pre-built steps for the delta/full comparison")
     parser.add_argument("--rate", type=float, default=50.0, help="TGBs per second each producer offers")
+    parser.add_argument("--replot", action="store_true", help="only redraw the PNGs from the saved JSON")
     args = parser.parse_args()
+    if args.replot:
+        plot(json.loads((RESULTS / "producer_scaling.json").read_text())["rows"], RESULTS / "producer_scaling.png")
+        return
     if args.quick:
         counts, payloads, warmup, window, long_window = (1, 8, 32), (100_000,), 1.0, 4.0, 10.0
         full_policies, full_n = ("naive", "fixed:100", "dac"), 8

@@ -16,7 +16,15 @@ from torch_tgb.format import read_footer, read_slice
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
 from torch_tgb.producer import FixedPolicy, Producer, ProducerConfig
-from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, LocalStore, MemoryStore, ObjectStore
+from torch_tgb.storage import (
+    FaultPlan,
+    FaultRates,
+    FaultyStore,
+    LocalStore,
+    MemoryStore,
+    ObjectStore,
+    ensure_conditional_writes,
+)
 
 LAYOUT = Layout(dp=2, seq_keys=("input_ids",))
 
@@ -161,6 +169,7 @@ def test_lost_acks_and_faults_no_duplicates_no_loss(store) -> None:
     """Every manifest create loses its acknowledgement or times out now and then."""
     plan = FaultPlan(seed=7, ops={"put_if_absent": FaultRates(lost_ack=0.3, timeout=0.2)})
     faulty = FaultyStore(store, plan)
+    ensure_conditional_writes(store)  # the capability probe itself is not under test here
     for pid in ("a", "b"):
         with Producer(faulty, producer_id=pid, layout=LAYOUT, commit_policy="naive") as p:
             for offset in range(20):
@@ -275,3 +284,16 @@ def test_errors_name_things(store) -> None:
     p.close()
     with pytest.raises(TGBError, match="closed"):
         p.append(batch(0))
+
+
+def test_transient_errors_in_the_committer_are_retried(store) -> None:
+    faulty = FaultyStore(store)
+    ensure_conditional_writes(store)
+    with Producer(faulty, producer_id="p0", layout=LAYOUT, commit_policy="fixed:4") as p:
+        p.append(batch(0))  # creates dataset.json
+        faulty.fail_next("put_if_absent", 3, "error")  # 503s that escaped any retry wrapper
+        for offset in range(1, 4):
+            p.append(batch(offset))
+        p.flush()
+    assert faulty.count("put_if_absent", "error") == 3
+    assert log_offsets(store) == [("p0", o) for o in range(4)]

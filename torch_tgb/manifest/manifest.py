@@ -23,7 +23,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, ManifestError, ObjectNotFound, SchemaMismatch
+from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.manifest._dataset import ensure_dataset
 from torch_tgb.manifest._json import Fields, dump_json, load_json
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.records import (
@@ -34,6 +35,16 @@ from torch_tgb.manifest.records import (
     ManifestState,
     TGBEntry,
     Version,
+)
+from torch_tgb.manifest.keys import (
+    DATASET_KEY,
+    GC_BOUNDARY_KEY,
+    LOG_PREFIX,
+    SNAPSHOT_HINT_KEY,
+    SNAPSHOT_PREFIX,
+    number_of,
+    snapshot_key,
+    version_key,
 )
 from torch_tgb.storage import ObjectStore
 
@@ -48,32 +59,10 @@ __all__ = [
     "version_key",
 ]
 
-DATASET_KEY = "_tgb/dataset.json"
-LOG_PREFIX = "_tgb/log/"
-SNAPSHOT_PREFIX = "_tgb/snapshots/"
-SNAPSHOT_HINT_KEY = "_tgb/snapshot_hint.json"
-GC_BOUNDARY_KEY = "_tgb/gc_boundary.json"
-
-
-def version_key(number: int) -> str:
-    return f"{LOG_PREFIX}{number:020d}.json"
-
-
-def snapshot_key(number: int) -> str:
-    return f"{SNAPSHOT_PREFIX}{number:020d}.json"
-
-
-def _number_of(key: str, prefix: str) -> int | None:
-    name = key[len(prefix) :]
-    if not (name.endswith(".json") and len(name) == 25 and name[:20].isdigit()):
-        return None  # temporary files of a backend, or foreign objects: not ours
-    return int(name[:20])
-
-
 class Manifest:
     """The manifest log of one namespace, read through ``store``. Thread-safe."""
 
-    def __init__(self, store: ObjectStore, *, snapshot_every: int = 16, cache_size: int = 4096) -> None:
+    def __init__(self, store: ObjectStore, *, snapshot_every: int = 16, cache_size: int = 512) -> None:
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every={snapshot_every} must be >= 1")
         self.store = store
@@ -110,41 +99,7 @@ class Manifest:
         shape matches any size). Otherwise :class:`SchemaMismatch` names both
         fingerprints.
         """
-        import time
-
-        from torch_tgb.layout import Layout, check_schema, schema_fingerprint
-
-        if not isinstance(layout, Layout):
-            layout = Layout.from_json(layout)
-        metadata = dict(metadata or {})
-        fingerprint = schema_fingerprint(layout, schema, metadata)
-        ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
-        stored = None
-        for _ in range(8):
-            try:
-                if self.store.put_if_absent(DATASET_KEY, ours.encode()):
-                    return ours
-            except AmbiguousWriteError:
-                pass  # landed or not: read it back
-            stored = self.dataset()
-            if stored is not None:
-                break
-        if stored is None:
-            raise ManifestError(f"{self.where}{DATASET_KEY}: no definite reply creating it after retries")
-        if stored.fingerprint == fingerprint:
-            return stored
-        try:
-            if dict(stored.layout) != layout.to_json():
-                raise SchemaMismatch(f"layout {layout.to_json()} differs from {dict(stored.layout)}")
-            if dict(stored.metadata) != metadata:
-                raise SchemaMismatch(f"metadata {metadata} differs from {dict(stored.metadata)}")
-            check_schema(schema, stored.schema)
-        except SchemaMismatch as e:
-            raise SchemaMismatch(
-                f"{self.where}layout/schema fingerprint {fingerprint} disagrees with the namespace's "
-                f"{stored.fingerprint} ({DATASET_KEY}): {e}"
-            ) from e
-        return stored
+        return ensure_dataset(self.store, layout, schema, metadata, read=self.dataset)
 
     # --- versions ------------------------------------------------------------
 
@@ -275,7 +230,7 @@ class Manifest:
                 state = self.read_snapshot(candidate)
                 if state is not None:
                     return state
-        numbers = [n for k in self.store.list(SNAPSHOT_PREFIX) if (n := _number_of(k, SNAPSHOT_PREFIX)) is not None]
+        numbers = [n for k in self.store.list(SNAPSHOT_PREFIX) if (n := number_of(k, SNAPSHOT_PREFIX)) is not None]
         for candidate in sorted((n for n in numbers if boundary.version <= n <= at_most), reverse=True):
             state = self.read_snapshot(candidate)
             if state is not None:
@@ -384,7 +339,7 @@ class Manifest:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
         keys = []
         for key in self.store.list(LOG_PREFIX):
-            number = _number_of(key, LOG_PREFIX)
+            number = number_of(key, LOG_PREFIX)
             if number is not None and number < version:
                 keys.append(key)
         return keys

@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from torch_tgb.errors import FencedError, SchemaMismatch, TGBError
+from torch_tgb.errors import FencedError, SchemaMismatch, TGBError, TransientStorageError
 from torch_tgb.format import write_tgb
 from torch_tgb.layout import Layout, check_schema, schema_fingerprint, schema_of
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.producer.dac import ema
 from torch_tgb.producer.policies import CommitPolicy, make_policy
 from torch_tgb.producer.stats import ProducerStats
-from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage import ObjectStore, ensure_conditional_writes, open_store
 
 __all__ = ["Producer", "ProducerConfig", "object_key"]
 
@@ -92,6 +92,7 @@ class Producer:
         self.store = open_store(ns, storage_options)
         self._metadata = dict(metadata or {})
         self._dataset: DatasetInfo | None = None
+        ensure_conditional_writes(self.store)  # one read once the namespace was probed
         self.manifest = Manifest(self.store, snapshot_every=self.config.snapshot_every)
         self._check_dataset_at_start(schema)
         self._committer = Committer(self.manifest, self.producer_id, crash_hook=self.config.crash_hook)
@@ -261,6 +262,7 @@ class Producer:
 
     def _run(self) -> None:
         last_end = float("-inf")
+        transient = 0
         while True:
             with self._cond:
                 chosen = self._next_batch(last_end)
@@ -269,6 +271,15 @@ class Producer:
             batch, seal = chosen
             try:
                 result = self._committer.attempt(batch, seal=seal)
+            except TransientStorageError as e:
+                # The store is unwell beyond the retry wrapper's patience: nothing was
+                # committed that we do not know of (a landed write is recognised by its
+                # token next time), so wait and try again rather than give up.
+                transient += 1
+                log.warning("%s: commit attempt of %r failed (%s); retrying", self.store.url, self.producer_id, e)
+                with self._cond:
+                    self._cond.wait(min(5.0, 0.1 * 2 ** min(transient, 6)))
+                continue
             except BaseException as e:  # noqa: BLE001 - handed to the caller of append/flush/close
                 with self._cond:
                     self._error = e
@@ -278,6 +289,7 @@ class Producer:
                 if not isinstance(e, TGBError):
                     log.exception("%s: committer of %r failed", self.store.url, self.producer_id)
                 return
+            transient = 0
             active = self._active_producers()
             if result.wrote:
                 self.policy.on_attempt(success=result.committed, window_s=result.window_s, active_producers=active)

@@ -1,0 +1,58 @@
+"""Creating ``_tgb/dataset.json`` once, and checking every later writer against it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch_tgb.errors import AmbiguousWriteError, ManifestError, SchemaMismatch
+from torch_tgb.manifest.keys import DATASET_KEY
+from torch_tgb.manifest.records import DatasetInfo
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["ensure_dataset"]
+
+
+def ensure_dataset(
+    store: ObjectStore,
+    layout: Any,
+    schema: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None,
+    *,
+    read: Callable[[], DatasetInfo | None],
+) -> DatasetInfo:
+    """Create the dataset description or check ours against it (see ``Manifest.ensure_dataset``)."""
+    from torch_tgb.layout import Layout, check_schema, schema_fingerprint
+
+    if not isinstance(layout, Layout):
+        layout = Layout.from_json(layout)
+    metadata = dict(metadata or {})
+    fingerprint = schema_fingerprint(layout, schema, metadata)
+    ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
+    stored = None
+    for _ in range(8):
+        try:
+            if store.put_if_absent(DATASET_KEY, ours.encode()):
+                return ours
+        except AmbiguousWriteError:
+            pass  # landed or not: read it back
+        stored = read()
+        if stored is not None:
+            break
+    if stored is None:
+        raise ManifestError(f"{store.url}: {DATASET_KEY}: no definite reply creating it after retries")
+    if stored.fingerprint == fingerprint:
+        return stored
+    try:
+        if dict(stored.layout) != layout.to_json():
+            raise SchemaMismatch(f"layout {layout.to_json()} differs from {dict(stored.layout)}")
+        if dict(stored.metadata) != metadata:
+            raise SchemaMismatch(f"metadata {metadata} differs from {dict(stored.metadata)}")
+        check_schema(schema, stored.schema)  # -1 in a stored trailing shape matches any size
+    except SchemaMismatch as e:
+        raise SchemaMismatch(
+            f"{store.url}: layout/schema fingerprint {fingerprint} disagrees with the namespace's "
+            f"{stored.fingerprint} ({DATASET_KEY}): {e}"
+        ) from e
+    return stored
