@@ -22,6 +22,7 @@ iteration stopped (at the seal of a finished stream it yields nothing);
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -264,6 +265,12 @@ class TGBDataset(IterableDataset):
         in_worker = get_worker_info() is not None
         checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
         meta = self.emit_meta and in_worker
+        if self.check_consistency and in_worker and not meta:
+            warnings.warn(
+                "check_consistency needs the main process: inside DataLoader workers it runs only "
+                "under tgb.DataLoader (a plain StatefulDataLoader cannot forward the step metadata)",
+                stacklevel=2,
+            )
         try:
             while True:
                 started = time.perf_counter()
