@@ -4,9 +4,12 @@ Footers are kept in an LRU cache keyed by object key (objects are immutable,
 so a cached footer never goes stale). On a miss the index looks ahead: it
 takes up to ``lookahead`` further tasks that its source can produce without
 waiting (``source.available()``, when the source offers it) and fetches every
-missing footer among them in one ``store.get_ranges`` call, using the footer
+missing footer among them in one ``store.get_ranges`` call (a local namespace
+reads them one after the other: no round trip to save), using the footer
 location recorded in the manifest entry, so a reader pays one round trip per
-``lookahead`` steps for footers instead of one per step.
+``lookahead`` steps for footers instead of one per step. The entry's numbers
+are checked before anything is read (a hostile ``size`` must not decide an
+allocation).
 
 State: the source's state as it was right after the last task handed out,
 so tasks buffered ahead are fetched again after a reset, never skipped.
