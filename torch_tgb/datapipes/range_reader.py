@@ -4,7 +4,9 @@ For each task it reads the byte ranges of its pieces (one slice each) with
 one ordered ``store.get_ranges`` call, checks every tensor's CRC32C and
 assembles the rank's batch with the plan. A namespace on the local
 filesystem (``store.local_path(key)`` is not None) takes the zero-copy path
-of ``format.read_slice``: the tensors view a memory map.
+of ``format.SliceReader`` (``read_slice`` with its mappings kept open): the
+tensors view a copy-on-write memory map. Local reads run inline by default:
+a page-cache read costs less than the thread hand-offs of prefetching.
 
 With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
 feeder thread pulls tasks from the source and hands each to a pool of
