@@ -111,7 +111,7 @@ def test_resume_dataset(namespace: str, name: str) -> None:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("name", ["same", "dp_x2", "cp_2_to_1"])
+@pytest.mark.parametrize("name", ["same", "dp_x2", "dp_half", "cp_2_to_1"])
 def test_resume_loader(namespace: str, name: str, workers: int) -> None:
     run_scenario(namespace, name, "loader", workers)
 
