@@ -39,6 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch_tgb.errors import TGBError
 from torch_tgb.checkpoint.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.format import read_footer
 from torch_tgb.manifest import Manifest
@@ -146,6 +147,27 @@ class TrialFailure(AssertionError):
     pass
 
 
+#: symptoms of bugs already pinned by strict-xfail deterministic replays
+#: (tests/chaos/test_reclaim_races.py); a trial failing with one of them is reported as
+#: that known bug (pytest xfail with the full failure text) instead of a new failure.
+KNOWN_BUGS = {
+    "B10 (checkpoint rotation between the reclaimer's listings)": ("already reclaimed (no live checkpoint protected them)",),
+    "B9 (committer deleted the boundary version: log fork)": (
+        "goes back from epoch",
+        "but its committed state says next_offset",
+        "steps were committed before it",
+    ),
+}
+
+
+def known_bug(failure: BaseException) -> str | None:
+    text = str(failure)
+    for name, symptoms in KNOWN_BUGS.items():
+        if any(s in text for s in symptoms):
+            return name
+    return None
+
+
 @dataclass(frozen=True)
 class TrialConfig:
     offsets: int = 24  # per producer
@@ -186,7 +208,10 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                                     "out": os.path.join(tmp, f"c{r}.out"), "every": config.every})
         for r in range(2)
     ]
-    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": config.grace}))
+    # The orphan grace period must exceed every write-to-commit delay: AIMD halves its commit
+    # rate on each conflict, so its gap reaches seconds (up to 1/min_rate = 20 s).
+    grace = config.grace if policy != "aimd" else 25.0
+    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": grace}))
     by_name = {p.name: p for p in procs}
 
     def start(p: Proc) -> None:
@@ -243,6 +268,12 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
     ref_mark: list[str] = []
 
     def follow() -> None:
+        try:
+            _follow()
+        except TGBError as e:
+            raise fail(f"the reference reader failed: {type(e).__name__}: {e}") from e
+
+    def _follow() -> None:
         """The driver's own reader: append new entries to the reference, move its watermark."""
         if manifest.dataset() is None:
             return

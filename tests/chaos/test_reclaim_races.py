@@ -147,10 +147,8 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
     assert [(e.producer, e.offset) for e in entries] == [("p1", 0)]
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B10: live_checkpoints lists watermarks before retirement markers; "
-                   "a checkpoint recorded and its predecessor retired between the two listings are both missed")
 def test_checkpoint_rotation_between_listings_stays_protected(namespace: str) -> None:
-    """A trainer rotates its checkpoint (record new, retire old) while a reclaimer lists."""
+    """A trainer rotates its checkpoint (record new, retire old) while a reclaimer lists (bugs.md B10, fixed)."""
     from torch_tgb.checkpoint.watermarks import WATERMARK_PREFIX, retire, safe_boundary
 
     record_watermark(namespace, "other-job", {"tgb_cursor": {"step": 9, "version": 0}})

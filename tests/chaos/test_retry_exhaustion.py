@@ -75,15 +75,7 @@ def test_lost_acks_on_every_commit_commit_exactly_once(tmp_path) -> None:
     assert [e.offset for e in m.entries(0, m.head().num_steps)] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize(
-    "op",
-    [
-        pytest.param("get_range", marks=pytest.mark.xfail(
-            strict=True, reason="bugs.md B8: RetryingStore.get_ranges re-raises the last error without "
-            "'(gave up after N attempts)'")),
-        "get",
-    ],
-)
+@pytest.mark.parametrize("op", ["get_range", "get"])  # get_range: bugs.md B8, fixed
 def test_consumer_gives_up_clearly(tmp_path, op: str) -> None:
     _fill(str(tmp_path))
     faulty, store = _store(str(tmp_path), op, "error")

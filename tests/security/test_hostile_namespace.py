@@ -12,7 +12,7 @@ import shutil
 import tracemalloc
 
 import pytest
-from conftest import Tamper
+from _tamper import Tamper
 
 import torch_tgb as tgb
 from torch_tgb.checkpoint.watermarks import safe_boundary
@@ -83,8 +83,8 @@ def test_symlink_inside_the_namespace_is_allowed(tamper: Tamper) -> None:
     assert tamper.read_all() == [0, 1, 2]
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B3: LocalStore caches safe directories; a dir swapped for a symlink later escapes")
 def test_symlinked_dir_swapped_in_after_first_read(tamper: Tamper, tmp_path) -> None:
+    """bugs.md B3 (fixed): a directory trusted once must not be trusted after it became a symlink."""
     store = open_store(tamper.ns)
     key = tamper.version(3)["entries"][0]["key"]
     store.get(key)  # the directory data/p0 is now known to the store
@@ -154,8 +154,8 @@ def test_moderately_nested_version_is_rejected(tamper: Tamper) -> None:
         tamper.read_all()
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B2: watermarks are parsed with bare json.loads (RecursionError)")
 def test_deep_watermark_json(tamper: Tamper) -> None:
+    """bugs.md B2 (fixed): watermarks go through the bounded JSON reader."""
     tamper.write("_tgb/watermarks/evil.json", DEEP[0])
     with pytest.raises(ManifestError, match="evil"):
         safe_boundary(tamper.ns)
@@ -170,8 +170,8 @@ def test_malformed_watermark_fails_loud(tamper: Tamper) -> None:
         tgb.Reclaimer(tamper.ns).run_once()
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B5: an entry's size drives the footer read (MemoryError, huge allocation)")
 def test_entry_with_absurd_size(tamper: Tamper) -> None:
+    """bugs.md B5 (fixed): the entry's size must not drive an unbounded read."""
     v = tamper.version(3)
     v["entries"][0].update(size=10**13, footer_offset=0, footer_length=0)
     tamper.write_version(3, v)
