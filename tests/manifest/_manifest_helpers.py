@@ -85,3 +85,41 @@ class CountingStore(ObjectStore):
     def delete(self, keys: str | Iterable[str]) -> None:
         self._count("delete")
         self.inner.delete(keys)
+
+
+class HookStore(CountingStore):
+    """Runs ``action()`` once, right after the first call of ``op`` on a key that ``match`` accepts."""
+
+    def __init__(self, inner: ObjectStore, op: str, match, action) -> None:
+        super().__init__(inner)
+        self.op, self.match, self.action, self.fired = op, match, action, False
+
+    def _after(self, op: str, key: str) -> None:
+        if not self.fired and op == self.op and self.match(key):
+            self.fired = True
+            self.action()
+
+    def get(self, key: str) -> bytes:
+        try:
+            return super().get(key)
+        finally:
+            self._after("get", key)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            return super().get_range(key, start, end)
+        finally:
+            self._after("get", key)
+
+    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
+        created = super().put_if_absent(key, data)
+        self._after("put_if_absent", key)
+        return created
+
+
+def reclaim_to(store: ObjectStore, version: int) -> None:
+    """What the Reclaimer does: snapshot, boundary, then delete below."""
+    m = Manifest(store)
+    m.write_snapshot(version)
+    m.advance_gc_boundary(version, m.read_version(version).first_step)
+    m.delete_versions_below(version)

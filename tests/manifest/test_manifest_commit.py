@@ -7,7 +7,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from _manifest_helpers import commit, entries, started
+from _manifest_helpers import HookStore, commit, entries, reclaim_to, started
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError
 from torch_tgb.manifest import Committer, Manifest, version_key
@@ -232,3 +232,40 @@ def test_snapshot_failure_does_not_fail_commit(store) -> None:
     faulty.fail_next("put", 5, "error")  # snapshot put fails (transient, no retry wrapper here)
     assert c.attempt(entries("p0", 0, 1)).committed  # version 2: snapshot attempted and failed
     assert Manifest(store).head().num_steps == 1
+
+
+def test_commit_that_becomes_the_boundary_is_kept(store) -> None:
+    """B9: a reclamation right after our create makes our version the boundary: it is ours, keep it."""
+    c = started(store, "p0")
+    commit(c, 2)
+    target = c.view.version + 1
+    c.store = HookStore(store, "put_if_absent", lambda k: k == version_key(target),  # type: ignore[assignment]
+                        lambda: reclaim_to(store, target))
+    result = c.attempt(entries("p0", 2, 2))
+    assert c.store.fired and result.committed and result.version == target
+    assert store.exists(version_key(target))
+    assert c.attempt(entries("p0", 4, 1)).version == target + 1  # the chain goes on from there
+    m = Manifest(store)
+    assert m.head().producers["p0"].next_offset == 5
+    assert [e.offset for e in m.entries(m.gc_boundary().step, 5)] == [2, 3, 4]
+
+
+def test_commit_reclaimed_past_right_after_create_counts_as_committed(store) -> None:
+    """Our version is legit but others commit on top and a reclamation moves the boundary past it."""
+    a, b = started(store, "a"), started(store, "b")
+    a.refresh()
+    target = a.view.version + 1
+
+    def others_then_reclaim() -> None:
+        for _ in range(3):
+            commit(b, 1)
+        reclaim_to(store, target + 2)
+
+    a.store = HookStore(store, "put_if_absent", lambda k: k == version_key(target),  # type: ignore[assignment]
+                        others_then_reclaim)
+    result = a.attempt(entries("a", 0, 2))
+    assert result.committed and not result.reclaimed_slot
+    assert a.next_offset == 2  # view restarted from the boundary's snapshot
+    commit(a, 1)
+    head = Manifest(store).head()
+    assert head.producers["a"].next_offset == 3 and head.producers["b"].next_offset == 3

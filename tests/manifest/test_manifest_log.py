@@ -6,7 +6,7 @@ import math
 import uuid
 
 import pytest
-from _manifest_helpers import CountingStore, commit, entries, started
+from _manifest_helpers import CountingStore, HookStore, commit, entries, reclaim_to, started
 
 from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
 from torch_tgb.layout import Layout
@@ -225,3 +225,39 @@ def test_local_directory_store(tmp_path) -> None:
     m = Manifest(store)
     assert m.head().num_steps == 36
     assert sorted(k for k in store.list("_tgb/snapshots/")) == [snapshot_key(4), snapshot_key(8), snapshot_key(12)]
+
+
+def test_cold_start_racing_a_reclamation(store) -> None:
+    """B4: a reclaimer pass between the hint read and the probes; head() starts again from the new boundary."""
+    c = started(store, "p0", snapshot_every=1000)
+    for _ in range(12):
+        commit(c, 1)
+    hooked = HookStore(store, "get", lambda k: k == SNAPSHOT_HINT_KEY, lambda: reclaim_to(store, 10))
+    head = Manifest(hooked).head()
+    assert hooked.fired and (head.version, head.num_steps) == (13, 12)
+
+
+def test_warm_reader_with_stale_boundary_recovers(store) -> None:
+    """B7: the cached state's replay hits deleted versions; the fallback re-reads the boundary."""
+    c = started(store, "p0", snapshot_every=1000)
+    commit(c, 1)
+    reader = Manifest(store)
+    assert reader.head().version == 2
+    for _ in range(10):
+        commit(c, 1)
+    hooked = HookStore(store, "get", lambda k: k == GC_BOUNDARY_KEY, lambda: reclaim_to(store, 8))
+    reader.store = hooked
+    head = reader.head()
+    assert hooked.fired and head.num_steps == 11
+
+
+def test_giant_metadata_is_not_read_whole(store) -> None:
+    """B6: a planted 9 MiB version is refused after reading at most the limit (+1 byte)."""
+    build(store, 1)
+    from torch_tgb.manifest._json import MAX_METADATA_BYTES
+
+    store.put(version_key(3), b" " * (MAX_METADATA_BYTES + 1024 * 1024))
+    counting = CountingStore(store)
+    with pytest.raises(ManifestError, match="larger than the metadata limit"):
+        Manifest(counting).read_version(3)
+    assert counting.calls["get"] == 0 and counting.calls["get_range"] == 1

@@ -297,3 +297,12 @@ def test_transient_errors_in_the_committer_are_retried(store) -> None:
         p.flush()
     assert faulty.count("put_if_absent", "error") == 3
     assert log_offsets(store) == [("p0", o) for o in range(4)]
+
+
+def test_metadata_drift_fails_at_start(store) -> None:
+    """B1: a producer whose metadata differs from dataset.json fails in its constructor."""
+    with Producer(store, producer_id="p0", layout=LAYOUT, metadata={"vocab_size": 32000}) as p:
+        p.append(batch(0))
+    with pytest.raises(SchemaMismatch, match="metadata") as info:
+        Producer(store, producer_id="p1", layout=LAYOUT, metadata={"vocab_size": 50000})
+    assert Manifest(store).dataset().fingerprint in str(info.value)

@@ -78,7 +78,7 @@ def test_four_processes_s3(s3_namespace) -> None:
 
 def test_kill_at_random_points_exactly_once(tmp_path) -> None:
     """20 crashes of the same producer_id: exact crash points by hook, and SIGKILL at random times."""
-    ns, stop = str(tmp_path / "ns"), 120
+    ns, stop = str(tmp_path / "ns"), 400
     rng = random.Random(1234)
     points = ("after_object_write", "before_commit", "after_version_put", "after_commit", "sigkill")
     outcomes = Counter()
@@ -86,7 +86,7 @@ def test_kill_at_random_points_exactly_once(tmp_path) -> None:
         point = points[i % len(points)]
         if point == "sigkill":
             proc = FORK.Process(target=run_producer, args=(ns, None, "k", stop),
-                                kwargs={"policy": "fixed:2", "delay_s": 0.005})
+                                kwargs={"policy": "fixed:2", "delay_s": 0.01})
             proc.start()
             time.sleep(rng.uniform(0.02, 0.3))
             if proc.is_alive():

@@ -16,10 +16,13 @@ v). An attempt:
    token means it landed (4); another token is a conflict (the next attempt
    rebases on it); missing after an ambiguous reply means it did not land
    (retry the same bytes into the same slot).
-4. **GC boundary**: re-read ``_tgb/gc_boundary.json``. A created version at
-   or below the boundary sits in a reclaimed slot (a stalled writer whose
-   base was deleted): the commit failed; delete that object, restart the view
-   from the boundary's snapshot and retry.
+4. **GC boundary**: re-read ``_tgb/gc_boundary.json``. A created version
+   strictly below the boundary either was reclaimed right after we created
+   it (the boundary's snapshot includes our commit: success) or sits in a slot
+   reclaimed before we wrote it (a stalled writer whose base was deleted; the
+   snapshot does not include it): the commit failed; delete that object,
+   restart the view from the boundary's snapshot and retry. The boundary
+   version itself is never deleted, so creating it means it is ours.
 
 The token belongs to an *attempt group*: it is kept across retries until an
 attempt is known to have landed, so a write acknowledged late (or never) is
@@ -126,7 +129,21 @@ class Committer:
                 raise self._fenced
 
     def _reset_view(self) -> None:
-        self._view = self.manifest.state_at(self.manifest.latest_version())
+        self._view = self.manifest.head()
+
+    def _in_canonical_chain(self, candidate: Version, boundary_version: int) -> bool:
+        """Whether the state at the boundary already holds what ``candidate`` commits for us."""
+        for _ in range(4):
+            snapshot = self.manifest.read_snapshot(boundary_version)
+            if snapshot is None:  # moved on again and that snapshot was deleted: use the newer one
+                boundary_version = self.manifest.gc_boundary().version
+                continue
+            ours = candidate.producers[self.producer_id]
+            theirs = snapshot.producers.get(self.producer_id)
+            return theirs is not None and theirs.epoch == ours.epoch and theirs.next_offset >= ours.next_offset
+        raise ManifestError(
+            f"{self.manifest.where}no snapshot found for GC boundary version={boundary_version} after retries"
+        )
 
     # --- start: epoch bump -------------------------------------------------
 
@@ -249,15 +266,26 @@ class Committer:
             return AttemptResult(False, True, number, window)
         self._hook("after_version_put")
         boundary = self.manifest.gc_boundary()
-        if number <= boundary.version:
-            # A slot below the boundary was reclaimed before we wrote it: our
-            # "commit" extends a chain nobody reads. Undo it and start over
-            # from the boundary's snapshot; our entries are still pending.
-            log.warning("%s: manifest version=%d lies at/below GC boundary %d; rebasing", self.store.url, number, boundary.version)
-            self.store.delete(key)
+        if number < boundary.version:
+            # Below the boundary: either the Reclaimer moved the boundary past our
+            # (legitimate) version right after we created it, or we wrote into a
+            # slot it had already deleted (we were stalled at an old view), and
+            # our version extends a chain nobody reads. The boundary's snapshot,
+            # built from the real chain, tells which.
+            if self._in_canonical_chain(candidate, boundary.version):
+                self._reset_view()
+                self._new_group()
+                self._hook("after_commit")
+                return AttemptResult(True, False, number, window, recognised=recognised)
+            log.warning(
+                "%s: manifest version=%d was created in a slot reclaimed below GC boundary version=%d; rebasing",
+                self.store.url, number, boundary.version,
+            )
+            self.store.delete(key)  # nobody reads below the boundary; the real version N is gone
             self.manifest.forget(number)
             self._reset_view()
             return AttemptResult(False, True, number, window, reclaimed_slot=True)
+        # number == boundary.version is ours and kept (the boundary version itself is never deleted)
         self._view = fold(self.view, candidate, where=self.manifest.where)
         self.manifest.remember(candidate)
         self._new_group()

@@ -25,7 +25,7 @@ from typing import Any
 
 from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.manifest._dataset import ensure_dataset
-from torch_tgb.manifest._json import Fields, dump_json, load_json
+from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.records import (
     EMPTY_STATE,
@@ -59,6 +59,10 @@ __all__ = [
     "version_key",
 ]
 
+class _Reclaimed(ManifestError):
+    """The versions needed were reclaimed (possibly while we read): callers may retry from the new boundary."""
+
+
 class Manifest:
     """The manifest log of one namespace, read through ``store``. Thread-safe."""
 
@@ -72,18 +76,26 @@ class Manifest:
         self._versions: OrderedDict[int, Version] = OrderedDict()
         self._known_latest = 0
         self._hint: int | None = None  # last hint read (a starting point only)
+        self._boundary_seen = GCBoundary()  # last boundary read (a starting point only)
         self._state: ManifestState | None = None
 
     @property
     def where(self) -> str:
         return f"{self.store.url}: "
 
+    def _get_bounded(self, key: str) -> bytes:
+        """Read a metadata object, but never more than the metadata limit (+1 byte to detect excess)."""
+        data = self.store.get_range(key, 0, MAX_METADATA_BYTES + 1)
+        if len(data) > MAX_METADATA_BYTES:
+            raise ManifestError(f"{self.where}{key}: larger than the metadata limit of {MAX_METADATA_BYTES} bytes")
+        return data
+
     # --- dataset.json --------------------------------------------------------
 
     def dataset(self) -> DatasetInfo | None:
         """The namespace's dataset description, or ``None`` before the first producer created it."""
         try:
-            data = self.store.get(DATASET_KEY)
+            data = self._get_bounded(DATASET_KEY)
         except ObjectNotFound:
             return None
         return DatasetInfo.decode(data, what=f"{self.where}{DATASET_KEY}")
@@ -111,7 +123,7 @@ class Manifest:
                 self._versions.move_to_end(number)
                 return cached
         try:
-            data = self.store.get(version_key(number))
+            data = self._get_bounded(version_key(number))
         except ObjectNotFound:
             return None
         version = Version.decode(data, number=number, where=self.where)
@@ -150,7 +162,7 @@ class Manifest:
                 return True
         return self.store.exists(version_key(number))
 
-    def latest_version(self, *, boundary: GCBoundary | None = None) -> int:
+    def latest_version(self) -> int:
         """The newest committed version (0 for an empty namespace), found by probing.
 
         Start from the best lower bound known (our own newest, the snapshot
@@ -158,42 +170,59 @@ class Manifest:
         binary-search the gap. Versions above the boundary exist without holes
         (v+1 is only written by someone who read v), so existence is monotone there.
         """
-        if boundary is None:
-            boundary = self.gc_boundary()
-        with self._lock:
-            known = self._known_latest
-        if known >= boundary.version and known > 0:
-            low = known
-        else:
-            self._hint = self._read_hint()
-            low = max(known, boundary.version, self._hint)
+        return self._probe_latest()[0]
+
+    def _probe_latest(self) -> tuple[int, GCBoundary]:
+        """The newest version and a boundary read *after* the probes, at or below it.
+
+        Reading the boundary after probing validates the answer: if a
+        reclamation deleted versions we probed, the fresh boundary lies above
+        our answer and we probe again from it. A warm idle poll costs one
+        existence check plus this boundary read.
+        """
+        boundary = self._boundary_seen
+        for _ in range(8):
+            with self._lock:
+                known = self._known_latest
+            if known > 0 and known >= boundary.version:
+                low = known
+            else:
+                self._hint = self._read_hint()
+                low = max(known, boundary.version, self._hint)
+            latest = self._probe_from(low)
+            fresh = self.gc_boundary()
+            self._boundary_seen = fresh
+            if fresh.version <= latest:
+                with self._lock:
+                    self._known_latest = max(self._known_latest, latest)
+                    return self._known_latest, fresh
+            boundary = fresh  # we probed through reclaimed slots: start again from the new boundary
+        raise ManifestError(f"{self.where}the GC boundary kept moving while probing for the newest version")
+
+    def _probe_from(self, low: int) -> int:
         if not self._exists(low + 1):
-            latest = low
-        else:
-            good, step = low + 1, 1
-            while True:
-                step *= 2
-                if self._exists(low + step):
-                    good = low + step
-                else:
-                    bad = low + step
-                    break
-            while bad - good > 1:
-                mid = (good + bad) // 2
-                if self._exists(mid):
-                    good = mid
-                else:
-                    bad = mid
-            latest = good
-        with self._lock:
-            self._known_latest = max(self._known_latest, latest)
-            return self._known_latest
+            return low
+        good, step = low + 1, 1
+        while True:
+            step *= 2
+            if self._exists(low + step):
+                good = low + step
+            else:
+                bad = low + step
+                break
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if self._exists(mid):
+                good = mid
+            else:
+                bad = mid
+        return good
 
     # --- state, snapshots ----------------------------------------------------
 
     def _read_hint(self) -> int:
         try:
-            data = self.store.get(SNAPSHOT_HINT_KEY)
+            data = self._get_bounded(SNAPSHOT_HINT_KEY)
         except ObjectNotFound:
             return 0
         what = f"{self.where}{SNAPSHOT_HINT_KEY}"
@@ -208,7 +237,7 @@ class Manifest:
         """The snapshot of version ``number``, or ``None`` if none was written."""
         key = snapshot_key(number)
         try:
-            data = self.store.get(key)
+            data = self._get_bounded(key)
         except ObjectNotFound:
             return None
         state = ManifestState.decode(data, what=f"{self.where}{key}")
@@ -221,7 +250,7 @@ class Manifest:
         if boundary is None:
             boundary = self.gc_boundary()
         if at_most < boundary.version:
-            raise ManifestError(
+            raise _Reclaimed(
                 f"{self.where}state at version={at_most} is reclaimed (GC boundary is version={boundary.version})"
             )
         hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
@@ -260,18 +289,32 @@ class Manifest:
             try:
                 return self.replay(cached, number)
             except ObjectNotFound:  # versions after our cached state were reclaimed meanwhile
-                pass
-        return self.replay(self._base_state(number, boundary), number)
+                boundary = None  # the boundary we were given is stale: re-read it
+                with self._lock:
+                    self._hint = None
+        try:
+            return self.replay(self._base_state(number, boundary), number)
+        except ObjectNotFound as e:  # reclaimed while we replayed: report it as such
+            raise _Reclaimed(f"{self.where}state at version={number}: {e}") from e
 
     def head(self) -> ManifestState:
         """The state at the newest version: version, num_steps, sealed, producers."""
-        boundary = self.gc_boundary()
-        latest = self.latest_version(boundary=boundary)
-        with self._lock:
-            cached = self._state
-        if cached is not None and cached.version == latest:
-            return cached
-        state = self.state_at(latest, boundary=boundary)
+        for attempt in range(4):
+            latest, boundary = self._probe_latest()
+            with self._lock:
+                cached = self._state
+            if cached is not None and cached.version == latest:
+                return cached
+            try:
+                state = self.state_at(latest, boundary=boundary)
+                break
+            except _Reclaimed:
+                # A reclamation ran between our boundary read and our probes: the
+                # versions we probed were deleted. Start again from the new boundary.
+                with self._lock:
+                    self._hint = None
+                if attempt == 3:
+                    raise
         with self._lock:
             if self._state is None or self._state.version < state.version:
                 self._state = state
@@ -301,7 +344,7 @@ class Manifest:
     def gc_boundary(self) -> GCBoundary:
         """The current boundary (``GCBoundary(0, 0)`` before the first reclamation)."""
         try:
-            data = self.store.get(GC_BOUNDARY_KEY)
+            data = self._get_bounded(GC_BOUNDARY_KEY)
         except ObjectNotFound:
             return GCBoundary()
         return GCBoundary.decode(data, what=f"{self.where}{GC_BOUNDARY_KEY}")
@@ -409,7 +452,7 @@ class Manifest:
                 snapshot = self.read_snapshot(hint)
                 if snapshot is not None and step < snapshot.num_steps:
                     return hint
-        return self.latest_version(boundary=boundary)
+        return self.latest_version()
 
     def entry(self, step: int) -> TGBEntry:
         """The TGB entry of ``step``."""

@@ -31,6 +31,8 @@ __all__ = [
 #: the ``format`` field of every manifest object this code writes and reads
 FORMAT = "tgb-manifest/1"
 DATA_PREFIX = "data/"
+#: a footer larger than this is refused before anyone reads it (a real one is KBs)
+MAX_FOOTER_BYTES = 64 * 1024 * 1024
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -107,6 +109,10 @@ class TGBEntry:
             validate_producer_id(self.producer)
         except ValueError as e:
             raise ManifestError(f"{what}: {e}") from e
+        if self.footer_length > MAX_FOOTER_BYTES:
+            raise ManifestError(
+                f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
+            )
         if self.footer_offset + self.footer_length > self.size:
             raise ManifestError(
                 f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
@@ -263,8 +269,8 @@ class GCBoundary:
     """Versions below ``version`` may be deleted; steps below ``step`` are reclaimed.
 
     A snapshot of ``version`` exists, ``version`` itself is kept. A producer
-    that creates a version at or below ``version`` has written into a
-    reclaimed slot: its commit failed.
+    that creates a version below ``version`` whose commit the snapshot does
+    not include has written into a reclaimed slot: its commit failed.
     """
 
     version: int = 0

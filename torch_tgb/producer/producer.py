@@ -123,12 +123,16 @@ class Producer:
             return
         stored = self.manifest.dataset()
         if stored is not None:
+            differs = []
             if dict(stored.layout) != self.layout.to_json():
+                differs.append(f"layout {self.layout.to_json()} vs {dict(stored.layout)}")
+            if dict(stored.metadata) != self._metadata:
+                differs.append(f"metadata {self._metadata} vs {dict(stored.metadata)}")
+            if differs:
                 ours = schema_fingerprint(self.layout, stored.schema, self._metadata)
                 raise SchemaMismatch(
-                    f"{self.store.url}: producer {self.producer_id!r} layout {self.layout.to_json()} "
-                    f"(fingerprint {ours}) disagrees with the namespace's {dict(stored.layout)} "
-                    f"(fingerprint {stored.fingerprint})"
+                    f"{self.store.url}: producer {self.producer_id!r} fingerprint {ours} disagrees with the "
+                    f"namespace's {stored.fingerprint}: {'; '.join(differs)}"
                 )
             self._dataset = stored
 
