@@ -141,6 +141,7 @@ class TrialReport:
     known_race_restarts: int = 0  # bugs.md B4, see _roles.KNOWN_RACE
     paused: int = 0  # producers SIGSTOPped while a new incarnation started (zombies)
     fenced: int = 0  # incarnations that stopped with FencedError
+    faults: Counter = field(default_factory=Counter)  # injected, as reported by processes that ended normally
 
 
 class TrialFailure(AssertionError):
@@ -382,6 +383,12 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
     finally:
         zygote.kill_all()
     report.seconds = time.monotonic() - started
+    for name in os.listdir(tmp):
+        if name.endswith(".log"):
+            with open(os.path.join(tmp, name)) as f:
+                for line in f:
+                    if line.startswith("FAULTS "):
+                        report.faults.update(json.loads(line[7:]))
     return report
 
 

@@ -68,6 +68,14 @@ def open_ns(root: str, fault_seed: int | None) -> ObjectStore:
     return RetryingStore(faulty, RETRY)
 
 
+def report_faults(store: ObjectStore) -> None:
+    """Print the faults this process's FaultyStore injected (the driver sums them from the logs)."""
+    faulty = getattr(store, "inner", None)
+    if isinstance(faulty, FaultyStore):
+        counts = {f"{op}:{kind}": n for (op, kind), n in faulty.injected.items()}
+        print("FAULTS " + json.dumps(counts), flush=True)
+
+
 def _sleep(lo: float, hi: float) -> None:
     time.sleep(random.uniform(lo, hi))
 
@@ -93,6 +101,7 @@ def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = N
         print(f"producer p{pi} pid={os.getpid()} fenced: {e}", flush=True)
         return FENCED_EXIT
     print(f"producer p{pi} pid={os.getpid()} done", flush=True)
+    report_faults(store)
     return 0
 
 
@@ -100,6 +109,7 @@ def sealer(root: str, fault_seed: int | None = None) -> int:
     store = open_ns(root, fault_seed)
     p = tgb.Producer(store, producer_id="sealer", layout=layout(), commit_policy="naive")
     p.close(seal=True)
+    report_faults(store)
     return 0
 
 
@@ -169,6 +179,7 @@ def consumer(root: str, rank: int, ckpt: str, out: str, every: int, fault_seed: 
             checkpoint(st)
     emit(f"end {step}")
     os.close(fd)
+    report_faults(store)
     return 0
 
 
@@ -184,6 +195,7 @@ def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None,
             print(f"reclaim pass failed: {type(e).__name__}: {e}", flush=True)
         time.sleep(interval)
     print(f"reclaimer stopped after {passes} passes", flush=True)
+    report_faults(store)
     return 0
 
 

@@ -36,6 +36,7 @@ def _run(zygote: Zygote, seed: int, tmp_path, long: bool, faulty: bool) -> None:
         raise
     record.update({f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
     record["kills"] = dict(report.kills)
+    record["faults"] = dict(report.faults)
     _save(record)
     print(report)
     assert report.steps == 2 * config.offsets
