@@ -45,7 +45,7 @@ from torch_tgb.format import read_footer
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import LocalStore
 
-from _roles import FENCED_EXIT, KNOWN_RACE_EXIT
+from _roles import FENCED_EXIT
 from _roles import code as code_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -138,7 +138,6 @@ class TrialReport:
     seconds: float = 0.0
     reclaimed_below: int = 0
     phases: dict = field(default_factory=dict)
-    known_race_restarts: int = 0  # bugs.md B4, see _roles.KNOWN_RACE
     paused: int = 0  # producers SIGSTOPped while a new incarnation started (zombies)
     fenced: int = 0  # incarnations that stopped with FencedError
     faults: Counter = field(default_factory=Counter)  # injected, as reported by processes that ended normally
@@ -151,13 +150,10 @@ class TrialFailure(AssertionError):
 #: symptoms of bugs already pinned by strict-xfail deterministic replays
 #: (tests/chaos/test_reclaim_races.py); a trial failing with one of them is reported as
 #: that known bug (pytest xfail with the full failure text) instead of a new failure.
-KNOWN_BUGS = {
-    "B10 (checkpoint rotation between the reclaimer's listings)": ("already reclaimed (no live checkpoint protected them)",),
-    "B9 (committer deleted the boundary version: log fork)": (
-        "goes back from epoch",
-        "but its committed state says next_offset",
-        "steps were committed before it",
-    ),
+KNOWN_BUGS: dict[str, tuple[str, ...]] = {
+    # B9 and B10 were listed here ("goes back from epoch", "already reclaimed (no live
+    # checkpoint protected them)") until they were fixed; add an entry only together with a
+    # strict-xfail deterministic replay of the bug.
 }
 
 
@@ -231,10 +227,6 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         code = zygote.poll(p.pid)
         if code is None:
             return
-        if code == KNOWN_RACE_EXIT:
-            report.known_race_restarts += 1
-            start(p)
-            return
         if code == FENCED_EXIT and p.role == "producer":  # a resumed zombie took over: take it back
             report.fenced += 1
             start(p)
@@ -260,7 +252,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
             zombies.remove((pid, name, resumed))
             if code == FENCED_EXIT:
                 report.fenced += 1
-            elif code not in (0, KNOWN_RACE_EXIT):
+            elif code != 0:
                 raise fail(f"old incarnation of {name} (pid {pid}, paused then resumed) exited with {code}")
 
     store = LocalStore(root, fsync=False)
@@ -324,8 +316,6 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                     victim.kills += 1
                     report.kills[victim.role] += 1
                     kills_left -= 1
-                elif code == KNOWN_RACE_EXIT:
-                    report.known_race_restarts += 1
                 elif code == FENCED_EXIT and victim.role == "producer":
                     report.fenced += 1
                 elif code != 0:
@@ -346,10 +336,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         report.phases["produced"] = round(time.monotonic() - started, 2)
         sealer = Proc("sealer", "sealer", {"root": root})
         start(sealer)
-        while (code := zygote.wait(sealer.pid, 60)) == KNOWN_RACE_EXIT:
-            report.known_race_restarts += 1
-            start(sealer)
-        if code != 0:
+        if (code := zygote.wait(sealer.pid, 60)) != 0:
             raise fail(f"sealer exited with {code}")
         # one more consumer kill after the seal: restart from a checkpoint near the end
         consumers = [by_name["c0"], by_name["c1"]]
@@ -365,10 +352,6 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         for c in consumers:
             while not c.done:
                 code = zygote.wait(c.pid, max(5.0, config.deadline - (time.monotonic() - started)))
-                if code == KNOWN_RACE_EXIT:
-                    report.known_race_restarts += 1
-                    start(c)
-                    continue
                 if code != 0:
                     raise fail(f"{c.name} exited with {code}")
                 c.done = True
@@ -376,7 +359,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         follow()
         open(stop_file, "w").close()
         rec = by_name["rec"]
-        if not rec.done and zygote.wait(rec.pid, 30) not in (0, KNOWN_RACE_EXIT):
+        if not rec.done and zygote.wait(rec.pid, 30) != 0:
             raise fail("reclaimer failed")
         report.phases["stopped"] = round(time.monotonic() - started, 2)
         _check(fail, store, manifest, reference, config, tmp, report)

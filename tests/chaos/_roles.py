@@ -199,19 +199,4 @@ def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None,
     return 0
 
 
-#: bugs.md B4/B7: a process whose Manifest.head()/latest_version races a reclaimer pass fails
-#: with "state at version=N is reclaimed" (cold start) or "manifest version=N does not exist
-#: (..., GC boundary M)" (head() falling back to a stale boundary). Such an exit is restarted
-#: and counted, so the suite measures everything else; test_reclaim_races.py pins B4.
-KNOWN_RACE = (tgb.ManifestError, tgb.errors.ObjectNotFound)
-KNOWN_RACE_EXIT = 75
-
-
-def is_known_race(e: BaseException) -> bool:
-    text = str(e)
-    return isinstance(e, KNOWN_RACE) and (
-        "is reclaimed (GC boundary" in text or ("manifest version=" in text and "GC boundary" in text)
-    )
-
-
 ROLES = {"producer": producer, "consumer": consumer, "reclaimer": reclaimer, "sealer": sealer}

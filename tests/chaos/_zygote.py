@@ -46,13 +46,6 @@ def _child(role: str, args: dict, log: str) -> None:
         code = int(_roles.ROLES[role](**args) or 0)
     except SystemExit as e:
         code = int(e.code or 0)
-    except _roles.KNOWN_RACE as e:
-        if not _roles.is_known_race(e):
-            traceback.print_exc()
-            code = 3
-        else:  # bugs.md B4: a cold start racing a reclaimer pass; the driver restarts and counts it
-            print(f"KNOWN-RACE {type(e).__name__}: {e}", flush=True)
-            code = _roles.KNOWN_RACE_EXIT
     except BaseException:  # noqa: BLE001 - the log is the report
         traceback.print_exc()
         code = 3

@@ -22,12 +22,13 @@ from torch_tgb.storage import LocalStore, ObjectInfo, ObjectStore
 class HookStore(ObjectStore):
     """Forwards to ``inner``; runs ``action`` once, right after the first call matching ``when``.
 
-    ``when`` is a key (any ``get`` of it) or a predicate ``(op, key) -> bool``.
+    ``when`` is a key (any read of it) or a predicate ``(op, key) -> bool``.
     """
 
     def __init__(self, inner: ObjectStore, when: str | Callable[[str, str], bool], action: Callable[[], object]) -> None:
         self.inner, self.action, self.url = inner, action, inner.url
-        self.when = when if callable(when) else (lambda op, key, _k=when: op == "get" and key == _k)
+        # metadata is read with get or a bounded get_range
+        self.when = when if callable(when) else (lambda op, key, _k=when: op in ("get", "get_range") and key == _k)
         self.fired = False
 
     def _call(self, op: str, key: str, fn: Callable[[], object]):  # type: ignore[no-untyped-def]
@@ -84,9 +85,8 @@ def _reclaim_after_hint_read(ns: str) -> HookStore:
     return HookStore(LocalStore(ns), SNAPSHOT_HINT_KEY, lambda: tgb.Reclaimer(LocalStore(ns), grace_period=0).run_once())
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B4: Manifest.latest_version probes from a stale GC boundary/hint; "
-                   "a cold start racing a reclaimer pass fails with 'state at version=0 is reclaimed'")
 def test_producer_start_survives_a_concurrent_reclaim(namespace: str) -> None:
+    """bugs.md B4 (fixed): a cold start whose probes race a reclaimer pass."""
     store = _reclaim_after_hint_read(namespace)
     p = tgb.Producer(store, producer_id="p1", layout=LAYOUT, commit_policy="naive")
     assert store.fired
@@ -113,10 +113,8 @@ def test_reclaim_race_replay_without_reclaim_is_clean(namespace: str) -> None:
     p.close()
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B9: the committer deletes its freshly committed version when the "
-                   "GC boundary already equals it (number <= boundary), forking the log")
 def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
-    """A reclaimer pass right after our create makes our new version the boundary (all consumed).
+    """bugs.md B9 (fixed): a reclaimer pass right after our create makes our new version the boundary.
 
     That version is legitimately committed (others may have read it) and the
     boundary version is kept by definition: the committer must not delete it.

@@ -107,8 +107,8 @@ def test_giant_version_is_rejected(tamper: Tamper) -> None:
         tamper.read_all()
 
 
-@pytest.mark.xfail(strict=True, reason="bugs.md B6: metadata objects are read whole before the size limit is checked")
 def test_giant_version_is_not_read_whole(tamper: Tamper) -> None:
+    """bugs.md B6 (fixed): a planted 32 MiB version is refused without reading it whole."""
     tamper.write_version(3, b" " * (4 * MAX_METADATA_BYTES))
     from torch_tgb.manifest import Manifest
 
