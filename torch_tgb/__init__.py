@@ -12,6 +12,7 @@ from typing import Any
 
 from torch_tgb.errors import (
     CommitConflict,
+    ConsistencyError,
     CorruptObject,
     DataTimeout,
     FencedError,
@@ -39,6 +40,7 @@ _LAZY = {
 __all__ = sorted(
     [
         "CommitConflict",
+        "ConsistencyError",
         "CorruptObject",
         "DataTimeout",
         "FencedError",

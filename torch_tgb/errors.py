@@ -13,6 +13,7 @@ __all__ = [
     "AmbiguousWriteError",
     "CommitConflict",
     "ConditionalWriteUnsupported",
+    "ConsistencyError",
     "CorruptObject",
     "DataTimeout",
     "FencedError",
@@ -85,6 +86,10 @@ class LayoutError(TGBError, ValueError):
 
 class ManifestError(TGBError, ValueError):
     """A manifest version, snapshot or dataset.json is malformed or inconsistent."""
+
+
+class ConsistencyError(ManifestError):
+    """Ranks of one job disagree on the step sequence (``check_consistency=True``)."""
 
 
 # --- protocol ------------------------------------------------------------------

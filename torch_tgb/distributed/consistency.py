@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from torch_tgb.consumer.cursor import Cursor
-from torch_tgb.errors import ManifestError
+from torch_tgb.errors import ConsistencyError
 
 __all__ = ["ConsistencyChecker", "keys_digest"]
 
@@ -47,7 +47,7 @@ class ConsistencyChecker:
         return dist.is_available() and dist.is_initialized()
 
     def check(self, cursor: Cursor, keys: Sequence[str]) -> None:
-        """Raise ManifestError unless all ranks are at ``cursor`` with the same ``keys``."""
+        """Raise ConsistencyError unless all ranks are at ``cursor`` with the same ``keys``."""
         self.check_digest(cursor, keys_digest(keys), keys=keys)
 
     def check_digest(self, cursor: Cursor, digest: int, *, keys: Sequence[str] = ()) -> None:
@@ -77,7 +77,7 @@ class ConsistencyChecker:
                 f"rank {r}: " + ("end" if row[0] == _END else f"step={row[0]} sub={row[1]}/{row[2]} tgb#{row[3]:016x}")
                 for r, row in enumerate(rows)
             )
-            raise ManifestError(
+            raise ConsistencyError(
                 f"{self.namespace}: ranks disagree on the step sequence (check #{self.checked}); "
                 f"this is rank {me} at {mine}; all ranks: {described}"
             )
