@@ -269,3 +269,30 @@ def test_commit_reclaimed_past_right_after_create_counts_as_committed(store) -> 
     commit(a, 1)
     head = Manifest(store).head()
     assert head.producers["a"].next_offset == 3 and head.producers["b"].next_offset == 3
+
+
+def test_zombie_stalled_past_a_reclamation_is_fenced(store) -> None:
+    """The bump of a newer incarnation is reclaimed away: the old one learns of it from the snapshot."""
+    old = started(store, "p0", snapshot_every=1000)
+    commit(old, 2)
+    new = started(store, "p0")  # epoch 2
+    other = started(store, "o")
+    for _ in range(5):
+        commit(other, 1)
+    reclaim_to(store, other.view.version - 1)  # the bump version is gone, only the snapshot knows
+    with pytest.raises(FencedError, match="epoch=1 is fenced"):
+        old.attempt(entries("p0", 2, 3))
+    m = Manifest(store)
+    head = m.head()
+    assert head.producers["p0"].epoch == 2 and head.producers["p0"].next_offset == 2
+    assert [e.producer for e in m.entries(m.gc_boundary().step, head.num_steps)] == ["o"] * (head.num_steps - m.gc_boundary().step)
+    assert any(new.attempt(entries("p0", 2, 1)).committed for _ in range(3))  # new was stale too: it rebases
+
+
+def test_candidate_that_readers_would_refuse_is_never_written(store) -> None:
+    c = started(store, "p0")
+    commit(c, 2)
+    bad = [entries("p0", 2, 1)[0], entries("p0", 5, 1)[0]]  # a gap inside one version
+    with pytest.raises(ManifestError, match="consecutive|offset"):
+        c.attempt(bad)
+    assert Manifest(store).head().num_steps == 2

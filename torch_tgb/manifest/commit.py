@@ -119,17 +119,24 @@ class Committer:
             view = fold(view, version, where=self.manifest.where)
             if version.token == self._token:
                 self._landed = version.number
-            mine = version.producers.get(self.producer_id)
-            if self.epoch and mine is not None and mine.epoch > self.epoch and version.token != self._token:
-                self._view = view
-                self._fenced = FencedError(
-                    f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
-                    f"manifest version={version.number} holds epoch={mine.epoch} (a newer incarnation started)"
-                )
-                raise self._fenced
+            self._view = view
+            self._check_fenced(version.number)
+
+    def _check_fenced(self, number: int) -> None:
+        """Raise :class:`FencedError` if the view holds a newer epoch for our producer_id."""
+        mine = self.view.producers.get(self.producer_id)
+        if self.epoch and mine is not None and mine.epoch > self.epoch:
+            self._fenced = FencedError(
+                f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
+                f"manifest version={number} holds epoch={mine.epoch} (a newer incarnation started)"
+            )
+            raise self._fenced
 
     def _reset_view(self) -> None:
+        # The view jumps (from the boundary's snapshot): a newer epoch may be inside the
+        # jump rather than in a version we read one by one, so check for it here too.
         self._view = self.manifest.head()
+        self._check_fenced(self._view.version)
 
     def _in_canonical_chain(self, candidate: Version, boundary_version: int) -> bool:
         """Whether the state at the boundary already holds what ``candidate`` commits for us."""
@@ -239,6 +246,13 @@ class Committer:
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number
         key = version_key(number)
+        # Never write what a reader would refuse: valid entries, consecutive offsets,
+        # and a version that follows the view.
+        what = f"{self.manifest.where}candidate manifest version={number}"
+        for i, entry in enumerate(candidate.entries):
+            entry.validate(what=f"{what} entry {i}")
+        candidate.check_offsets(what=what)
+        fold(self.view, candidate, where=self.manifest.where)
         data = candidate.encode()
         self._hook("before_commit")
         created: bool | None

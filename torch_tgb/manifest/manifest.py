@@ -83,11 +83,17 @@ class Manifest:
     def where(self) -> str:
         return f"{self.store.url}: "
 
-    def _get_bounded(self, key: str) -> bytes:
-        """Read a metadata object, but never more than the metadata limit (+1 byte to detect excess)."""
+    def _get_bounded(self, key: str, what: str | None = None) -> bytes:
+        """Read a metadata object, never more than the metadata limit (+1 byte to detect excess).
+
+        A range read, so that an object planted to exhaust memory is refused
+        after reading the limit, not after reading all of it.
+        """
         data = self.store.get_range(key, 0, MAX_METADATA_BYTES + 1)
         if len(data) > MAX_METADATA_BYTES:
-            raise ManifestError(f"{self.where}{key}: larger than the metadata limit of {MAX_METADATA_BYTES} bytes")
+            raise ManifestError(
+                f"{self.where}{what or key}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit"
+            )
         return data
 
     # --- dataset.json --------------------------------------------------------
@@ -123,7 +129,7 @@ class Manifest:
                 self._versions.move_to_end(number)
                 return cached
         try:
-            data = self._get_bounded(version_key(number))
+            data = self._get_bounded(version_key(number), f"manifest version={number}")
         except ObjectNotFound:
             return None
         version = Version.decode(data, number=number, where=self.where)
