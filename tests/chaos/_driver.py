@@ -205,9 +205,10 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                                     "out": os.path.join(tmp, f"c{r}.out"), "every": config.every})
         for r in range(2)
     ]
-    # The orphan grace period must exceed every write-to-commit delay: AIMD halves its commit
-    # rate on each conflict, so its gap reaches seconds (up to 1/min_rate = 20 s).
-    grace = config.grace if policy != "aimd" else 25.0
+    # The orphan grace period must exceed every write-to-commit delay (bugs.md B11). naive and
+    # fixed:3 commit within a few appends; AIMD halves its rate on each conflict (gap up to
+    # 1/min_rate = 20 s) and DAC's gap is ~20x its fragile window, seconds on a loaded machine.
+    grace = config.grace if policy in ("naive", "fixed:3") else 30.0
     procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": grace}))
     by_name = {p.name: p for p in procs}
 
