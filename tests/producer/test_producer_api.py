@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torch_tgb.checkpoint.watermarks import record_watermark
-from torch_tgb.errors import FencedError, ManifestError, SchemaMismatch, TGBError
+from torch_tgb.errors import FencedError, ManifestError, ObjectNotFound, SchemaMismatch, TGBError
 from torch_tgb.format import read_footer, read_slice
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
@@ -306,3 +306,27 @@ def test_metadata_drift_fails_at_start(store) -> None:
     with pytest.raises(SchemaMismatch, match="metadata") as info:
         Producer(store, producer_id="p1", layout=LAYOUT, metadata={"vocab_size": 50000})
     assert Manifest(store).dataset().fingerprint in str(info.value)
+
+
+def test_max_commit_delay_overrides_the_policy(store) -> None:
+    """B11: fixed:100 with one entry would wait forever; max_commit_delay_s commits it anyway."""
+    p = Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="fixed:100",
+                 config=ProducerConfig(max_commit_delay_s=0.2))
+    p.append(batch(0))
+    deadline = time.monotonic() + 10
+    while p.stats().committed_offsets < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert p.stats().committed_offsets == 1 and log_offsets(store) == [("p0", 0)]
+    p.close()
+
+
+def test_object_reclaimed_before_its_commit_fails_loud(store) -> None:
+    """B11: an object deleted (as an orphan) before its commit is never committed as a dangling key."""
+    p = Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="fixed:100",
+                 config=ProducerConfig(verify_after_s=0.0))
+    p.append(batch(0))
+    store.delete(store.list("data/p0/"))  # a Reclaimer with too short a grace period
+    with pytest.raises(ObjectNotFound, match="deleted before its commit"):
+        p.flush()
+    p.abort()
+    assert log_offsets(store) == []

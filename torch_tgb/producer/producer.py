@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from torch_tgb.errors import FencedError, SchemaMismatch, TGBError, TransientStorageError
+from torch_tgb.errors import FencedError, ObjectNotFound, SchemaMismatch, TGBError, TransientStorageError
 from torch_tgb.format import write_tgb
 from torch_tgb.layout import Layout, check_schema, schema_fingerprint, schema_of
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
@@ -55,12 +55,22 @@ class ProducerConfig:
     ``crash_hook``: called with a point name (``after_object_write``,
     ``before_commit``, ``after_version_put``, ``after_commit``); tests use it
     to kill the process at exact points.
+
+    The Reclaimer deletes uncommitted objects older than its ``grace_period``
+    (default 1 h), so a write-to-commit delay must stay well below it:
+    ``max_commit_delay_s`` makes the committer attempt at once, whatever the
+    policy's gap, when the oldest pending entry has waited that long; and
+    before committing an entry older than ``verify_after_s`` the committer
+    checks that its object still exists, failing loud (``ObjectNotFound``)
+    instead of committing a dangling key.
     """
 
     max_pending: int = 256
     lag_poll_s: float = 0.5
     snapshot_every: int = 16
     crash_hook: Callable[[str], None] | None = None
+    max_commit_delay_s: float = 300.0
+    verify_after_s: float = 600.0
 
 
 class Producer:
@@ -103,6 +113,7 @@ class Producer:
 
         self._cond = threading.Condition()
         self._pending: list[TGBEntry] = []
+        self._written_at: dict[int, float] = {}  # offset -> when its object was written (monotonic)
         self._error: BaseException | None = None
         self._flushing = 0
         self._seal_requested = False
@@ -185,6 +196,7 @@ class Producer:
                          self.producer_id, offset, samples, tokens)
         with self._cond:
             self._pending.append(entry)
+            self._written_at[offset] = time.monotonic()
             self._next_offset = offset + 1
             s = self._stats
             self._stats = replace(s, appended=s.appended + 1, bytes_written=s.bytes_written + obj.size)
@@ -250,13 +262,20 @@ class Producer:
                     return None
                 self._cond.wait()
                 continue
-            since = time.monotonic() - last_end
+            now = time.monotonic()
+            since = now - last_end
             wait = self.policy.wait_time(max(n, 1), since)
             if wait is None:
                 if not (self._flushing or self._closing):
-                    self._cond.wait()
-                    continue
-                wait = max(0.0, self.policy.gap_s - since)
+                    wait = None
+                else:
+                    wait = max(0.0, self.policy.gap_s - since)
+            if n:  # never let the oldest entry wait past max_commit_delay_s (orphan grace)
+                overdue = self._written_at.get(self._pending[0].offset, now) + self.config.max_commit_delay_s - now
+                wait = max(0.0, overdue) if wait is None else min(wait, max(0.0, overdue))
+            if wait is None:
+                self._cond.wait()
+                continue
             if wait > 0:
                 self._cond.wait(wait)
                 continue
@@ -274,6 +293,7 @@ class Producer:
                 return
             batch, seal = chosen
             try:
+                self._verify_old_objects(batch)
                 result = self._committer.attempt(batch, seal=seal)
             except TransientStorageError as e:
                 # The store is unwell beyond the retry wrapper's patience: nothing was
@@ -301,6 +321,8 @@ class Producer:
             with self._cond:
                 committed = self._committer.next_offset
                 self._pending = [e for e in self._pending if e.offset >= committed]
+                for offset in [o for o in self._written_at if o < committed]:
+                    del self._written_at[offset]
                 if seal and result.committed:
                     self._sealed = True
                 s = self._stats
@@ -319,6 +341,18 @@ class Producer:
                     active_producers=active,
                 )
                 self._cond.notify_all()
+
+    def _verify_old_objects(self, batch: list[TGBEntry]) -> None:
+        """Refuse to commit an object that has been waiting so long it may have been reclaimed."""
+        cutoff = time.monotonic() - self.config.verify_after_s
+        for entry in batch:
+            written = self._written_at.get(entry.offset)
+            if written is not None and written <= cutoff and not self.store.exists(entry.key):
+                raise ObjectNotFound(
+                    f"{self.store.url}: producer {self.producer_id!r} offset={entry.offset}: object {entry.key!r} "
+                    f"was deleted before its commit (written {time.monotonic() - written:.0f} s ago: is the "
+                    "Reclaimer's grace_period shorter than the commit delay?); not committing a dangling key"
+                )
 
     def _raise_if_failed(self) -> None:
         error = self._error
