@@ -100,6 +100,13 @@ class RemoteModel(LatencyStore):
             self._wait(0)
             raise
 
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        try:
+            return super().get_range(key, start, end)
+        except ObjectNotFound:
+            self._wait(0)
+            raise
+
 
 def entry(producer: str, offset: int) -> TGBEntry:
     key = f"data/{producer}/e000001-o{offset:012d}-{uuid.uuid4().hex[:8]}.tgb"
