@@ -15,12 +15,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("target", ["footer", "version", "dataset", "llmbatch"])
+@pytest.mark.parametrize("target", ["footer", "footer_sealed", "version", "dataset", "llmbatch"])
 def test_atheris_target(target: str, tmp_path) -> None:
-    runs = int(os.environ.get("TGB_ATHERIS_RUNS", "500"))
+    runs = int(os.environ.get("TGB_ATHERIS_RUNS", "20000"))
     proc = subprocess.run(
         [sys.executable, os.path.join(HERE, "atheris_targets.py"), target, f"-atheris_runs={runs}",
-         "-max_len=4096", "-seed=1", f"-artifact_prefix={tmp_path}/"],
+         "-max_len=16384", "-seed=1", f"-artifact_prefix={tmp_path}/"],
         capture_output=True, text=True, timeout=280,
     )
     assert proc.returncode == 0, f"atheris found a crash in {target}:\n{proc.stderr[-4000:]}"
