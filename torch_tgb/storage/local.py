@@ -71,20 +71,29 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         """The absolute path of ``key``; refuses anything that resolves outside the root.
 
-        Every call resolves the whole path (one ``realpath``): a directory
-        that was inside the root a moment ago may since have been swapped for
-        a symlink pointing elsewhere, so no earlier answer is trusted. Hot
-        readers do not pay this per step: they map an object once and keep
-        the mapping.
+        Every call checks the path again: a directory that was inside the root
+        a moment ago may since have been swapped for a symlink pointing
+        elsewhere, so no earlier answer is trusted. The root itself is
+        resolved once; below it each existing component is ``lstat``-ed (one
+        syscall per key segment, cheaper than a full ``realpath``), and only a
+        path that really contains a symlink pays for resolving it.
         """
         key = validate_key(key, namespace=self.url)
         parts = key.split("/")
         if any(p.startswith(_TMP_PREFIX) for p in parts):
             raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
-        path = os.path.join(self.root, *parts)
-        if not self._inside(os.path.realpath(path)):
-            raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
-        return path
+        path = self.root
+        for part in parts:
+            path = f"{path}/{part}"
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                break  # nothing exists from here on: nothing to follow
+            if stat.S_ISLNK(mode):
+                if not self._inside(os.path.realpath(f"{self.root}/{key}")):
+                    raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
+                break
+        return f"{self.root}/{key}"
 
     def _inside(self, real: str) -> bool:
         return real == self.root or real.startswith(self._root_slash)
