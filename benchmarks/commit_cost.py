@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from torch_tgb.errors import ObjectNotFound
 from torch_tgb.manifest import Committer, Manifest, TGBEntry
 from torch_tgb.storage import LatencyStore, LocalStore, MemoryStore, ObjectInfo, ObjectStore
 
@@ -88,24 +87,6 @@ class CountingStore(ObjectStore):
     def delete(self, keys: str | Iterable[str]) -> None:
         self._count("delete")
         self.inner.delete(keys)
-
-
-class RemoteModel(LatencyStore):
-    """LatencyStore that also charges a round trip for a missing key (S3 answers 404 after one)."""
-
-    def get(self, key: str) -> bytes:
-        try:
-            return super().get(key)
-        except ObjectNotFound:
-            self._wait(0)
-            raise
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        try:
-            return super().get_range(key, start, end)
-        except ObjectNotFound:
-            self._wait(0)
-            raise
 
 
 def entry(producer: str, offset: int) -> TGBEntry:
@@ -179,7 +160,7 @@ def run(sizes: list[int], per_version: int, commits: int, probes: int, rtt_ms: f
         build_history(base, steps, per_version)
         built_s = time.perf_counter() - t0
         counting = CountingStore(base)
-        remote = RemoteModel(counting, rtt=rtt_ms / 1e3, bandwidth=100e6)
+        remote = LatencyStore(counting, rtt=rtt_ms / 1e3, bandwidth=100e6)
         row = {"steps": steps, "versions": Manifest(base).latest_version(), "build_s": built_s}
         row.update({f"remote_{k}": v for k, v in measure_commits(remote, counting, commits).items()})
         row.update({f"memory_{k}": v for k, v in measure_commits(counting, counting, commits).items()})

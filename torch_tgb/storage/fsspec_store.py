@@ -198,6 +198,12 @@ class FsspecStore(ObjectStore):
     def stat(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:
+            if self.protocol in ("s3", "s3a"):
+                # One HEAD: fs.info() follows a 404 with a LIST to look for a
+                # "directory", doubling the cost of every probe of a missing version.
+                bucket, object_key, _ = self.fs.split_path(path)
+                head = self.fs.call_s3("head_object", Bucket=bucket, Key=object_key)
+                return ObjectInfo(key, int(head["ContentLength"]), _mtime(head))
             info = self.fs.info(path)
         except Exception as e:
             raise self._fail(e, "stat", key)

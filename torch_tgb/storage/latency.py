@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from torch_tgb.errors import TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 
 __all__ = ["LatencyStore"]
@@ -60,12 +61,20 @@ class LatencyStore(ObjectStore):
         self._sleep(self.seconds(nbytes))
 
     def get(self, key: str) -> bytes:
-        data = self.inner.get(key)
+        try:
+            data = self.inner.get(key)
+        except TGBError:
+            self._wait(0)  # a 404 or an error reply costs a round trip too
+            raise
         self._wait(len(data))
         return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        data = self.inner.get_range(key, start, end)
+        try:
+            data = self.inner.get_range(key, start, end)
+        except TGBError:
+            self._wait(0)
+            raise
         self._wait(len(data))
         return data
 
