@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from collections.abc import Iterable
-
 from torch_tgb.manifest import Committer, Manifest, TGBEntry
-from torch_tgb.storage import ObjectInfo, ObjectStore
+from torch_tgb.storage import ObjectStore
+from torch_tgb.testing.counting import CountingStore
 
 
 def entry(producer: str, offset: int, *, size: int = 128) -> TGBEntry:
@@ -31,60 +28,6 @@ def commit(committer: Committer, n: int) -> int:
     if not result.committed:
         raise AssertionError(f"commit failed: {result}")
     return result.version
-
-
-class CountingStore(ObjectStore):
-    """Counts calls per operation; otherwise passes through."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def _count(self, op: str) -> None:
-        with self._lock:
-            self.calls[op] += 1
-
-    def reset(self) -> None:
-        with self._lock:
-            self.calls.clear()
-
-    @property
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-    def get(self, key: str) -> bytes:
-        self._count("get")
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        self._count("get_range")
-        return self.inner.get_range(key, start, end)
-
-    def stat(self, key: str) -> ObjectInfo:
-        self._count("stat")
-        return self.inner.stat(key)
-
-    def exists(self, key: str) -> bool:
-        self._count("exists")
-        return self.inner.exists(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        self._count("list")
-        return self.inner.list(prefix)
-
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        self._count("put")
-        self.inner.put(key, data)
-
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
-        self._count("put_if_absent")
-        return self.inner.put_if_absent(key, data)
-
-    def delete(self, keys: str | Iterable[str]) -> None:
-        self._count("delete")
-        self.inner.delete(keys)
 
 
 class HookStore(CountingStore):
