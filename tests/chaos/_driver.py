@@ -43,7 +43,7 @@ from torch_tgb.errors import TGBError
 from torch_tgb.checkpoint.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.format import read_footer
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import LocalStore
+from torch_tgb.storage import LocalStore, open_store
 
 from _roles import FENCED_EXIT
 from _roles import code as code_of
@@ -173,6 +173,8 @@ class TrialConfig:
     grace: float = 3.0  # reclaimer orphan grace period (s)
     deadline: float = 90.0  # a trial taking longer is a hang
     pause: float = 0.3  # chance that a producer "kill" is a SIGSTOP (zombie) plus a new incarnation
+    poll_max: float = 0.05  # consumers' longest wait between manifest polls (s)
+    reclaim_interval: float = 0.1  # pause between reclaimer passes (s)
 
 
 def _logs_of(tmp: str) -> str:
@@ -186,11 +188,23 @@ def _logs_of(tmp: str) -> str:
     return "\n".join(out)
 
 
-def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: TrialConfig = TrialConfig()) -> TrialReport:
+def run_trial(
+    zygote: Zygote,
+    seed: int,
+    tmp: str,
+    *,
+    faulty: bool,
+    config: TrialConfig = TrialConfig(),
+    s3: tuple[str, dict[str, Any]] | None = None,
+) -> TrialReport:
+    """One trial on a local namespace under ``tmp``, or on ``s3 = (url, storage_options)``."""
     rng = random.Random(seed)
     started = time.monotonic()
-    root = os.path.join(tmp, "ns")
-    os.makedirs(root)
+    if s3 is None:
+        root, options = os.path.join(tmp, "ns"), None
+        os.makedirs(root)
+    else:
+        root, options = s3
     report = TrialReport(seed, faulty)
     policy = rng.choice(["naive", "fixed:3", "dac", "aimd"])
     fault_counter = iter(range(seed * 1000, seed * 1000 + 1000))
@@ -199,17 +213,20 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
         return next(fault_counter) if faulty else None
 
     stop_file = os.path.join(tmp, "stop-reclaimer")
-    procs = [Proc(f"p{i}", "producer", {"root": root, "pi": i, "n": config.offsets, "policy": policy}) for i in range(2)]
+    procs = [Proc(f"p{i}", "producer", {"root": root, "pi": i, "n": config.offsets, "policy": policy, "options": options})
+             for i in range(2)]
     procs += [
         Proc(f"c{r}", "consumer", {"root": root, "rank": r, "ckpt": os.path.join(tmp, f"c{r}.ckpt"),
-                                    "out": os.path.join(tmp, f"c{r}.out"), "every": config.every})
+                                    "out": os.path.join(tmp, f"c{r}.out"), "every": config.every, "options": options,
+                                    "poll_max": config.poll_max})
         for r in range(2)
     ]
     # The orphan grace period must exceed every write-to-commit delay (bugs.md B11). naive and
     # fixed:3 commit within a few appends; AIMD halves its rate on each conflict (gap up to
     # 1/min_rate = 20 s) and DAC's gap is ~20x its fragile window, seconds on a loaded machine.
     grace = config.grace if policy in ("naive", "fixed:3") else 30.0
-    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": grace}))
+    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": grace, "options": options,
+                                           "interval": config.reclaim_interval}))
     by_name = {p.name: p for p in procs}
 
     def start(p: Proc) -> None:
@@ -256,7 +273,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
             elif code != 0:
                 raise fail(f"old incarnation of {name} (pid {pid}, paused then resumed) exited with {code}")
 
-    store = LocalStore(root, fsync=False)
+    store = LocalStore(root, fsync=False) if s3 is None else open_store(root, options)
     manifest = Manifest(store)
     reference: list[tuple[str, int]] = []
     ref_mark: list[str] = []
@@ -335,7 +352,7 @@ def run_trial(zygote: Zygote, seed: int, tmp: str, *, faulty: bool, config: Tria
                 reap(p)
                 time.sleep(0.02)
         report.phases["produced"] = round(time.monotonic() - started, 2)
-        sealer = Proc("sealer", "sealer", {"root": root})
+        sealer = Proc("sealer", "sealer", {"root": root, "options": options})
         start(sealer)
         if (code := zygote.wait(sealer.pid, 60)) != 0:
             raise fail(f"sealer exited with {code}")

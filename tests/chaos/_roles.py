@@ -27,7 +27,7 @@ import torch_tgb as tgb
 from torch_tgb.checkpoint.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes.poller import PollPolicy
-from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, LocalStore, ObjectStore, open_store
+from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, FsspecStore, LocalStore, ObjectStore
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
 ROWS = 4  # global batch size
@@ -60,12 +60,13 @@ def layout() -> tgb.Layout:
     return tgb.Layout(dp=DP, seq_keys=("ids",))
 
 
-def open_ns(root: str, fault_seed: int | None) -> ObjectStore:
-    """The store a chaos process uses: local, optionally behind a FaultyStore (with retries)."""
-    if fault_seed is None:
-        return open_store(root)
-    faulty = FaultyStore(LocalStore(root, fsync=False), FaultPlan(seed=fault_seed, default=FAULTS))
-    return RetryingStore(faulty, RETRY)
+def open_ns(root: str, fault_seed: int | None, options: dict[str, Any] | None = None) -> ObjectStore:
+    """The store a chaos process uses: a local directory or an S3 URL (``options``: storage_options),
+    optionally behind a FaultyStore, always with retries."""
+    inner: ObjectStore = FsspecStore(root, options) if "://" in root else LocalStore(root, fsync=False)
+    if fault_seed is not None:
+        inner = FaultyStore(inner, FaultPlan(seed=fault_seed, default=FAULTS))
+    return RetryingStore(inner, RETRY)
 
 
 def report_faults(store: ObjectStore) -> None:
@@ -88,8 +89,9 @@ def _sleep(lo: float, hi: float) -> None:
 FENCED_EXIT = 10
 
 
-def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = None, pace: float = 0.06) -> int:
-    store = open_ns(root, fault_seed)
+def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = None, pace: float = 0.06,
+             options: dict[str, Any] | None = None) -> int:
+    store = open_ns(root, fault_seed, options)
     try:
         with tgb.Producer(store, producer_id=f"p{pi}", layout=layout(), commit_policy=policy) as p:
             print(f"producer p{pi} pid={os.getpid()} epoch={p.epoch} resume_offset={p.resume_offset}", flush=True)
@@ -105,8 +107,8 @@ def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = N
     return 0
 
 
-def sealer(root: str, fault_seed: int | None = None) -> int:
-    store = open_ns(root, fault_seed)
+def sealer(root: str, fault_seed: int | None = None, options: dict[str, Any] | None = None) -> int:
+    store = open_ns(root, fault_seed, options)
     p = tgb.Producer(store, producer_id="sealer", layout=layout(), commit_policy="naive")
     p.close(seal=True)
     report_faults(store)
@@ -129,16 +131,16 @@ def _check_slice(batch: dict[str, torch.Tensor], rank: int, step: int) -> int:
 
 
 def consumer(root: str, rank: int, ckpt: str, out: str, every: int, fault_seed: int | None = None,
-             timeout: float = 60.0) -> int:
+             timeout: float = 60.0, options: dict[str, Any] | None = None, poll_max: float = 0.05) -> int:
     """Read this rank's slices to the seal; checkpoint every ``every`` steps (file + watermark).
 
     ``out`` gets one line per event: ``start <step>``, ``step <step> <code>``,
     ``saving <step>`` / ``ckpt <step>`` (around a checkpoint), ``end <step>``; written with ``os.write`` so a SIGKILL
     loses nothing already reported.
     """
-    store = open_ns(root, fault_seed)
-    options = ReaderOptions(poll=PollPolicy(min_interval=0.005, max_interval=0.05))
-    ds = tgb.TGBDataset(store, mesh=tgb.Mesh(rank, DP), prefetch=2, timeout=timeout, options=options)
+    store = open_ns(root, fault_seed, options)
+    reader = ReaderOptions(poll=PollPolicy(min_interval=min(0.005, poll_max), max_interval=poll_max))
+    ds = tgb.TGBDataset(store, mesh=tgb.Mesh(rank, DP), prefetch=2, timeout=timeout, options=reader)
     state: dict[str, Any] | None = None
     if os.path.exists(ckpt):
         with open(ckpt) as f:
@@ -183,8 +185,9 @@ def consumer(root: str, rank: int, ckpt: str, out: str, every: int, fault_seed: 
     return 0
 
 
-def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None, interval: float = 0.1) -> int:
-    store = open_ns(root, fault_seed)
+def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None, interval: float = 0.1,
+              options: dict[str, Any] | None = None) -> int:
+    store = open_ns(root, fault_seed, options)
     rec = tgb.Reclaimer(store, grace_period=grace)
     passes = 0
     while not os.path.exists(stop):
