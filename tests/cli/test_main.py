@@ -52,6 +52,17 @@ def test_tgb_error_is_one_line_exit_1(monkeypatch, capsys):
     assert err == "tgb: error: memory://x: no object 'a' second line\n"
 
 
+def test_refused_input_is_one_line_exit_1(monkeypatch, capsys):
+    def boom(args):
+        raise ValueError("prefetch must be >= 0, got -1")
+
+    parser = cli_main.build_parser()
+    monkeypatch.setattr(cli_main, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["inspect"].set_defaults(run=boom)
+    assert cli_main.main(["inspect", "memory://x"]) == 1
+    assert capsys.readouterr().err == "tgb: error: prefetch must be >= 0, got -1\n"
+
+
 def test_unexpected_error_exit_2(monkeypatch, capsys):
     def boom(args):
         raise RuntimeError("kaput")

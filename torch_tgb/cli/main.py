@@ -1,8 +1,8 @@
 """The ``tgb`` command: one subcommand per module of :mod:`torch_tgb.cli`.
 
 Exit codes: 0 success; 1 a :class:`~torch_tgb.errors.TGBError`, an
-``OSError`` (missing file, permission) or a problem the command found (e.g.
-``verify``); 2 usage errors (argparse) and unexpected exceptions; 130 interrupted. Failures print exactly one line,
+``OSError`` (missing file, permission), a ``ValueError`` (bad input the library
+refused) or a problem the command found (e.g. ``verify``); 2 usage errors (argparse) and unexpected exceptions; 130 interrupted. Failures print exactly one line,
 ``tgb: error: <reason>``, on stderr (``--debug`` adds the traceback).
 """
 
@@ -64,12 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except BrokenPipeError:  # `tgb inspect ... | head`: the reader went away, nothing to report
         return 0
-    except TGBError as e:
-        if args.debug:
-            traceback.print_exc()
-        print(f"tgb: error: {_one_line(e)}", file=sys.stderr)
-        return 1
-    except OSError as e:  # missing file, permission denied, disk full: the environment, not a bug
+    except (TGBError, OSError, ValueError) as e:
+        # TGBError: the library's own; OSError: missing file, permission denied, disk full (the
+        # environment); ValueError: bad input the library refused. None of them is a bug of ours.
         if args.debug:
             traceback.print_exc()
         print(f"tgb: error: {_one_line(e)}", file=sys.stderr)
