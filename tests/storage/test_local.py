@@ -10,6 +10,7 @@ import pytest
 
 from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound, StorageFull
 from torch_tgb.storage import LocalStore
+from torch_tgb.storage import local as local_module
 
 
 @pytest.fixture
@@ -20,7 +21,15 @@ def root(tmp_path):
     return tmp_path
 
 
-def test_symlinked_directory_out_of_namespace_is_refused(root):
+@pytest.fixture(params=["after-open", "path-walk"])
+def containment(request, monkeypatch):
+    """Both containment checks: the descriptor's own path (Linux) and the path walk (elsewhere)."""
+    if request.param == "path-walk":
+        monkeypatch.setattr(local_module, "_PROC_FD", False)
+    return request.param
+
+
+def test_symlinked_directory_out_of_namespace_is_refused(root, containment):
     store = LocalStore(root / "ns")
     os.symlink(root / "outside", root / "ns" / "link")
     for op in (
@@ -41,7 +50,7 @@ def test_symlinked_directory_out_of_namespace_is_refused(root):
     assert store.list() == []  # the link is not part of the namespace
 
 
-def test_symlinked_file_out_of_namespace_is_refused(root):
+def test_symlinked_file_out_of_namespace_is_refused(root, containment):
     store = LocalStore(root / "ns")
     os.symlink(root / "outside" / "secret", root / "ns" / "alias")
     with pytest.raises(InvalidKey, match="alias"):
@@ -52,7 +61,7 @@ def test_symlinked_file_out_of_namespace_is_refused(root):
     assert store.list() == []
 
 
-def test_symlink_inside_namespace_is_allowed(root):
+def test_symlink_inside_namespace_is_allowed(root, containment):
     store = LocalStore(root / "ns")
     store.put("real/obj", b"data")
     os.symlink(root / "ns" / "real", root / "ns" / "alias")

@@ -42,6 +42,8 @@ from torch_tgb.storage._keys import validate_key, validate_prefix
 
 __all__ = ["LocalStore"]
 
+#: Linux exposes each descriptor's real path: the containment check runs after open
+_PROC_FD = os.path.isdir("/proc/self/fd")
 _TMP_PREFIX = ".tgb-tmp."
 # get_ranges batches up to this many bytes are read sequentially (see there)
 _SEQUENTIAL_BYTES = 16 << 20
@@ -64,7 +66,6 @@ class LocalStore(ObjectStore):
         self.url = f"file://{self.root}"
         self.fsync = fsync
         self._root_slash = self.root.rstrip(os.sep) + os.sep
-        # directories already known to resolve inside the root (see _path)
 
     # --- keys and paths ------------------------------------------------------
 
@@ -78,12 +79,9 @@ class LocalStore(ObjectStore):
         syscall per key segment, cheaper than a full ``realpath``), and only a
         path that really contains a symlink pays for resolving it.
         """
-        key = validate_key(key, namespace=self.url)
-        parts = key.split("/")
-        if any(p.startswith(_TMP_PREFIX) for p in parts):
-            raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
+        joined = self._joined(key)
         path = self.root
-        for part in parts:
+        for part in key.split("/"):
             path = f"{path}/{part}"
             try:
                 mode = os.lstat(path).st_mode
@@ -93,7 +91,40 @@ class LocalStore(ObjectStore):
                 if not self._inside(os.path.realpath(f"{self.root}/{key}")):
                     raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
                 break
+        return joined
+
+    def _joined(self, key: str) -> str:
+        """The path of a validated ``key`` under the root, not yet checked for symlinks."""
+        key = validate_key(key, namespace=self.url)
+        if any(p.startswith(_TMP_PREFIX) for p in key.split("/")):
+            raise InvalidKey(f"{self.url}: key {key!r} uses the reserved prefix {_TMP_PREFIX!r}")
         return f"{self.root}/{key}"
+
+    def _open_for_read(self, key: str, op: str) -> int:
+        """Open ``key`` read-only and prove that the file opened lies inside the root.
+
+        On Linux the check reads the descriptor's own path (``/proc/self/fd``)
+        after opening: no window between check and use, and one ``readlink``
+        instead of an ``lstat`` per key segment. Elsewhere the path is checked
+        first (:meth:`_path`).
+        """
+        path = self._joined(key) if _PROC_FD else self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError as e:
+            self._path(key)  # a dangling link out of the namespace is a bad key, not a missing object
+            raise translate(e, url=self.url, op=op, key=key) from e
+        except OSError as e:
+            raise translate(e, url=self.url, op=op, key=key) from e
+        if _PROC_FD:
+            try:
+                real = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                real = os.path.realpath(path)
+            if not self._inside(real):
+                os.close(fd)
+                raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
+        return fd
 
     def _inside(self, real: str) -> bool:
         return real == self.root or real.startswith(self._root_slash)
@@ -104,9 +135,9 @@ class LocalStore(ObjectStore):
     # --- reads -----------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        path = self._path(key)
+        fd = self._open_for_read(key, "get")
         try:
-            with open(path, "rb") as f:
+            with open(fd, "rb") as f:  # owns and closes fd
                 return f.read()
         except IsADirectoryError:
             raise ObjectNotFound(f"{self.url}: get {key!r}: no such object (a directory)") from None
@@ -116,13 +147,7 @@ class LocalStore(ObjectStore):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if not (0 <= start <= end):
             raise ValueError(f"{self.url}: invalid byte range [{start}, {end}) for key {key!r}")
-        path = self._path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except IsADirectoryError:
-            raise ObjectNotFound(f"{self.url}: get_range {key!r}: no such object (a directory)") from None
-        except OSError as e:
-            raise translate(e, url=self.url, op="get_range", key=key) from e
+        fd = self._open_for_read(key, "get_range")
         try:
             length = end - start
             data = os.pread(fd, length, start)
