@@ -39,7 +39,7 @@ from torch_tgb.checkpoint import Reclaimer, keep_last, record_watermark
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.layout import Layout, Mesh
 from torch_tgb.producer import Producer
-from torch_tgb.producer.producer import ProducerConfig
+from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.storage import LocalStore
 
 RESULTS = Path(__file__).parent / "results"

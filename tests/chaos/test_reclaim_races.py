@@ -15,7 +15,7 @@ import torch
 import torch_tgb as tgb
 from torch_tgb.checkpoint.watermarks import record_watermark
 from torch_tgb.consumer.dataset import ReaderOptions
-from torch_tgb.manifest.manifest import SNAPSHOT_HINT_KEY
+from torch_tgb.manifest.keys import SNAPSHOT_HINT_KEY
 from torch_tgb.storage import LocalStore, ObjectInfo, ObjectStore
 
 
@@ -120,7 +120,7 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
     boundary version is kept by definition: the committer must not delete it.
     """
     from torch_tgb.manifest import Manifest
-    from torch_tgb.manifest.manifest import version_key
+    from torch_tgb.manifest.keys import version_key
 
     from torch_tgb.checkpoint.watermarks import retire
 

@@ -13,7 +13,7 @@ from torch_tgb.checkpoint import Reclaimer, keep_last, record_watermark
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
 from torch_tgb.producer import Producer
-from torch_tgb.producer.producer import ProducerConfig
+from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.storage import MemoryStore
 
 MAX_LAG = 6

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.manifest.manifest import version_key
+from torch_tgb.manifest.keys import version_key
 
 LAYOUT = tgb.Layout(dp=1)
 

@@ -18,7 +18,7 @@ import torch_tgb as tgb
 from torch_tgb.checkpoint.watermarks import safe_boundary
 from torch_tgb.errors import InvalidKey, ManifestError, TGBError
 from torch_tgb.manifest._json import MAX_METADATA_BYTES
-from torch_tgb.manifest.manifest import DATASET_KEY, GC_BOUNDARY_KEY, SNAPSHOT_HINT_KEY, version_key
+from torch_tgb.manifest.keys import DATASET_KEY, GC_BOUNDARY_KEY, SNAPSHOT_HINT_KEY, version_key
 from torch_tgb.storage import open_store
 
 # --- keys that leave the namespace ------------------------------------------------

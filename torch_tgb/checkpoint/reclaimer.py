@@ -37,7 +37,8 @@ from typing import Any
 from torch_tgb.checkpoint._store import as_store
 from torch_tgb.checkpoint.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.errors import ObjectNotFound
-from torch_tgb.manifest.manifest import SNAPSHOT_PREFIX, Manifest, snapshot_key
+from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
+from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, TGBEntry
 from torch_tgb.storage import ObjectStore
 

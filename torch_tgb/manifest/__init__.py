@@ -4,16 +4,16 @@ See ``docs/protocol.md`` for the on-storage specification.
 """
 
 from torch_tgb.manifest.commit import AttemptResult, Committer
-from torch_tgb.manifest.manifest import (
+from torch_tgb.manifest.keys import (
     DATASET_KEY,
     GC_BOUNDARY_KEY,
     LOG_PREFIX,
     SNAPSHOT_HINT_KEY,
     SNAPSHOT_PREFIX,
-    Manifest,
     snapshot_key,
     version_key,
 )
+from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import (
     DatasetInfo,
     GCBoundary,

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, StorageError
 from torch_tgb.manifest._state import fold
-from torch_tgb.manifest.manifest import Manifest, version_key
+from torch_tgb.manifest.keys import version_key
+from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
 
 __all__ = ["AttemptResult", "Committer"]

@@ -1,5 +1,6 @@
 """Producers: append TGBs, commit them to the manifest log under a commit policy."""
 
+from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.policies import (
     AIMDPolicy,
     CommitPolicy,
@@ -10,7 +11,7 @@ from torch_tgb.producer.policies import (
     NaivePolicy,
     make_policy,
 )
-from torch_tgb.producer.producer import Producer, ProducerConfig, object_key
+from torch_tgb.producer.producer import Producer, object_key
 from torch_tgb.producer.stats import ProducerStats
 
 __all__ = [

@@ -1,0 +1,93 @@
+"""Writing snapshots and moving the GC boundary: what lets old log versions go.
+
+The committer writes a snapshot every K versions; the Reclaimer writes the
+snapshot of its boundary version B, advances the GC boundary to B, and only
+then deletes the versions below B (B itself is kept).
+"""
+
+from __future__ import annotations
+
+from torch_tgb.errors import ManifestError
+from torch_tgb.manifest._json import dump_json
+from torch_tgb.manifest._log import LogReader
+from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, LOG_PREFIX, SNAPSHOT_HINT_KEY, number_of, snapshot_key
+from torch_tgb.manifest.records import FORMAT, GCBoundary, ManifestState
+
+__all__ = ["LogMaintenance"]
+
+
+class LogMaintenance(LogReader):
+    """Snapshot writes and GC-boundary maintenance of :class:`~torch_tgb.manifest.Manifest`."""
+
+    def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
+        """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
+
+        ``state`` may be passed by a caller that already holds it (the
+        committer); otherwise it is computed from the log. Snapshots are only
+        written for versions that exist.
+        """
+        if state is None:
+            if number > self.latest_version():
+                raise ManifestError(f"{self.where}cannot snapshot version={number}: not committed")
+            state = self.state_at(number)
+        if state.version != number:
+            raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
+        self.store.put(snapshot_key(number), state.encode())
+        if self._read_hint() < number:
+            # Racing hint writers may move it back a little: it is only a starting point.
+            self.store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": number}))
+        return state
+
+    # --- GC boundary -------------------------------------------------------
+
+    def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
+        """Allow versions below ``version`` (and steps below ``step``) to be deleted.
+
+        Preconditions, checked: the snapshot of ``version`` exists (write it
+        first with :meth:`write_snapshot`), ``step`` is at most that version's
+        ``first_step`` (its steps stay readable), and the boundary only moves
+        forward. Call this *before* deleting anything: producers re-read it
+        after every create to detect a commit into a reclaimed slot.
+        """
+        current = self.gc_boundary()
+        if (version, step) == (current.version, current.step):
+            return current
+        if version < current.version or step < current.step:
+            raise ManifestError(
+                f"{self.where}GC boundary moves only forward: at version={current.version}, step={current.step}, "
+                f"asked for version={version}, step={step}"
+            )
+        if self.read_snapshot(version) is None:
+            raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
+        first_step = self.read_version(version).first_step
+        if step > first_step:
+            raise ManifestError(
+                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} starts at "
+                f"step={first_step}, so steps from {first_step} on stay readable; pass step <= {first_step}"
+            )
+        boundary = GCBoundary(version, step)
+        self.store.put(GC_BOUNDARY_KEY, dump_json(boundary.to_json()))
+        return boundary
+
+    def version_keys_below(self, version: int) -> list[str]:
+        """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
+        keys = []
+        for key in self.store.list(LOG_PREFIX):
+            number = number_of(key, LOG_PREFIX)
+            if number is not None and number < version:
+                keys.append(key)
+        return keys
+
+    def delete_versions_below(self, version: int) -> int:
+        """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""
+        boundary = self.gc_boundary()
+        if version > boundary.version:
+            raise ManifestError(
+                f"{self.where}delete_versions_below({version=}) is above the GC boundary version={boundary.version}"
+            )
+        keys = self.version_keys_below(version)
+        self.store.delete(keys)
+        with self._lock:
+            for number in [n for n in self._versions if n < version]:
+                del self._versions[number]
+        return len(keys)
