@@ -56,8 +56,20 @@ def _is_own(member: Any, cls: type) -> bool:
     return qual.startswith(cls.__name__ + ".")
 
 
+def _private_bases(cls: type) -> list[type]:
+    """Unexported bases in private torch_tgb modules (``_name.py``): their members document ``cls``."""
+    hidden = []
+    for base in cls.__mro__[1:]:
+        package, _, module = base.__module__.rpartition(".")
+        exported = getattr(sys.modules.get(package), "__all__", ())
+        if package.startswith("torch_tgb") and module.startswith("_") and base.__name__ not in exported:
+            hidden.append(base)
+    return hidden
+
+
 def _class_section(name: str, cls: type, out: list[str]) -> None:
-    bases = [b.__name__ for b in cls.__bases__ if b is not object]
+    hidden = _private_bases(cls)
+    bases = [b.__name__ for b in cls.__bases__ if b is not object and b not in hidden]
     header = f"class {_signature(name, cls)}" + (f"  — bases: {', '.join(bases)}" if bases else "")
     out.append(f"### `{name}`\n\n```python\n{header}\n```\n")
     doc = _doc(cls)
@@ -78,14 +90,16 @@ def _class_section(name: str, cls: type, out: list[str]) -> None:
         if rows:
             out.append("| field | type | default |\n|---|---|---|\n" + "\n".join(rows) + "\n")
     members = []
-    for attr, member in sorted(vars(cls).items()):
+    own = [cls, *hidden]
+    merged = {attr: (klass, member) for klass in reversed(own) for attr, member in vars(klass).items()}
+    for attr, (klass, member) in sorted(merged.items()):
         if attr.startswith("_") or not (callable(member) or isinstance(member, (property, classmethod, staticmethod))):
             continue
         if isinstance(member, property):
             members.append((attr, f"property `{attr}`", _doc(member)))
             continue
         func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
-        if not callable(func) or not _is_own(func, cls):
+        if not callable(func) or not _is_own(func, klass):
             continue
         kind = "classmethod " if isinstance(member, classmethod) else "staticmethod " if isinstance(member, staticmethod) else ""
         members.append((attr, f"{kind}`{_signature(attr, func)}`", _doc(func)))

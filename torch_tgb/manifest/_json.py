@@ -81,7 +81,7 @@ class Fields:
             return default
         return self._obj[name]
 
-    def int(self, name: str, *, minimum: int = 0, default: int | None = None) -> int:
+    def integer(self, name: str, *, minimum: int = 0, default: int | None = None) -> int:
         value = self._get(name, default, default is None)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ManifestError(f"{self.what}: field {name!r} must be an integer, got {value!r}")
@@ -89,31 +89,31 @@ class Fields:
             raise ManifestError(f"{self.what}: field {name!r}={value} must be >= {minimum}")
         return value
 
-    def float(self, name: str, *, default: float | None = None) -> float:
+    def number(self, name: str, *, default: float | None = None) -> float:
         value = self._get(name, default, default is None)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ManifestError(f"{self.what}: field {name!r} must be a number, got {value!r}")
         return float(value)
 
-    def str(self, name: str, *, default: str | None = None) -> str:
+    def string(self, name: str, *, default: str | None = None) -> str:
         value = self._get(name, default, default is None)
         if not isinstance(value, str):
             raise ManifestError(f"{self.what}: field {name!r} must be a string, got {value!r}")
         return value
 
-    def bool(self, name: str, *, default: bool | None = None) -> bool:
+    def boolean(self, name: str, *, default: bool | None = None) -> bool:
         value = self._get(name, default, default is None)
         if not isinstance(value, bool):
             raise ManifestError(f"{self.what}: field {name!r} must be true or false, got {value!r}")
         return value
 
-    def list(self, name: str) -> list[Any]:
+    def array(self, name: str) -> list[Any]:
         value = self._get(name, None, True)
         if not isinstance(value, list):
             raise ManifestError(f"{self.what}: field {name!r} must be a list, got {type(value).__name__}")
         return value
 
-    def dict(self, name: str, *, default: dict[str, Any] | None = None) -> dict[str, Any]:
+    def mapping(self, name: str, *, default: dict[str, Any] | None = None) -> dict[str, Any]:
         value = self._get(name, default, default is None)
         if not isinstance(value, dict):
             raise ManifestError(f"{self.what}: field {name!r} must be an object, got {type(value).__name__}")

@@ -218,9 +218,9 @@ class LogReader:
             return 0
         what = f"{self.where}{SNAPSHOT_HINT_KEY}"
         f = Fields(load_json(data, what=what), what=what)
-        if f.str("format") != FORMAT:
+        if f.string("format") != FORMAT:
             raise ManifestError(f"{what}: unknown format")
-        number = f.int("version")
+        number = f.integer("version")
         f.done()
         return number
 

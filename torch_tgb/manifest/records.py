@@ -50,7 +50,7 @@ def validate_producer_id(producer_id: object) -> str:
 
 
 def _check_format(f: Fields) -> None:
-    fmt = f.str("format")
+    fmt = f.string("format")
     if fmt != FORMAT:
         raise ManifestError(f"{f.what}: format {fmt!r} is not {FORMAT!r} (written by another torch_tgb version?)")
 
@@ -84,14 +84,14 @@ class TGBEntry:
     def from_json(cls, obj: object, *, what: str) -> TGBEntry:
         f = Fields(obj, what=what)
         entry = cls(
-            key=f.str("key"),
-            size=f.int("size"),
-            footer_offset=f.int("footer_offset"),
-            footer_length=f.int("footer_length"),
-            producer=f.str("producer"),
-            offset=f.int("offset"),
-            samples=f.int("samples", default=0),
-            tokens=f.int("tokens", default=0),
+            key=f.string("key"),
+            size=f.integer("size"),
+            footer_offset=f.integer("footer_offset"),
+            footer_length=f.integer("footer_length"),
+            producer=f.string("producer"),
+            offset=f.integer("offset"),
+            samples=f.integer("samples", default=0),
+            tokens=f.integer("tokens", default=0),
         )
         f.done()
         entry.validate(what=what)
@@ -134,7 +134,7 @@ class ProducerState:
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> ProducerState:
         f = Fields(obj, what=what)
-        state = cls(f.int("epoch", minimum=1), f.int("next_offset"), f.float("committed_at", default=0.0))
+        state = cls(f.integer("epoch", minimum=1), f.integer("next_offset"), f.number("committed_at", default=0.0))
         f.done()
         return state
 
@@ -193,18 +193,18 @@ class Version:
         what = f"{where}manifest version={number}"
         f = Fields(load_json(data, what=what), what=what)
         _check_format(f)
-        stored = f.int("version", minimum=1)
+        stored = f.integer("version", minimum=1)
         if stored != number:
             raise ManifestError(f"{what}: object says version={stored}")
-        token = f.str("token")
+        token = f.string("token")
         if not _TOKEN.match(token):
             raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
-        first_step = f.int("first_step")
+        first_step = f.integer("first_step")
         entries = tuple(
-            TGBEntry.from_json(e, what=f"{what} entry {i}") for i, e in enumerate(f.list("entries"))
+            TGBEntry.from_json(e, what=f"{what} entry {i}") for i, e in enumerate(f.array("entries"))
         )
-        producers = _producers_from_json(f.dict("producers"), what=what)
-        version = cls(number, token, first_step, entries, producers, f.bool("sealed"), f.float("time"))
+        producers = _producers_from_json(f.mapping("producers"), what=what)
+        version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"))
         f.done()
         version.check_offsets(what=what)
         return version
@@ -255,7 +255,7 @@ class ManifestState:
         f = Fields(load_json(data, what=what), what=what)
         _check_format(f)
         state = cls(
-            f.int("version"), f.int("num_steps"), f.bool("sealed"), _producers_from_json(f.dict("producers"), what=what)
+            f.integer("version"), f.integer("num_steps"), f.boolean("sealed"), _producers_from_json(f.mapping("producers"), what=what)
         )
         f.done()
         return state
@@ -283,7 +283,7 @@ class GCBoundary:
     def decode(cls, data: bytes, *, what: str) -> GCBoundary:
         f = Fields(load_json(data, what=what), what=what)
         _check_format(f)
-        boundary = cls(f.int("version"), f.int("step"))
+        boundary = cls(f.integer("version"), f.integer("step"))
         f.done()
         return boundary
 
@@ -315,6 +315,6 @@ class DatasetInfo:
     def decode(cls, data: bytes, *, what: str) -> DatasetInfo:
         f = Fields(load_json(data, what=what, max_bytes=1024 * 1024), what=what)
         _check_format(f)
-        info = cls(f.dict("layout"), f.dict("schema"), f.dict("metadata"), f.str("fingerprint"), f.float("created_at"))
+        info = cls(f.mapping("layout"), f.mapping("schema"), f.mapping("metadata"), f.string("fingerprint"), f.number("created_at"))
         f.done()
         return info

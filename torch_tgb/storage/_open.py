@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +20,7 @@ _LOCAL_OPTIONS = frozenset({"fsync"})
 
 def open_store(
     url_or_store: str | os.PathLike[str] | ObjectStore,
-    storage_options: dict[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     *,
     retry: RetryPolicy | None = None,
 ) -> ObjectStore:
