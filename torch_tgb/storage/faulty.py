@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import random
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate
+from torch_tgb.storage._wrapper import StoreWrapper
 
 __all__ = ["FAULT_KINDS", "OPERATIONS", "FaultPlan", "FaultRates", "FaultyStore"]
 
@@ -80,15 +80,13 @@ class FaultPlan:
         return self.ops.get(op, self.default)
 
 
-class FaultyStore(ObjectStore):
+class FaultyStore(StoreWrapper):
     """Wraps ``inner`` and injects the faults of ``plan``."""
 
     def __init__(self, inner: ObjectStore, plan: FaultPlan | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan or FaultPlan()
-        self.url = inner.url
         self.max_in_flight = inner.max_in_flight
-        self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
         self._forced: dict[str, deque[str]] = {}
         self.injected: Counter[tuple[str, str]] = Counter()
@@ -187,19 +185,6 @@ class FaultyStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return None  # force reads through the faulty path
-
-    def __getstate__(self) -> dict[str, object]:
-        """Picklable (e.g. into DataLoader workers): the lock is recreated."""
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r}, seed={self.plan.seed})"

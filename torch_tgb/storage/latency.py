@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable
 
 from torch_tgb.errors import TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
+from torch_tgb.storage._wrapper import StoreWrapper
 
 __all__ = ["LatencyStore"]
 
 
-class LatencyStore(ObjectStore):
+class LatencyStore(StoreWrapper):
     """Wraps ``inner``; each call costs ``rtt + payload / bandwidth`` seconds.
 
     ``rtt`` in seconds, ``bandwidth`` in bytes/second per stream (0 = unlimited).
@@ -39,10 +40,9 @@ class LatencyStore(ObjectStore):
     ) -> None:
         if rtt < 0 or bandwidth < 0:
             raise ValueError(f"LatencyStore needs rtt >= 0 and bandwidth >= 0, got {rtt=}, {bandwidth=}")
-        self.inner = inner
+        super().__init__(inner)
         self.rtt = rtt
         self.bandwidth = bandwidth
-        self.url = inner.url
         self.max_in_flight = max_in_flight or inner.max_in_flight
         self._sleep = sleep
 
@@ -104,9 +104,6 @@ class LatencyStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return None  # force reads through the model
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"LatencyStore({self.inner!r}, rtt={self.rtt}, bandwidth={self.bandwidth})"

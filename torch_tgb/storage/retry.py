@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import TypeVar
 
 from torch_tgb.errors import AmbiguousWriteError, ObjectNotFound, TransientStorageError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._wrapper import StoreWrapper
 
 __all__ = ["RetryPolicy", "RetryingStore"]
 
@@ -58,7 +58,7 @@ class RetryPolicy:
         return ceiling * (1.0 - self.jitter * rng.random())
 
 
-class RetryingStore(ObjectStore):
+class RetryingStore(StoreWrapper):
     """Wraps ``inner``; transient failures are retried per ``policy``.
 
     ``sleep`` and ``seed`` exist for tests (no real waiting, reproducible
@@ -73,12 +73,10 @@ class RetryingStore(ObjectStore):
         sleep: Callable[[float], None] = time.sleep,
         seed: int | None = None,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.policy = policy or RetryPolicy()
-        self.url = inner.url
         self._sleep = sleep
         self._rng = random.Random(seed)
-        self._lock = threading.Lock()
         self.retries = 0
 
     @property
@@ -199,19 +197,6 @@ class RetryingStore(ObjectStore):
     def delete(self, keys: str | Iterable[str]) -> None:
         keys = [keys] if isinstance(keys, str) else list(keys)
         self._call(lambda: self.inner.delete(keys))
-
-    def __getstate__(self) -> dict[str, object]:
-        """Picklable (e.g. into DataLoader workers): the lock is recreated."""
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"RetryingStore({self.inner!r})"

@@ -7,25 +7,23 @@ O(log n) cold starts, one range read per step); this is how they are measured.
 from __future__ import annotations
 
 import builtins
-import threading
 from collections import Counter
 from collections.abc import Iterable
 
 from torch_tgb.storage import ObjectInfo, ObjectStore
 from torch_tgb.storage._base import Buffer
+from torch_tgb.storage._wrapper import StoreWrapper
 
 __all__ = ["CountingStore"]
 
 
-class CountingStore(ObjectStore):
+class CountingStore(StoreWrapper):
     """Counts calls per operation in ``calls``; otherwise passes everything to ``inner``."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.max_in_flight = inner.max_in_flight
         self.calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
 
     def _count(self, op: str) -> None:
         with self._lock:
