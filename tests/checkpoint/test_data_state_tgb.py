@@ -56,3 +56,28 @@ def test_dcp_round_trip_resumes_exactly(ns, kind, tmp_path):
     replay = [b["x"] for b in target]
     assert len(replay) == len(after) and all(torch.equal(a, b) for a, b in zip(after, replay))
     assert safe_boundary(ns) == 5
+
+
+@pytest.mark.parametrize("new_dp", [1, 4])
+def test_world_size_change_resumes_from_rank0_state(ns, new_dp, tmp_path):
+    """Saved by a dp=2 job (ranks 0 and 1), loaded by a dp=new_dp job with DataState(rank=0)."""
+    for rank in range(2):
+        source = tgb.DataLoader(ns, mesh=Mesh(dp_rank=rank, dp_size=2))
+        it = iter(source)
+        for _ in range(6):
+            next(it)
+        dcp.save({"data": DataState(source, rank=rank)}, checkpoint_id=str(tmp_path / f"ck{rank}"))
+    # one checkpoint directory per rank stands in for one multi-rank checkpoint: rank 0's is loaded
+    resumed = []
+    for rank in range(new_dp):
+        target = tgb.DataLoader(ns, mesh=Mesh(dp_rank=rank, dp_size=new_dp))
+        dcp.load({"data": DataState(target, rank=0)}, checkpoint_id=str(tmp_path / "ck0"))
+        resumed.append([b["x"] for b in target])
+    # every TGB from step 6 on is delivered once, in order, split over the new ranks
+    # dp=1 reads one whole TGB per step; dp=4 reads two TGBs per step (a half of one each)
+    steps = len(resumed[0])
+    assert steps == {1: STEPS - 6, 4: (STEPS - 6) // 2}[new_dp]
+    assert all(len(r) == steps for r in resumed)
+    delivered = torch.cat([torch.cat([resumed[r][s] for r in range(new_dp)]) for s in range(steps)])
+    expected = torch.cat([torch.arange(8).reshape(4, 2) + 100 * offset for offset in range(6, STEPS)])
+    assert torch.equal(delivered, expected)
