@@ -141,8 +141,11 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
     fresh = Manifest(LocalStore(namespace))
     assert fresh.gc_boundary().version == target
     assert LocalStore(namespace).exists(version_key(target)), "the boundary version was deleted"
-    entries = fresh.entries(10, fresh.head().num_steps)
-    assert [(e.producer, e.offset) for e in entries] == [("p1", 0)]
+    # the checkpoint at step 11 has consumed step 10, so its object may go, but the kept
+    # boundary version still records p1's offset 0 -- exactly once, at step 10
+    assert fresh.head().num_steps == 11
+    kept = fresh.read_version(target)
+    assert kept.first_step == 10 and [(e.producer, e.offset) for e in kept.entries] == [("p1", 0)]
 
 
 def test_checkpoint_rotation_between_listings_stays_protected(namespace: str) -> None:

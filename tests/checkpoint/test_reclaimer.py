@@ -43,17 +43,18 @@ def test_nothing_live_deletes_nothing(store):
     assert_resumable(store, 0, ns.keys)
 
 
-def test_deletes_whole_versions_below_the_safe_step(store):
+def test_deletes_everything_below_the_safe_step(store):
     ns = filled(store)
     record_watermark(store, "ck-14", cursor(14))
     record_watermark(store, "ck-20", cursor(20))
     report = Reclaimer(store).run_once()
-    # step 14 is in the version of steps 12..14 (version 6): steps 0..11 go, 12.. stay
-    assert (report.safe_step, report.boundary_step, report.boundary_version) == (14, 12, 6)
-    assert report.objects == 12 and report.bytes == 12 * 64
+    # step 14 is in the version of steps 12..14 (version 6): versions 1..5 go, version 6's
+    # record stays, and the objects of steps 0..13 go -- also steps 12 and 13 inside version 6
+    assert (report.safe_step, report.boundary_step, report.boundary_version) == (14, 14, 6)
+    assert report.objects == 14 and report.bytes == 14 * 64
     assert report.versions == 5  # versions 1..5
-    assert [k for k in ns.keys if store.exists(k)] == ns.keys[12:]
-    assert Manifest(store).gc_boundary().step == 12
+    assert [k for k in ns.keys if store.exists(k)] == ns.keys[14:]
+    assert Manifest(store).gc_boundary().step == 14
     assert_resumable(store, 14, ns.keys)
     assert_resumable(store, 20, ns.keys)
     again = Reclaimer(store).run_once()
@@ -87,7 +88,9 @@ def test_all_consumed_keeps_the_newest_version(store):
     ns = filled(store, versions=4)
     record_watermark(store, "end", cursor(ns.num_steps))
     report = Reclaimer(store).run_once()
-    assert report.boundary_version == 5 and report.boundary_step == 9
+    # the newest version's record stays (the log must stay readable), none of its objects do
+    assert report.boundary_version == 5 and report.boundary_step == ns.num_steps == 12
+    assert store.list("data/") == []
     assert_resumable(store, ns.num_steps, ns.keys)
 
 
@@ -134,7 +137,7 @@ def test_run_forever_stops(store):
     stop.set()
     thread.join(5)
     assert not thread.is_alive()
-    assert Manifest(store).gc_boundary().step == 3
+    assert Manifest(store).gc_boundary().step == 4  # the watermark itself (inside version 3)
 
 
 def scenario(store) -> Namespace:

@@ -144,8 +144,9 @@ def test_gc_boundary_protocol(store) -> None:
         m.advance_gc_boundary(10, 0)
     m.write_snapshot(10)
     first = m.read_version(10).first_step
-    with pytest.raises(ManifestError, match="stay readable"):
-        m.advance_gc_boundary(10, first + 1)
+    stop = m.read_version(10).stop_step
+    with pytest.raises(ManifestError, match="a later version must be the boundary"):
+        m.advance_gc_boundary(10, stop + 1)
     with pytest.raises(ManifestError, match="above the GC boundary"):
         m.delete_versions_below(10)
     boundary = m.advance_gc_boundary(10, first)
@@ -164,6 +165,14 @@ def test_gc_boundary_protocol(store) -> None:
         cold.entry(first - 1)
     with pytest.raises(ManifestError, match="reclaimed"):
         cold.state_at(5)
+
+    # inside the boundary version: its record stays, its steps below the boundary step are gone
+    inside = m.advance_gc_boundary(10, first + 1)
+    assert (inside.version, inside.step) == (10, first + 1)
+    fresh = Manifest(store)
+    assert [e.offset for e in fresh.entries(first + 1, 40)] == list(range(first + 1, 40))
+    with pytest.raises(ManifestError, match="reclaimed"):
+        fresh.entry(first)
 
 
 def test_warm_reader_notices_reclamation(store) -> None:

@@ -8,13 +8,14 @@ the job (deletes are idempotent, TGB objects immutable):
 1. safe step ``S`` = smallest cursor over live checkpoints (0 when none);
 2. boundary version ``vb`` = the version holding step ``S`` (the newest
    version when every committed step is behind ``S``); the boundary step is
-   ``first_step(vb)`` <= ``S``, so a version is either kept whole or
-   reclaimed whole;
+   ``S`` itself (at most ``stop_step(vb)``): the record of ``vb`` is kept,
+   the objects of its steps below ``S`` are not, so a version holding many
+   TGBs (DAC batches commits) holds no storage below the safe step;
 3. write the snapshot of ``vb``, then advance ``_tgb/gc_boundary`` to
-   ``(vb, first_step(vb))`` — readers and committers now start there;
-4. delete the TGB objects named by log versions below the boundary, then
-   those versions (objects first: a version is the only record of which
-   objects it named), then snapshots below the boundary;
+   ``(vb, S)`` — readers and committers now start there;
+4. delete the TGB objects of steps below ``S``, then the log versions below
+   ``vb`` (objects first: a version is the only record of which objects it
+   named), then snapshots below the boundary;
 5. delete orphans: objects under ``data/`` that no kept version names and
    whose age exceeds ``grace_period`` (written but never committed — or not
    committed *yet*: the grace period must exceed any write-to-commit delay);
@@ -104,10 +105,11 @@ class Reclaimer:
         data_keys = store.list(DATA_PREFIX)
         live = live_checkpoints(store)
         safe_step = min((m.step for m in live), default=0)
+        before = manifest.gc_boundary()
         boundary = self._advance(manifest, safe_step)
         kept = self._kept_keys(manifest, boundary)
 
-        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, boundary, kept)
+        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, before, boundary, kept)
         versions = manifest.delete_versions_below(boundary.version)
         snapshots = self._delete_old_snapshots(boundary)
         orphans, orphan_bytes = self._delete_orphans(data_keys, kept | deleted_keys)
@@ -173,22 +175,35 @@ class Reclaimer:
             version = manifest.read_version(head.version)  # every committed step is consumed
         else:
             version = manifest.version_of_step(safe_step, latest=head.version)
-        if version.number <= current.version:
+        step = min(safe_step, version.stop_step)
+        if version.number < current.version or (version.number == current.version and step <= current.step):
             return current
-        # Snapshot first: advance_gc_boundary refuses a boundary without one.
-        manifest.write_snapshot(version.number)
-        return manifest.advance_gc_boundary(version.number, version.first_step)
+        if version.number != current.version:
+            # Snapshot first: advance_gc_boundary refuses a boundary without one.
+            manifest.write_snapshot(version.number)
+        return manifest.advance_gc_boundary(version.number, step)
 
     def _delete_reclaimed_objects(
-        self, manifest: Manifest, boundary: GCBoundary, kept: set[str]
+        self, manifest: Manifest, before: GCBoundary, boundary: GCBoundary, kept: set[str]
     ) -> tuple[set[str], int, int]:
-        """Delete objects named by versions below the boundary (and by no kept one); (keys, count, bytes)."""
+        """Delete objects of steps below the boundary step (and named by no kept entry); (keys, count, bytes).
+
+        Inside the boundary version only the steps this pass newly passed are
+        deleted (from ``before.step`` when the version did not change), so a
+        later pass neither repeats nor recounts them. If a pass dies between
+        moving the boundary and these deletes, the objects left behind are
+        named by no kept entry: the orphan sweep removes them after the grace period.
+        """
         entries: list[TGBEntry] = []
         for key in manifest.version_keys_below(boundary.version):
             number = int(key.rsplit("/", 1)[1][:20])
             version = manifest.try_read_version(number)
             if version is not None:  # None: deleted by an earlier, interrupted pass
                 entries.extend(version.entries)
+        if boundary.version > 0:
+            head = manifest.read_version(boundary.version)
+            start = before.step if before.version == boundary.version else head.first_step
+            entries.extend(head.entries[max(0, start - head.first_step) : max(0, boundary.step - head.first_step)])
         keys = {e.key for e in entries} - kept
         if keys:
             self.store.delete(sorted(keys))
@@ -220,11 +235,13 @@ class Reclaimer:
         return len(doomed), sum(doomed.values())
 
     def _kept_keys(self, manifest: Manifest, boundary: GCBoundary) -> set[str]:
-        """Object keys named by versions at or above the boundary (read after listing data/)."""
+        """Object keys of steps at or above the boundary step (read after listing data/)."""
         latest = manifest.latest_version()
         kept: set[str] = set()
         for number in range(max(1, boundary.version), latest + 1):
-            kept.update(e.key for e in manifest.read_version(number).entries)
+            version = manifest.read_version(number)
+            skip = max(0, boundary.step - version.first_step) if number == boundary.version else 0
+            kept.update(e.key for e in version.entries[skip:])
         return kept
 
     def _drop_retired(self) -> int:

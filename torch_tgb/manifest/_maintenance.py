@@ -1,8 +1,9 @@
 """Writing snapshots and moving the GC boundary: what lets old log versions go.
 
 The committer writes a snapshot every K versions; the Reclaimer writes the
-snapshot of its boundary version B, advances the GC boundary to B, and only
-then deletes the versions below B (B itself is kept).
+snapshot of its boundary version B, advances the GC boundary to (B, step),
+and only then deletes the versions below B (B itself is kept) and the
+objects of steps below ``step`` (which may lie inside B).
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ class LogMaintenance(LogReader):
     # --- GC boundary -------------------------------------------------------
 
     def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
-        """Allow versions below ``version`` (and steps below ``step``) to be deleted.
+        """Allow versions below ``version`` and the objects of steps below ``step`` to be deleted.
 
         Preconditions, checked: the snapshot of ``version`` exists (write it
         first with :meth:`write_snapshot`), ``step`` is at most that version's
-        ``first_step`` (its steps stay readable), and the boundary only moves
-        forward. Call this *before* deleting anything: producers re-read it
-        after every create to detect a commit into a reclaimed slot.
+        ``stop_step`` (the version record itself stays, so the steps from
+        ``step`` on stay readable even when ``step`` lies inside it), and the
+        boundary only moves forward. Call this *before* deleting anything:
+        producers re-read it after every create to detect a commit into a
+        reclaimed slot.
         """
         current = self.gc_boundary()
         if (version, step) == (current.version, current.step):
@@ -59,11 +62,11 @@ class LogMaintenance(LogReader):
             )
         if self.read_snapshot(version) is None:
             raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
-        first_step = self.read_version(version).first_step
-        if step > first_step:
+        stop_step = self.read_version(version).stop_step
+        if step > stop_step:
             raise ManifestError(
-                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} starts at "
-                f"step={first_step}, so steps from {first_step} on stay readable; pass step <= {first_step}"
+                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} ends before "
+                f"step={stop_step}; a later version must be the boundary; pass step <= {stop_step}"
             )
         boundary = GCBoundary(version, step)
         self.store.put(GC_BOUNDARY_KEY, dump_json(boundary.to_json()))
