@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from torch_tgb.errors import StorageError
 from torch_tgb.manifest import Committer, Manifest, TGBEntry
-from torch_tgb.storage import ObjectStore
+from torch_tgb.storage import ForwardingStore, ObjectStore
 
 
 @dataclass
@@ -68,31 +68,17 @@ def assert_resumable(store: ObjectStore, step: int, keys: list[str]) -> None:
     assert not missing, f"objects needed from {step=} are gone: {missing[:3]}"
 
 
-class KillAfter(ObjectStore):
+class KillAfter(ForwardingStore):
     """Wraps a store; the ``budget``-th mutating call and every later one raise (a process dying there)."""
 
     def __init__(self, inner: ObjectStore, budget: int) -> None:
-        self.inner, self.budget, self.url = inner, budget, inner.url
+        super().__init__(inner)
+        self.budget = budget
 
     def _spend(self, what: str) -> None:
         if self.budget <= 0:
             raise StorageError(f"killed before {what}")
         self.budget -= 1
-
-    def get(self, key):
-        return self.inner.get(key)
-
-    def get_range(self, key, start, end):
-        return self.inner.get_range(key, start, end)
-
-    def stat(self, key):
-        return self.inner.stat(key)
-
-    def exists(self, key):
-        return self.inner.exists(key)
-
-    def list(self, prefix=""):
-        return self.inner.list(prefix)
 
     def put(self, key, data):
         self._spend(f"put {key}")

@@ -11,7 +11,7 @@ from _manifest_helpers import HookStore, commit, entries, reclaim_to, started
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError
 from torch_tgb.manifest import Committer, Manifest, version_key
-from torch_tgb.storage import FaultyStore, MemoryStore, ObjectStore
+from torch_tgb.storage import FaultyStore, ForwardingStore, MemoryStore, ObjectStore
 
 
 @pytest.fixture
@@ -71,11 +71,12 @@ def test_concurrent_committers_exactly_once(store) -> None:
     assert sorted(seen) == sorted((f"p{i}", o) for i in range(n_producers) for o in range(per))
 
 
-class LandsButSaysFalse(ObjectStore):
+class LandsButSaysFalse(ForwardingStore):
     """The put lands, the reply is lost, and the client's retry sees 412 (False)."""
 
     def __init__(self, inner: ObjectStore, times: int = 1) -> None:
-        self.inner, self.url, self.times = inner, inner.url, times
+        super().__init__(inner)
+        self.times = times
 
     def put_if_absent(self, key, data):
         created = self.inner.put_if_absent(key, data)
@@ -84,26 +85,6 @@ class LandsButSaysFalse(ObjectStore):
             return False
         return created
 
-    def get(self, key):
-        return self.inner.get(key)
-
-    def get_range(self, key, start, end):
-        return self.inner.get_range(key, start, end)
-
-    def stat(self, key):
-        return self.inner.stat(key)
-
-    def exists(self, key):
-        return self.inner.exists(key)
-
-    def list(self, prefix=""):
-        return self.inner.list(prefix)
-
-    def put(self, key, data):
-        self.inner.put(key, data)
-
-    def delete(self, keys):
-        self.inner.delete(keys)
 
 
 def test_lost_ack_412_recognised_by_token(store) -> None:

@@ -3,12 +3,14 @@
 Backends: :class:`LocalStore` (a directory), :class:`MemoryStore` (this
 process), :class:`FsspecStore` (S3 and other fsspec URLs). Wrappers:
 :class:`RetryingStore` (backoff + jitter), :class:`FaultyStore` and
-:class:`LatencyStore` (tests, benchmarks). :func:`open_store` picks and wraps.
+:class:`LatencyStore` (tests, benchmarks); :class:`StoreWrapper` and
+:class:`ForwardingStore` are the bases for one's own. :func:`open_store` picks and wraps.
 """
 
 from torch_tgb.storage._base import ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._open import open_store
+from torch_tgb.storage._wrapper import ForwardingStore, StoreWrapper
 from torch_tgb.storage.capabilities import CAPABILITIES_KEY, ensure_conditional_writes
 from torch_tgb.storage.faulty import FaultPlan, FaultRates, FaultyStore
 from torch_tgb.storage.fsspec_store import FsspecStore
@@ -22,6 +24,7 @@ __all__ = [
     "FaultPlan",
     "FaultRates",
     "FaultyStore",
+    "ForwardingStore",
     "FsspecStore",
     "LatencyStore",
     "LocalStore",
@@ -32,6 +35,7 @@ __all__ = [
     "RangeRequest",
     "RetryPolicy",
     "RetryingStore",
+    "StoreWrapper",
     "ensure_conditional_writes",
     "open_store",
     "validate_key",

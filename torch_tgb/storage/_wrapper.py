@@ -1,12 +1,14 @@
-"""Base class of stores that wrap another store (retries, faults, latency, counting)."""
+"""Base classes of stores that wrap another store (retries, faults, latency, counting, test hooks)."""
 
 from __future__ import annotations
 
+import builtins
 import threading
+from collections.abc import Iterable
 
-from torch_tgb.storage._base import ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 
-__all__ = ["StoreWrapper"]
+__all__ = ["ForwardingStore", "StoreWrapper"]
 
 
 class StoreWrapper(ObjectStore):
@@ -32,3 +34,39 @@ class StoreWrapper(ObjectStore):
 
     def close(self) -> None:
         self.inner.close()
+
+
+class ForwardingStore(StoreWrapper):
+    """Forwards every operation to ``inner`` unchanged; subclasses override what they intercept.
+
+    The building block of test and instrumentation stores (counting,
+    hooks, simulated crashes): each overrides only the calls it cares about.
+    """
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.max_in_flight = inner.max_in_flight
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(key)
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        return self.inner.get_range(key, start, end)
+
+    def stat(self, key: str) -> ObjectInfo:
+        return self.inner.stat(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        return self.inner.list(prefix)
+
+    def put(self, key: str, data: Buffer) -> None:
+        self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: Buffer) -> bool:
+        return self.inner.put_if_absent(key, data)
+
+    def delete(self, keys: str | Iterable[str]) -> None:
+        self.inner.delete(keys)

@@ -12,17 +12,16 @@ from collections.abc import Iterable
 
 from torch_tgb.storage import ObjectInfo, ObjectStore
 from torch_tgb.storage._base import Buffer
-from torch_tgb.storage._wrapper import StoreWrapper
+from torch_tgb.storage._wrapper import ForwardingStore
 
 __all__ = ["CountingStore"]
 
 
-class CountingStore(StoreWrapper):
+class CountingStore(ForwardingStore):
     """Counts calls per operation in ``calls``; otherwise passes everything to ``inner``."""
 
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__(inner)
-        self.max_in_flight = inner.max_in_flight
         self.calls: Counter[str] = Counter()
 
     def _count(self, op: str) -> None:
