@@ -29,17 +29,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commit_cost import RemoteModel, build_history  # noqa: E402
+from commit_cost import build_history  # noqa: E402
 
 from torch_tgb.layout import Layout  # noqa: E402
 from torch_tgb.producer import Producer, ProducerConfig  # noqa: E402
-from torch_tgb.storage import MemoryStore, ObjectInfo, ObjectStore  # noqa: E402
+from torch_tgb.storage import ForwardingStore, LatencyStore, MemoryStore, ObjectStore  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 POLICIES = ("naive", "fixed:10", "fixed:100", "incr", "aimd", "dac")
@@ -47,28 +46,15 @@ ENTRY_BYTES = 200  # one TGB entry in a JSON manifest
 _FIRST_STEP = re.compile(rb'"first_step":(\d+)')
 
 
-class DataSink(ObjectStore):
+class DataSink(ForwardingStore):
     """Keeps manifest objects; TGB payloads (``data/``) are counted and dropped."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner, self.url = inner, inner.url
+        super().__init__(inner)
         self.sizes: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        return self.inner.get_range(key, start, end)
-
-    def stat(self, key: str) -> ObjectInfo:
-        return self.inner.stat(key)
 
     def exists(self, key: str) -> bool:
         return key in self.sizes or self.inner.exists(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         if key.startswith("data/"):
@@ -77,19 +63,13 @@ class DataSink(ObjectStore):
             return
         self.inner.put(key, data)
 
-    def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
-        return self.inner.put_if_absent(key, data)
 
-    def delete(self, keys: str | Iterable[str]) -> None:
-        self.inner.delete(keys)
-
-
-class FullManifestModel(ObjectStore):
+class FullManifestModel(ForwardingStore):
     """Charges each log version read/write the transfer of a full TGB list (``first_step`` entries)."""
 
     def __init__(self, inner: ObjectStore, *, bandwidth: float) -> None:
-        self.inner, self.url, self.bandwidth = inner, inner.url, bandwidth
-        self.max_in_flight = inner.max_in_flight
+        super().__init__(inner)
+        self.bandwidth = bandwidth
 
     def _charge(self, key: str, data: bytes | memoryview) -> None:
         if key.startswith("_tgb/log/"):
@@ -102,27 +82,9 @@ class FullManifestModel(ObjectStore):
         self._charge(key, data)
         return data
 
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        return self.inner.get_range(key, start, end)
-
-    def stat(self, key: str) -> ObjectInfo:
-        return self.inner.stat(key)
-
-    def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
-
-    def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
-
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        self.inner.put(key, data)
-
     def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
         self._charge(key, data)
         return self.inner.put_if_absent(key, data)
-
-    def delete(self, keys: str | Iterable[str]) -> None:
-        self.inner.delete(keys)
 
 
 def run_once(
@@ -133,7 +95,7 @@ def run_once(
     if history:
         build_history(memory, history, per_version=2000)
     bandwidth = 100e6
-    store: ObjectStore = RemoteModel(DataSink(memory), rtt=rtt_ms / 1e3, bandwidth=bandwidth)
+    store: ObjectStore = LatencyStore(DataSink(memory), rtt=rtt_ms / 1e3, bandwidth=bandwidth)
     if full_manifest:
         store = FullManifestModel(store, bandwidth=bandwidth)
     layout = Layout()
