@@ -82,6 +82,12 @@ class FullManifestModel(ForwardingStore):
         self._charge(key, data)
         return data
 
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        # manifest versions are read with a bounded range read (size limit), not get()
+        data = self.inner.get_range(key, start, end)
+        self._charge(key, data)
+        return data
+
     def put_if_absent(self, key: str, data: bytes | memoryview) -> bool:
         self._charge(key, data)
         return self.inner.put_if_absent(key, data)
