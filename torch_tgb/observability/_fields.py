@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HasStats", "StatsSource", "as_source", "stats_fields"]
+__all__ = ["HasStats", "SourceSet", "StatsSource", "as_source", "stats_fields"]
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 
@@ -150,3 +151,26 @@ def as_source(
 
 def finite(value: float) -> bool:
     return not (math.isnan(value) or math.isinf(value))
+
+
+class SourceSet:
+    """The sources an exporter reports, safe to change from other threads while it reads them."""
+
+    def __init__(self, sources: Iterable[HasStats | StatsSource] = ()) -> None:
+        self._lock = threading.Lock()
+        self._sources: list[StatsSource] = [as_source(s) for s in sources]
+
+    def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
+        """Register ``source``; returns the wrapped :class:`StatsSource` (for :meth:`remove`)."""
+        wrapped = as_source(source, **labels)
+        with self._lock:
+            self._sources.append(wrapped)
+        return wrapped
+
+    def remove(self, source: StatsSource) -> None:
+        with self._lock:
+            self._sources = [s for s in self._sources if s is not source]
+
+    def snapshot(self) -> list[StatsSource]:
+        with self._lock:
+            return list(self._sources)

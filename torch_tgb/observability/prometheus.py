@@ -11,12 +11,11 @@ this module is used; without it, a clear error says which extra to install.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torch_tgb.errors import TGBError
-from torch_tgb.observability._fields import HasStats, StatsSource, as_source, finite
+from torch_tgb.observability._fields import HasStats, SourceSet, StatsSource, finite
 
 __all__ = ["LABELS", "TGBCollector", "start_metrics_server"]
 
@@ -60,21 +59,16 @@ class TGBCollector:
         self._prom = _prometheus()
         self.prefix = prefix
         # scrapes run on the HTTP server's threads while sources are added
-        self._lock = threading.Lock()
-        self._sources: list[StatsSource] = [as_source(s) for s in sources]
+        self._sources = SourceSet(sources)
         self.registry = registry if registry is not None else self._prom.REGISTRY
         if register:
             self.registry.register(self)
 
     def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
-        wrapped = as_source(source, **labels)
-        with self._lock:
-            self._sources.append(wrapped)
-        return wrapped
+        return self._sources.add(source, **labels)
 
     def remove(self, source: StatsSource) -> None:
-        with self._lock:
-            self._sources = [s for s in self._sources if s is not source]
+        self._sources.remove(source)
 
     def unregister(self) -> None:
         self.registry.unregister(self)
@@ -87,8 +81,7 @@ class TGBCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        with self._lock:
-            sources = list(self._sources)
+        sources = self._sources.snapshot()
         families: dict[str, Any] = {}
         for source in sources:
             try:

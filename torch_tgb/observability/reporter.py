@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from torch_tgb.observability._fields import HasStats, StatsSource, as_source
+from torch_tgb.observability._fields import HasStats, SourceSet, StatsSource
 
 __all__ = ["StatsReporter", "format_stats"]
 
@@ -58,28 +58,21 @@ class StatsReporter:
         self.level = level
         self.report_on_stop = report_on_stop
         self._logger = logging.getLogger(logger) if isinstance(logger, str) else logger
-        # Sources are added and removed from other threads while the reporter
-        # runs: every access goes through the lock.
-        self._lock = threading.Lock()
-        self._sources: list[StatsSource] = [as_source(s) for s in sources]
+        # sources are added and removed from other threads while the reporter runs
+        self._sources = SourceSet(sources)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
         """Start reporting ``source``; returns the wrapped :class:`StatsSource` (for :meth:`remove`)."""
-        wrapped = as_source(source, **labels)
-        with self._lock:
-            self._sources.append(wrapped)
-        return wrapped
+        return self._sources.add(source, **labels)
 
     def remove(self, source: StatsSource) -> None:
-        with self._lock:
-            self._sources = [s for s in self._sources if s is not source]
+        self._sources.remove(source)
 
     @property
     def sources(self) -> list[StatsSource]:
-        with self._lock:
-            return list(self._sources)
+        return self._sources.snapshot()
 
     def report_once(self) -> list[str]:
         """Log one line per source now; returns the lines (also when the logger filters them)."""
