@@ -7,9 +7,7 @@ that module is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from torch_tgb._lazy import lazy_exports
 from torch_tgb.errors import (
     CommitConflict,
     ConsistencyError,
@@ -53,16 +51,4 @@ __all__ = sorted(
     ]
 )
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'torch_tgb' has no attribute {name!r}")
-    module = importlib.import_module(module_name)
-    value = module if name == module_name.rsplit(".", 1)[-1] else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports("torch_tgb", _LAZY, globals())

@@ -9,8 +9,7 @@ in ``torch.distributed``.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torch_tgb._lazy import lazy_exports
 
 _LAZY = {
     "DataState": "torch_tgb.checkpoint.data_state",
@@ -26,15 +25,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'torch_tgb.checkpoint' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports("torch_tgb.checkpoint", _LAZY, globals())

@@ -6,9 +6,7 @@ without the reading pipeline); the dataset and loader load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from torch_tgb._lazy import lazy_exports
 from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of, find_cursors
 
 __all__ = sorted(
@@ -21,15 +19,4 @@ _LAZY = {
     "TGBDataset": "torch_tgb.consumer.dataset",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'torch_tgb.consumer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports("torch_tgb.consumer", _LAZY, globals())
