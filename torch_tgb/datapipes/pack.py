@@ -1,8 +1,8 @@
 """Pack: best-fit-decreasing packing over a stream of documents.
 
 Reads ``window`` documents (1-D token tensors or arrays) from its source,
-packs them with ``offline.pack_bfd`` into rows of ``seq_len`` tokens and
-yields the rows one at a time as ``offline.pack_rows`` makes them
+packs them with ``transforms.pack_bfd`` into rows of ``seq_len`` tokens and
+yields the rows one at a time as ``transforms.pack_rows`` makes them
 (``input_ids``, ``labels``, ``document_ids``, ``position_ids`` tensors of
 shape ``[seq_len]``). A bigger window packs tighter; no token is dropped.
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.offline import pack_bfd, pack_rows
+from torch_tgb.transforms import pack_bfd, pack_rows
 
 __all__ = ["Pack"]
 

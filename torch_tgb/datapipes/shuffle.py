@@ -19,7 +19,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes._types import StepEntry
 from torch_tgb.errors import ManifestError
-from torch_tgb.offline import block_shuffle_order
+from torch_tgb.transforms import block_shuffle_order
 
 __all__ = ["BlockShuffle"]
 

@@ -7,8 +7,8 @@ Pure building blocks (``pack_bfd``, ``pack_rows``, ``block_shuffle_order``,
 
 from torch_tgb.format.llmbatch import LLMBatchReader, convert_llmbatch, write_llmbatch
 from torch_tgb.offline.dataset import as_documents, build_rows, write_dataset
-from torch_tgb.offline.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
-from torch_tgb.offline.shuffle import block_shuffle_order, permutation
+from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
+from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
 
 __all__ = [
     "IGNORE_INDEX",

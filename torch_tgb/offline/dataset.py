@@ -23,8 +23,8 @@ import torch
 
 from torch_tgb.errors import LayoutError
 from torch_tgb.offline._commit import commit_batches
-from torch_tgb.offline.packing import IGNORE_INDEX, pack_bfd, pack_rows
-from torch_tgb.offline.shuffle import permutation
+from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows
+from torch_tgb.transforms.shuffle import permutation
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout

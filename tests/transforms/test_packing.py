@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tgb.offline import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
+from torch_tgb.transforms import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
 
 
 @settings(max_examples=200, deadline=None)

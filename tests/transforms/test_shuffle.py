@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tgb.offline import block_shuffle_order, permutation
+from torch_tgb.transforms import block_shuffle_order, permutation
 
 
 @settings(max_examples=200, deadline=None)
