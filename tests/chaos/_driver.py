@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch_tgb.errors import TGBError
-from torch_tgb.checkpoint.watermarks import live_checkpoints, record_watermark, retire
+from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.format import read_footer
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import LocalStore, open_store

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.checkpoint.watermarks import live_checkpoints, record_watermark, retire
+from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes.poller import PollPolicy
 from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, FsspecStore, LocalStore, ObjectStore

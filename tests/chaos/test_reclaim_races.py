@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.checkpoint.watermarks import record_watermark
+from torch_tgb.manifest.watermarks import record_watermark
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.manifest.keys import SNAPSHOT_HINT_KEY
 from torch_tgb.storage import LocalStore, ObjectInfo, ObjectStore
@@ -122,7 +122,7 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
     from torch_tgb.manifest import Manifest
     from torch_tgb.manifest.keys import version_key
 
-    from torch_tgb.checkpoint.watermarks import retire
+    from torch_tgb.manifest.watermarks import retire
 
     record_watermark(namespace, "all-read", {"tgb_cursor": {"step": 11, "version": 0}})
     retire(namespace, "ck")
@@ -150,7 +150,7 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
 
 def test_checkpoint_rotation_between_listings_stays_protected(namespace: str) -> None:
     """A trainer rotates its checkpoint (record new, retire old) while a reclaimer lists (bugs.md B10, fixed)."""
-    from torch_tgb.checkpoint.watermarks import WATERMARK_PREFIX, retire, safe_boundary
+    from torch_tgb.manifest.watermarks import WATERMARK_PREFIX, retire, safe_boundary
 
     record_watermark(namespace, "other-job", {"tgb_cursor": {"step": 9, "version": 0}})
     record_watermark(namespace, "mine-old", {"tgb_cursor": {"step": 2, "version": 0}})

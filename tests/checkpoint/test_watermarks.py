@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from torch_tgb.checkpoint.watermarks import (
+from torch_tgb.manifest.watermarks import (
     Watermark,
     keep_last,
     live_checkpoints,

@@ -221,7 +221,7 @@ def test_local_store_reads_by_mmap(tmp_path):
 
 def test_footer_check_against_layout_and_schema(mem_store):
     from torch_tgb.errors import SchemaMismatch
-    from torch_tgb.layout import schema_of
+    from torch_tgb.format import schema_of
 
     layout = Layout(dp=2, seq_keys=("x",))
     batch = {"x": torch.zeros(4, 8, dtype=torch.int64), "w": torch.zeros(4)}

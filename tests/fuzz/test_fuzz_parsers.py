@@ -206,7 +206,7 @@ def test_fuzz_manifest_bytes(parser: str, data: bytes) -> None:
 @FUZZ
 @given(data=mutated_json({"format": 1, "checkpoint_id": "ck", "step": 3, "version": 2, "sub_step": 0, "time": 1.0}))
 def test_fuzz_watermark(data: bytes) -> None:
-    from torch_tgb.checkpoint.watermarks import Watermark
+    from torch_tgb.manifest.watermarks import Watermark
 
     def parse() -> None:
         try:

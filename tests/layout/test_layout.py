@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from torch_tgb.errors import LayoutError, SchemaMismatch
-from torch_tgb.layout import Layout, check_schema, cp_ranges, schema_fingerprint, schema_of
+from torch_tgb.format import check_schema, schema_fingerprint, schema_of
+from torch_tgb.layout import Layout, cp_ranges
 
 
 def _batch(b: int = 8, s: int = 16) -> dict[str, torch.Tensor]:

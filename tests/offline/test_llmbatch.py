@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from torch_tgb.errors import CorruptObject, LayoutError
-from torch_tgb.format.llmbatch import HEADER_SIZE, LLMBatchHeader, LLMBatchReader, convert_llmbatch, write_llmbatch
+from torch_tgb.format.llmbatch import HEADER_SIZE, LLMBatchHeader, LLMBatchReader, write_llmbatch
+from torch_tgb.offline import convert_llmbatch
 from torch_tgb.layout import Layout
 
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from torch_tgb.checkpoint.watermarks import record_watermark
+from torch_tgb.manifest.watermarks import record_watermark
 from torch_tgb.errors import FencedError, ManifestError, ObjectNotFound, SchemaMismatch, TGBError
 from torch_tgb.format import read_footer, read_slice
 from torch_tgb.layout import Layout

@@ -15,7 +15,7 @@ import pytest
 from _tamper import Tamper
 
 import torch_tgb as tgb
-from torch_tgb.checkpoint.watermarks import safe_boundary
+from torch_tgb.manifest.watermarks import safe_boundary
 from torch_tgb.errors import InvalidKey, ManifestError, TGBError
 from torch_tgb.manifest._json import MAX_METADATA_BYTES
 from torch_tgb.manifest.keys import DATASET_KEY, GC_BOUNDARY_KEY, SNAPSHOT_HINT_KEY, version_key

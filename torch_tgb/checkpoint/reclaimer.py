@@ -35,13 +35,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from torch_tgb.checkpoint._store import as_store
-from torch_tgb.checkpoint.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.errors import ObjectNotFound
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, TGBEntry
-from torch_tgb.storage import ObjectStore
+from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
+from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = ["DEFAULT_GRACE_PERIOD", "ReclaimReport", "Reclaimer"]
 
@@ -90,7 +89,7 @@ class Reclaimer:
         if grace_period < 0:
             raise ValueError(f"Reclaimer: grace_period={grace_period} must be >= 0")
         self._owns_store = not isinstance(ns_or_store, ObjectStore)
-        self.store = as_store(ns_or_store, storage_options)
+        self.store = open_store(ns_or_store, storage_options)
         self.grace_period = float(grace_period)
         self._clock = clock
         self.manifest = Manifest(self.store)  # kept across passes: its version cache saves re-reads

@@ -8,7 +8,6 @@ manifest, the producer) happen inside ``run`` so that ``tgb --help`` is fast.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import re
@@ -25,7 +24,6 @@ __all__ = [
     "parse_storage_options",
     "print_json",
     "redact",
-    "require",
     "storage_options",
 ]
 
@@ -124,14 +122,6 @@ def redact(options: Mapping[str, Any] | None) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def require(module: str, *, command: str) -> Any:
-    """Import ``module`` or fail with a one-line reason naming the command that needs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise CommandError(f"`tgb {command}` needs {module}, which is not available: {e}") from e
 
 
 def print_json(value: Any) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from torch_tgb.cli._common import CommandError, format_table, human_bytes, require
+from torch_tgb import manifest as manifest_mod
+from torch_tgb import storage
+from torch_tgb.cli._common import CommandError, format_table, human_bytes
 
 __all__ = ["inspect_namespace", "render_text", "storage_usage"]
 
@@ -39,9 +41,7 @@ def storage_usage(store: Any) -> dict[str, dict[str, int]]:
 
 def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None, sizes: bool = True) -> dict[str, Any]:
     """Everything ``tgb inspect`` shows, as a JSON-able dict. Raises if NS holds no namespace."""
-    storage = require("torch_tgb.storage", command="inspect")
-    manifest_mod = require("torch_tgb.manifest", command="inspect")
-    from torch_tgb.checkpoint.watermarks import read_watermarks, retired_ids
+    from torch_tgb.manifest.watermarks import read_watermarks, retired_ids
 
     now = time.time()
     store = storage.open_store(ns, storage_options)

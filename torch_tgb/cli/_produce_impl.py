@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch_tgb.cli._common import CommandError, print_json, require, storage_options
+from torch_tgb.cli._common import CommandError, print_json, storage_options
+from torch_tgb.layout import Layout
 from torch_tgb.errors import TGBError
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
@@ -100,8 +101,8 @@ def produce(args: argparse.Namespace) -> int:
         raise CommandError(f"--global-batch {args.global_batch} is not divisible by --dp {args.dp}")
     if args.seq_len % args.cp:
         raise CommandError(f"--seq-len {args.seq_len} is not divisible by --cp {args.cp}")
-    producer_mod = require("torch_tgb.producer", command="produce")
-    layout_mod = require("torch_tgb.layout", command="produce")
+    from torch_tgb.producer import Producer
+
 
     steps = args.steps
     if args.tokens:
@@ -117,10 +118,10 @@ def produce(args: argparse.Namespace) -> int:
                 offset, global_batch=args.global_batch, seq_len=args.seq_len, vocab_size=args.vocab_size, seed=args.seed
             )
 
-    layout = layout_mod.Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
+    layout = Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
     started = time.perf_counter()
     try:
-        producer = producer_mod.Producer(
+        producer = Producer(
             args.ns,
             producer_id=args.producer_id,
             layout=layout,

@@ -24,7 +24,9 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torch_tgb.cli._common import human_bytes, require
+from torch_tgb import manifest as manifest_mod
+from torch_tgb import storage
+from torch_tgb.cli._common import human_bytes
 from torch_tgb.errors import TGBError
 
 __all__ = ["Problem", "VerifyReport", "verify_namespace"]
@@ -97,8 +99,6 @@ def verify_namespace(
     ns: str, *, storage_options: dict[str, Any] | None = None, crc: bool = True, max_problems: int = 100
 ) -> VerifyReport:
     """Check ``ns``; never raises for a problem it can name, returns them in the report."""
-    storage = require("torch_tgb.storage", command="verify")
-    manifest_mod = require("torch_tgb.manifest", command="verify")
     store = storage.open_store(ns, storage_options)
     report = VerifyReport(namespace=store.url, crc_checked=crc)
 
@@ -306,7 +306,7 @@ def _check_objects(
 
 def _check_watermarks(store: Any, problem: Any, *, boundary_step: int) -> None:
     """Step 4: watermarks parse; no live checkpoint resumes below the GC boundary."""
-    from torch_tgb.checkpoint.watermarks import read_watermarks, retired_ids
+    from torch_tgb.manifest.watermarks import read_watermarks, retired_ids
 
     try:
         marks = read_watermarks(store)

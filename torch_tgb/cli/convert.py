@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from torch_tgb.cli._common import CommandError, add_json_flag, add_storage_option_flag, print_json, require, storage_options
+from torch_tgb.cli._common import CommandError, add_json_flag, add_storage_option_flag, print_json, storage_options
 
 __all__ = ["add_parser", "run"]
 
@@ -36,13 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.dp < 1 or args.cp < 1:
         raise CommandError(f"--dp and --cp must be at least 1, got dp={args.dp} cp={args.cp}")
-    layout_mod = require("torch_tgb.layout", command="convert")
-    offline = require("torch_tgb.offline", command="convert")
-    convert_llmbatch = getattr(offline, "convert_llmbatch", None)
-    if convert_llmbatch is None:
-        convert_llmbatch = require("torch_tgb.format.llmbatch", command="convert").convert_llmbatch
+    from torch_tgb.layout import Layout
+    from torch_tgb.offline import convert_llmbatch
+
     seq_keys = tuple(k for k in args.seq_keys.split(",") if k)
-    layout = layout_mod.Layout(dp=args.dp, cp=args.cp, seq_keys=seq_keys)
+    layout = Layout(dp=args.dp, cp=args.cp, seq_keys=seq_keys)
     result = convert_llmbatch(args.src, args.ns, layout=layout, storage_options=storage_options(args))
     summary = {"src": args.src, "ns": args.ns, "dp": args.dp, "cp": args.cp, "result": result}
     if args.json:

@@ -3,20 +3,16 @@
 Two producer processes write a small synthetic tokenised stream with DAC, a
 2-rank consumer reads it with dp=2, restarts from a saved state mid-way, the
 reclaimer runs, and a summary table of measured figures is printed.
-
-When the producer/consumer/reclaimer modules are not importable (a partial
-build), the demo runs a real storage self-check instead and says so.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import tempfile
 from pathlib import Path
 
-from torch_tgb.cli._common import add_json_flag, add_storage_option_flag, format_table, print_json
+from torch_tgb.cli._common import CommandError, add_json_flag, add_storage_option_flag
 
 __all__ = ["add_parser", "run"]
 
@@ -44,24 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _pipeline_available() -> bool:
-    """True when every piece the full demo drives is importable in this build."""
-    needed = {
-        "torch_tgb.producer": "Producer",
-        "torch_tgb.consumer": "TGBDataset",
-        "torch_tgb.checkpoint": "Reclaimer",
-        "torch_tgb.manifest": "Manifest",
-        "torch_tgb.layout": "Layout",
-    }
-    for module_name, attr in needed.items():
-        try:
-            module = importlib.import_module(module_name)
-            getattr(module, attr)
-        except (ImportError, AttributeError):
-            return False
-    return True
-
-
 def _directory(arg: str | None) -> Path:
     if arg is None:
         return Path(tempfile.mkdtemp(prefix="tgb-demo-"))
@@ -71,8 +49,6 @@ def _directory(arg: str | None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torch_tgb.cli._common import CommandError
-
     for name in ("producers", "ranks", "steps", "global_batch", "seq_len"):
         if getattr(args, name) < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
@@ -82,51 +58,6 @@ def run(args: argparse.Namespace) -> int:
     ns_dir = root / "ns"
     if ns_dir.exists() and any(ns_dir.iterdir()):
         raise CommandError(f"{ns_dir} is not empty: give `tgb demo` a new directory")
-    if _pipeline_available():
-        from torch_tgb.cli._demo_run import run_demo
+    from torch_tgb.cli._demo_run import run_demo
 
-        return run_demo(args, root)
-    return _run_self_check(args, root)
-
-
-def _run_self_check(args: argparse.Namespace, root: Path) -> int:
-    from torch_tgb.cli._selfcheck import storage_self_check
-
-    import torch_tgb.storage as storage
-    from torch_tgb.storage import ObjectStore
-
-    results = []
-    open_store = getattr(storage, "open_store", None)
-    stores: list[ObjectStore] = [storage.MemoryStore(f"tgb-demo-selfcheck-{root.name}")]
-    if open_store is not None:
-        stores.append(open_store(str(root / "selfcheck")))
-    for store in stores:
-        try:
-            results.append(storage_self_check(store))
-        finally:
-            store.close()
-    if args.json:
-        print_json({"mode": "storage-self-check", "dir": str(root), "results": [r.__dict__ for r in results]})
-        return 0
-    print(
-        "tgb demo: the producer/consumer pipeline is not available in this build;\n"
-        "running the storage self-check instead (put/get/range, racing put_if_absent).",
-    )
-    for r in results:
-        print(
-            format_table(
-                [
-                    ("store", r.store),
-                    ("racing threads", r.threads),
-                    ("race rounds with exactly one winner", f"{r.race_winners_ok}/{r.rounds}"),
-                    ("puts / gets", f"{r.puts} / {r.gets}"),
-                    ("seconds", f"{r.seconds:.3f}"),
-                ],
-                title=f"self-check {r.store}: {'OK' if r.ok else 'FAILED'}",
-            )
-        )
-    if open_store is None:
-        print("(local directory store not available yet: checked the in-memory store only)")
-    print(f"directory: {root}")
-    sys.stdout.flush()
-    return 0 if all(r.ok for r in results) else 1
+    return run_demo(args, root)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from torch_tgb.cli._common import add_json_flag, add_storage_option_flag, format_table, print_json, require, storage_options
+from torch_tgb.cli._common import add_json_flag, add_storage_option_flag, format_table, print_json, storage_options
 
 __all__ = ["add_parser", "run"]
 
@@ -35,11 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    checkpoint = require("torch_tgb.checkpoint", command="reclaim")
+    from torch_tgb.checkpoint import Reclaimer
+
     kwargs = {"storage_options": storage_options(args)}
     if args.grace_period is not None:
         kwargs["grace_period"] = args.grace_period
-    reclaimer = checkpoint.Reclaimer(args.ns, **kwargs)
+    reclaimer = Reclaimer(args.ns, **kwargs)
     report = reclaimer.run_once()
     fields = (
         dataclasses.asdict(report)

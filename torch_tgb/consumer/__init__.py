@@ -1,13 +1,13 @@
 """The consumer side: cursor, TGBDataset and the DataLoader over it.
 
-``Cursor`` and ``cursor_of`` load eagerly (the checkpoint module needs them
-without the reading pipeline); the dataset and loader load on first use.
+``Cursor`` and ``cursor_of`` live at the bottom floor (``torch_tgb.cursor``) and are
+re-exported here; the dataset and loader load on first use.
 """
 
 from __future__ import annotations
 
 from torch_tgb._lazy import lazy_exports
-from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of, find_cursors
+from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, find_cursors
 
 __all__ = sorted(
     ["CURSOR_KEY", "ConsumerStats", "Cursor", "DataLoader", "TGBDataset", "cursor_of", "find_cursors"]

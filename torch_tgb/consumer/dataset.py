@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
 from torch_tgb.datapipes.project import Project, cursor_at

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torch_tgb.consumer.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor
 
-from torch_tgb.consumer.cursor import Cursor
+from torch_tgb.cursor import Cursor
 from torch_tgb.layout import Piece
 
 __all__ = ["ReadTask", "StepBatch", "StepEntry"]

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from torch import Tensor
 from torchdata.nodes import BaseNode
 
-from torch_tgb.consumer.cursor import Cursor
+from torch_tgb.cursor import Cursor
 from torch_tgb.datapipes._types import ReadTask, StepEntry
 from torch_tgb.datapipes.poller import ManifestPoller
 from torch_tgb.errors import LayoutError

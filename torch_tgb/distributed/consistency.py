@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from torch_tgb.consumer.cursor import Cursor
+from torch_tgb.cursor import Cursor
 from torch_tgb.errors import ConsistencyError
 
 __all__ = ["ConsistencyChecker", "keys_digest"]

@@ -34,6 +34,7 @@ from torch_tgb.format._footer import (
     parse_footer,
 )
 from torch_tgb.format._reader import SliceReader, decode_slice, read_footer, read_slice
+from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 
 __all__ = [
@@ -50,10 +51,13 @@ __all__ = [
     "SliceReader",
     "TGBObject",
     "TensorInfo",
+    "check_schema",
     "decode_slice",
     "encode_tgb",
     "parse_footer",
     "read_footer",
     "read_slice",
+    "schema_fingerprint",
+    "schema_of",
     "write_tgb",
 ]

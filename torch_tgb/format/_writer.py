@@ -10,7 +10,7 @@ partial object.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,20 +26,12 @@ from torch_tgb.format._footer import (
     encode_footer,
 )
 
+from torch_tgb.layout import Layout, SliceData
+
 if TYPE_CHECKING:
-    from torch_tgb.layout import Layout
     from torch_tgb.storage import ObjectStore
 
 __all__ = ["SliceData", "TGBObject", "encode_tgb", "write_tgb"]
-
-
-@dataclass(frozen=True)
-class SliceData:
-    """The tensors of one (dp, cp) slice of a global batch, ready to be written."""
-
-    dp: int
-    cp: int
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ def ensure_dataset(
     read: Callable[[], DatasetInfo | None],
 ) -> DatasetInfo:
     """Create the dataset description or check ours against it (see ``Manifest.ensure_dataset``)."""
-    from torch_tgb.layout import Layout, check_schema, schema_fingerprint
+    from torch_tgb.format import check_schema, schema_fingerprint
+    from torch_tgb.layout import Layout
 
     if not isinstance(layout, Layout):
         layout = Layout.from_json(layout)

@@ -1,11 +1,13 @@
 """Offline corpora: pack, shuffle and commit pre-tokenised data as a sealed namespace.
 
-Pure building blocks (``pack_bfd``, ``pack_rows``, ``block_shuffle_order``,
-``permutation``) are what the ``Pack`` / ``BlockShuffle`` pipeline stages wrap;
-``write_dataset`` and ``convert_llmbatch`` commit through a ``Producer``.
+``write_dataset`` and ``convert_llmbatch`` commit through a ``Producer``; the
+pure building blocks they share with the pipeline stages (``pack_bfd``,
+``pack_rows``, ``permutation``, ...) live in ``torch_tgb.transforms`` and are
+re-exported here.
 """
 
-from torch_tgb.format.llmbatch import LLMBatchReader, convert_llmbatch, write_llmbatch
+from torch_tgb.format.llmbatch import LLMBatchReader, write_llmbatch
+from torch_tgb.offline.convert import convert_llmbatch
 from torch_tgb.offline.dataset import as_documents, build_rows, write_dataset
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation

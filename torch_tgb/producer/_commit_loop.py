@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.manifest import Committer, TGBEntry
+from torch_tgb.manifest.watermarks import safe_boundary
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.dac import ema
 from torch_tgb.producer.policies import CommitPolicy
@@ -119,8 +120,6 @@ class CommitLoop:
         self.raise_if_failed()
         if self.max_lag is None or self._lag() < self.max_lag:
             return
-        from torch_tgb.checkpoint.watermarks import safe_boundary
-
         paused_at = time.monotonic()
         try:
             while True:

@@ -26,7 +26,8 @@ import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
 from torch_tgb.format import write_tgb
-from torch_tgb.layout import Layout, check_schema, schema_fingerprint, schema_of
+from torch_tgb.format import check_schema, schema_fingerprint, schema_of
+from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.producer._commit_loop import CommitLoop
 from torch_tgb.producer.config import ProducerConfig

@@ -31,8 +31,8 @@ import torch
 from torch_tgb.errors import LayoutError
 
 if TYPE_CHECKING:
-    from torch_tgb._mesh import Mesh
-    from torch_tgb.layout import Layout
+    from torch_tgb.layout._layout import Layout
+    from torch_tgb.layout._mesh import Mesh
 
 __all__ = ["CP_ORDERS", "DP_SPLITS", "Piece", "ReadPlan", "Segment", "StepReads", "cp_ranges", "plan_reads"]
 

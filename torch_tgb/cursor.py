@@ -1,4 +1,4 @@
-"""The consumer cursor: where a reader stands in the step sequence.
+"""The cursor: where a reader stands in the step sequence.
 
 A cursor counts in TGB steps (positions in the manifest's step sequence), so
 it means the same thing under every topology. ``sub_step / sub_steps`` is the

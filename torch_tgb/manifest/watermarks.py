@@ -33,12 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.checkpoint._store import as_store
-from torch_tgb.consumer.cursor import cursor_of
+from torch_tgb.cursor import cursor_of
 from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
-from torch_tgb.manifest import Manifest
 from torch_tgb.manifest._json import MAX_METADATA_BYTES, load_json
-from torch_tgb.storage import ObjectStore
+from torch_tgb.manifest.manifest import Manifest
+from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = [
     "RETIRED_PREFIX",
@@ -141,7 +140,7 @@ def record_watermark(
     has already been reclaimed (the checkpoint could not resume).
     """
     validate_checkpoint_id(checkpoint_id)
-    store = as_store(ns_or_store, storage_options)
+    store = open_store(ns_or_store, storage_options)
     position = cursor_of(state)
     if store.exists(_retired_key(checkpoint_id)):
         raise ManifestError(f"{store.url}: checkpoint_id={checkpoint_id!r} is retired; record it under a new id")
@@ -165,7 +164,7 @@ def retire(
 ) -> None:
     """Mark a checkpoint deleted: its data may be reclaimed. Idempotent."""
     validate_checkpoint_id(checkpoint_id)
-    store = as_store(ns_or_store, storage_options)
+    store = open_store(ns_or_store, storage_options)
     key = _retired_key(checkpoint_id)
     if not store.exists(key):
         store.put(key, json.dumps({"checkpoint_id": checkpoint_id, "time": time.time()}).encode())
@@ -203,7 +202,7 @@ def live_checkpoints(ns_or_store: str | ObjectStore, storage_options: Mapping[st
     Either way one of them protects the data. The opposite order could see A
     retired and miss B, leaving B's steps unprotected.
     """
-    store = as_store(ns_or_store, storage_options)
+    store = open_store(ns_or_store, storage_options)
     retired = retired_ids(store)
     marks = read_watermarks(store)
     return [m for m in marks if m.checkpoint_id not in retired]
@@ -225,7 +224,7 @@ def keep_last(
     """Retire every live checkpoint but the ``k`` most recently recorded; returns the ids retired."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"keep_last: k={k!r} must be a non-negative integer")
-    store = as_store(ns_or_store, storage_options)
+    store = open_store(ns_or_store, storage_options)
     live = live_checkpoints(store)
     doomed = live[: max(0, len(live) - k)]
     for mark in doomed:

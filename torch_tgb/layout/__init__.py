@@ -1,0 +1,28 @@
+"""How a global batch is cut into (dp, cp) slices, where a rank sits, and what it reads back.
+
+Pure and at the bottom of the package: it imports nothing from torch_tgb but
+``errors``, so ``format/``, ``manifest/`` and everything above can stand on it.
+
+- ``Layout`` (``_layout.py``): dp x cp cut of a global batch into ``SliceData`` (``_slices.py``).
+- ``Mesh``, ``resolve_rank_world`` (``_mesh.py``): a reader's position, from arguments, torch.distributed or env.
+- ``plan_reads`` -> ``ReadPlan`` (``_projection.py``): a reader's mesh projected onto a written layout.
+"""
+
+from torch_tgb.layout._layout import Layout
+from torch_tgb.layout._mesh import Mesh, resolve_rank_world
+from torch_tgb.layout._projection import CP_ORDERS, Piece, ReadPlan, Segment, StepReads, cp_ranges, plan_reads
+from torch_tgb.layout._slices import SliceData
+
+__all__ = [
+    "CP_ORDERS",
+    "Layout",
+    "Mesh",
+    "Piece",
+    "ReadPlan",
+    "Segment",
+    "SliceData",
+    "StepReads",
+    "cp_ranges",
+    "plan_reads",
+    "resolve_rank_world",
+]
