@@ -182,7 +182,7 @@ class FakeManifest:
 
     def __init__(self, steps: int, *, grow_every: int | None = None, seal_at: int | None = None) -> None:
         self.steps, self.grow_every, self.seal_at, self.polls = steps, grow_every, seal_at, 0
-        self.store = SimpleNamespace(url="memory://fake")
+        self.url = "memory://fake"
 
     def head(self) -> SimpleNamespace:
         self.polls += 1

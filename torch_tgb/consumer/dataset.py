@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.datapipes._types import Position
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
 from torch_tgb.datapipes.project import Project, cursor_at
@@ -98,6 +99,7 @@ class TGBDataset(IterableDataset):
         self._start = Cursor(0)
         self._restore: dict[str, Any] | None = None  # exact same-setting state, checked at iteration
         self._reader: RangeReader | None = None
+        self._delivered: Position | None = None  # while iterating: the position after the last delivered step
         self._layout: dict[str, Any] | None = None
         self._stats = ReadStats()
 
@@ -106,6 +108,7 @@ class TGBDataset(IterableDataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reader"] = None
+        state["_delivered"] = None
         state["_stats"] = None
         return state
 
@@ -139,15 +142,10 @@ class TGBDataset(IterableDataset):
 
     def _position(self) -> dict[str, Any]:
         """``tgb_cursor`` with the origin/index/plan it was derived from."""
-        if self._reader is not None:
-            node: Any = self._reader.state_dict()
-            while Project.ORIGIN_KEY not in node:  # RangeReader -> FooterIndex -> Project
-                node = node["source"]
-            origin = node[Project.ORIGIN_KEY]
-            index = node[Project.INDEX_KEY]
-            plan = node[Project.PLAN_KEY]
-            version = node[Project.SOURCE_KEY][ManifestPoller.VERSION_KEY]
-        elif self._restore is not None:
+        if self._delivered is not None:
+            pos = self._delivered
+            return {CURSOR_KEY: pos.cursor.to_json(), "origin": pos.origin.to_json(), "index": pos.index, "plan": pos.plan}
+        if self._restore is not None:
             return {k: self._restore[k] for k in (CURSOR_KEY, "origin", "index", "plan")}
         else:
             # Not started. Worker 0 (or a dataset outside a DataLoader) starts at the start
@@ -159,17 +157,16 @@ class TGBDataset(IterableDataset):
                 return {CURSOR_KEY: self._start.to_json(), "origin": self._start.to_json()}
             layout = self._resolve_layout()
             plan_obj = plan_reads(layout, self.mesh, dp_split=self.dp_split)
-            origin = self._start.to_json()
             plan = {"tgbs_per_step": plan_obj.tgbs_per_step, "steps_per_tgb": plan_obj.steps_per_tgb}
-            version = self._start.version
-        cursor = cursor_at(Cursor.from_json(origin), index, version=version, **plan)
-        return {CURSOR_KEY: cursor.to_json(), "origin": origin, "index": index, "plan": plan}
+            cursor = cursor_at(self._start, index, version=self._start.version, **plan)
+            return {CURSOR_KEY: cursor.to_json(), "origin": self._start.to_json(), "index": index, "plan": plan}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` (a TGBDataset, worker or whole loader state)."""
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+            self._delivered = None
         cursor = cursor_of(state)
         self._start = cursor
         self._restore = None
@@ -189,7 +186,7 @@ class TGBDataset(IterableDataset):
             return layout
         return Layout.from_json(self._layout)
 
-    def _open(self) -> tuple[Any, Manifest, Layout]:
+    def _open(self) -> tuple[ObjectStore, Manifest, Layout]:
         store = open_store(self.ns, self.storage_options or None)
         if self._layout is not None:
             return store, Manifest(store), Layout.from_json(self._layout)
@@ -207,7 +204,7 @@ class TGBDataset(IterableDataset):
         self._layout = dict(info.layout)
         return store, manifest, Layout.from_json(info.layout)
 
-    def _build(self, store: Any, manifest: Manifest, layout: Layout) -> RangeReader:
+    def _build(self, store: ObjectStore, manifest: Manifest, layout: Layout) -> tuple[RangeReader, Project]:
         plan = plan_reads(layout, self.mesh, dp_split=self.dp_split)
         worker, workers = self._current_worker()
         setting = self._setting()
@@ -216,7 +213,16 @@ class TGBDataset(IterableDataset):
             "tgbs_per_step": plan.tgbs_per_step,
             "steps_per_tgb": plan.steps_per_tgb,
         }
-        origin = Cursor.from_json(restore["origin"]) if exact and restore is not None else self._start
+        start = None
+        if exact and restore is not None:
+            start = Position(
+                Cursor.from_json(restore[CURSOR_KEY]),
+                Cursor.from_json(restore["origin"]),
+                int(restore["index"]),
+                plan.tgbs_per_step,
+                plan.steps_per_tgb,
+            )
+        origin = self._start if start is None else start.origin
         poller = ManifestPoller(
             manifest,
             origin.step,
@@ -226,7 +232,7 @@ class TGBDataset(IterableDataset):
             stats=self._stats,
             namespace=store.url,
         )
-        project = Project(poller, plan, origin=origin, worker=worker, num_workers=workers)
+        project = Project(poller, plan, origin=origin, worker=worker, num_workers=workers, start=start)
         footers = FooterIndex(
             project,
             store,
@@ -242,26 +248,19 @@ class TGBDataset(IterableDataset):
             inline_local=self.options.inline_local,
             stats=self._stats,
         )
-        if exact and restore is not None:
-            project_state = {
-                Project.ORIGIN_KEY: restore["origin"],
-                Project.INDEX_KEY: restore["index"],
-                Project.PLAN_KEY: restore["plan"],
-                Project.SOURCE_KEY: ManifestPoller.state_at(0, Cursor.from_json(restore[CURSOR_KEY]).version),
-            }
-            reader.reset({RangeReader.SOURCE_KEY: {FooterIndex.SOURCE_KEY: project_state}})
-        else:
-            reader.reset(None)
-        return reader
+        reader.reset(None)
+        return reader, project
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if self._reader is not None:  # an earlier iterator still open: continue from its position
             self._restore = {**self._setting(), **self._position()}
             self._reader.close()
             self._reader = None
+            self._delivered = None
         store, manifest, layout = self._open()
-        reader = self._build(store, manifest, layout)
+        reader, project = self._build(store, manifest, layout)
         self._reader = reader
+        self._delivered = project.position()
         in_worker = get_worker_info() is not None
         checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
         meta = self.emit_meta and in_worker
@@ -283,6 +282,7 @@ class TGBDataset(IterableDataset):
                     return
                 self._stats.add(stall_s=time.perf_counter() - started, steps=1)
                 task = batch.task
+                self._delivered = project.position_after(task)
                 if checker is not None:
                     checker.check(task.cursor, task.keys)
                 tensors = batch.tensors
@@ -301,3 +301,4 @@ class TGBDataset(IterableDataset):
                 # Keep the final position readable after the loop ends.
                 self._restore = {**self._setting(), **self._position()}
                 self._reader = None
+                self._delivered = None

@@ -1,17 +1,68 @@
-"""Items that flow between the consumer pipeline stages."""
+"""Items that flow between the consumer pipeline stages, and the seams between them.
+
+Each stage names what it needs of its neighbours as a small Protocol rather
+than ``Any``: ``ManifestView`` (what the poller reads), ``Lookahead`` (a stage
+that can say how much it could hand out without waiting), ``Interruptible``
+(a stage whose blocking wait another thread may end). Optional capabilities are
+checked with ``isinstance`` against these runtime-checkable Protocols.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from torch import Tensor
 
 from torch_tgb.cursor import Cursor
+from torch_tgb.format import Footer
 from torch_tgb.layout import Piece
+from torch_tgb.manifest import ManifestState, TGBEntry
 
-__all__ = ["ReadTask", "StepBatch", "StepEntry"]
+__all__ = [
+    "Interruptible",
+    "Lookahead",
+    "ManifestView",
+    "Position",
+    "ReadTask",
+    "StepBatch",
+    "StepEntry",
+    "StepLookahead",
+]
+
+
+class ManifestView(Protocol):
+    """What a reader needs of the manifest: ``torch_tgb.manifest.Manifest`` fits."""
+
+    @property
+    def url(self) -> str: ...
+
+    def head(self) -> ManifestState: ...
+
+    def entries(self, start_step: int, stop_step: int) -> list[TGBEntry]: ...
+
+
+@runtime_checkable
+class Lookahead(Protocol):
+    """A stage that knows how many items it can hand out without waiting for new commits."""
+
+    def available(self, limit: int = 64) -> int: ...
+
+
+@runtime_checkable
+class StepLookahead(Lookahead, Protocol):
+    """A step source that also says which step it yields next (``ManifestPoller``)."""
+
+    @property
+    def next_step(self) -> int: ...
+
+
+@runtime_checkable
+class Interruptible(Protocol):
+    """A stage whose blocking wait (another thread's) can be ended; ``reset`` re-arms it."""
+
+    def interrupt(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -20,11 +71,32 @@ class StepEntry:
 
     step: int
     version: int
-    entry: Any  # manifest TGBEntry: key, size, footer_offset, footer_length, ...
+    entry: TGBEntry
 
     @property
     def key(self) -> str:
-        return str(self.entry.key)
+        return self.entry.key
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a reading pipeline stands, as one value.
+
+    ``cursor`` is the next step it delivers (TGB units; ``cursor.version`` is
+    the newest manifest version seen); ``origin``, ``index`` and the plan
+    ratios are what an exact same-setting restore needs (worker ``w`` counts
+    its steps ``index = w, w + W, ...`` from ``origin``).
+    """
+
+    cursor: Cursor
+    origin: Cursor
+    index: int
+    tgbs_per_step: int
+    steps_per_tgb: int
+
+    @property
+    def plan(self) -> dict[str, int]:
+        return {"tgbs_per_step": self.tgbs_per_step, "steps_per_tgb": self.steps_per_tgb}
 
 
 @dataclass(frozen=True)
@@ -33,8 +105,8 @@ class ReadTask:
 
     ``entries`` are all TGBs the step spans (identical on every rank: the
     consistency check compares them); ``pieces`` the slices of them this rank
-    reads, in assembly order (``Piece.tgb`` indexes ``entries``). ``footers`` maps object key to parsed footer and
-    is filled by FooterIndex.
+    reads, in assembly order (``Piece.tgb`` indexes ``entries``). ``footers``
+    maps object key to parsed footer and is filled by FooterIndex.
     """
 
     index: int
@@ -42,7 +114,7 @@ class ReadTask:
     entries: tuple[StepEntry, ...]
     pieces: tuple[Piece, ...]
     assemble: Callable[[Sequence[Mapping[str, Tensor]]], dict[str, Tensor]]
-    footers: Mapping[str, Any] = field(default_factory=dict)
+    footers: Mapping[str, Footer] = field(default_factory=dict)
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -18,15 +18,15 @@ so tasks buffered ahead are fetched again after a reset, never skipped.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any
+from typing import Any, cast
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import ReadTask, StepEntry
+from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
-from torch_tgb.format import TRAILER_SIZE, parse_footer
-from torch_tgb.storage import RangeRequest
+from torch_tgb.format import TRAILER_SIZE, Footer, parse_footer
+from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = ["MAX_FOOTER_BYTES", "FooterIndex"]
 
@@ -42,7 +42,7 @@ class FooterIndex(BaseNode[ReadTask]):
     def __init__(
         self,
         source: BaseNode[ReadTask],
-        store: Any,
+        store: ObjectStore,
         *,
         cache_size: int = 256,
         lookahead: int = 8,
@@ -56,7 +56,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self.cache_size = cache_size
         self.lookahead = lookahead
         self.stats = stats if stats is not None else ReadStats()
-        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache: OrderedDict[str, Footer] = OrderedDict()
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
         self._local: bool | None = None
@@ -75,8 +75,8 @@ class FooterIndex(BaseNode[ReadTask]):
 
     def available(self, limit: int = 64) -> int:
         """Tasks (about ``limit`` at most) this node can hand out without waiting for new commits."""
-        ahead = getattr(self.source, "available", None)
-        return len(self._pending) + (ahead(limit) if ahead is not None else 0)
+        ahead = self.source.available(limit) if isinstance(self.source, Lookahead) else 0
+        return len(self._pending) + ahead
 
     def next(self) -> ReadTask:
         if not self._pending:
@@ -96,7 +96,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self._state = state
         return ReadTask(task.index, task.cursor, task.entries, task.pieces, task.assemble, footers)
 
-    def cached(self, key: str) -> Any | None:
+    def cached(self, key: str) -> Footer | None:
         return self._cache.get(key)
 
     # --- internals -------------------------------------------------------------
@@ -106,10 +106,10 @@ class FooterIndex(BaseNode[ReadTask]):
         self._pending.append((task, self.source.state_dict()))
 
     def _pull_ready(self) -> None:
-        ahead = getattr(self.source, "available", None)
-        if ahead is None:
+        source = self.source
+        if not isinstance(source, Lookahead):
             return
-        while len(self._pending) < self.lookahead and ahead(self.lookahead - len(self._pending)) > 0:
+        while len(self._pending) < self.lookahead and source.available(self.lookahead - len(self._pending)) > 0:
             try:
                 self._pull()
             except StopIteration:
@@ -140,7 +140,8 @@ class FooterIndex(BaseNode[ReadTask]):
             # local files: sequential reads beat spinning up reader threads
             blobs = [self.store.get_range(r.key, r.start, r.end) for r in requests]
         else:
-            blobs = self.store.get_ranges(requests)
+            # without continue_on_error the first failure raises: every result is bytes
+            blobs = cast("list[bytes]", self.store.get_ranges(requests))
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
         for e, blob in zip(todo.values(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import StepEntry
+from torch_tgb.datapipes._types import ManifestView, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import DataTimeout, ManifestError
 
@@ -47,9 +47,9 @@ class PollPolicy:
 class ManifestPoller(BaseNode[StepEntry]):
     """Yields ``StepEntry(step, version, entry)`` from ``start_step`` on.
 
-    ``manifest`` needs ``head()`` (``.version``, ``.num_steps``, ``.sealed``)
-    and ``entries(start, stop)``. ``stop_step`` (exclusive) ends the stream
-    early, for bounded reads.
+    ``manifest`` is a :class:`ManifestView` (``head()`` and ``entries(start,
+    stop)``); ``namespace`` (default ``manifest.url``) names it in messages. ``stop_step`` (exclusive)
+    ends the stream early, for bounded reads.
     """
 
     NEXT_STEP_KEY = "next_step"
@@ -57,7 +57,7 @@ class ManifestPoller(BaseNode[StepEntry]):
 
     def __init__(
         self,
-        manifest: Any,
+        manifest: ManifestView,
         start_step: int = 0,
         *,
         timeout: float | None = None,
@@ -75,8 +75,7 @@ class ManifestPoller(BaseNode[StepEntry]):
         self.policy = policy
         self.stop_step = stop_step
         self.stats = stats if stats is not None else ReadStats()
-        store = getattr(manifest, "store", None)
-        self.namespace = namespace or getattr(store, "url", None) or repr(manifest)
+        self.namespace = namespace or manifest.url
         self._next_step = start_step
         self._version = 0
         self._known_steps = 0

@@ -14,8 +14,11 @@ Worker sharding happens here, before any footer or slice is fetched: worker
 DataLoader's in-order round robin over the workers restores the sequence.
 
 State: the origin, the index of the next consumer step this worker yields,
-and its source's (the poller's) state at that step, derived rather than
-copied so that entries buffered ahead never leak into a checkpoint.
+the newest version seen, and its source's (the poller's) state at that step,
+derived with ``ManifestPoller.state_at`` rather than copied so that entries
+buffered ahead never leak into a checkpoint. ``position()`` gives the same as
+one frozen :class:`Position`; a Project built with ``start=`` that position
+continues exactly there, so no caller has to read or build node states.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from torch import Tensor
 from torchdata.nodes import BaseNode
 
 from torch_tgb.cursor import Cursor
-from torch_tgb.datapipes._types import ReadTask, StepEntry
+from torch_tgb.datapipes._types import Position, ReadTask, StepEntry, StepLookahead
 from torch_tgb.datapipes.poller import ManifestPoller
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import Piece
@@ -92,6 +95,7 @@ class Project(BaseNode[ReadTask]):
     ORIGIN_KEY = "origin"
     INDEX_KEY = "index"
     PLAN_KEY = "plan"
+    VERSION_KEY = "version"
     SOURCE_KEY = "source"
 
     def __init__(
@@ -102,6 +106,7 @@ class Project(BaseNode[ReadTask]):
         origin: Cursor = Cursor(0),
         worker: int = 0,
         num_workers: int = 1,
+        start: Position | None = None,
     ) -> None:
         super().__init__()
         if plan.tgbs_per_step < 1 or plan.steps_per_tgb < 1 or (plan.tgbs_per_step > 1 and plan.steps_per_tgb > 1):
@@ -111,13 +116,24 @@ class Project(BaseNode[ReadTask]):
         self.worker = worker
         self.num_workers = num_workers
         self._first = first_index(worker, num_workers)
+        if start is not None:
+            if start.plan != self._ratios():
+                raise LayoutError(f"a position taken with plan {start.plan} cannot start a Project with {self._ratios()}")
+            self._check_index(start.index)
+            origin = start.origin
         self.origin = origin  # where reset(None) starts
-        self._origin = origin
+        self._start_index = self._first if start is None else start.index
+        self._start_version = origin.version if start is None else start.cursor.version
         cursor_at(origin, 0, **self._ratios())  # fail at construction on an impossible origin
-        self._index = self._first
+        self._origin = origin
+        self._index = self._start_index
+        self._version = self._start_version
         self._buffer: dict[int, StepEntry] = {}
-        self._version = origin.version
         self._reads: dict[int, StepReads] = {}
+
+    def _check_index(self, index: int) -> None:
+        if index < 0 or (index - self._first) % self.num_workers:
+            raise LayoutError(f"step index {index} does not belong to worker {self.worker} of {self.num_workers}")
 
     def _ratios(self) -> dict[str, int]:
         return {"tgbs_per_step": self.plan.tgbs_per_step, "steps_per_tgb": self.plan.steps_per_tgb}
@@ -125,6 +141,23 @@ class Project(BaseNode[ReadTask]):
     def cursor(self, index: int | None = None) -> Cursor:
         """Cursor of consumer step ``index`` (default: the next one this worker yields)."""
         return cursor_at(self._origin, self._index if index is None else index, version=self._version, **self._ratios())
+
+    def position(self) -> Position:
+        """Where this node stands: the next step it yields and how it counts (see :class:`Position`)."""
+        return self._position_at(self._index, self._version)
+
+    def position_after(self, task: ReadTask) -> Position:
+        """Where a consumer stands once it has delivered ``task`` (a task of this node).
+
+        Stages downstream buffer and prefetch, so the node itself may be ahead
+        of what was delivered; this is the position a checkpoint must hold.
+        """
+        return self._position_at(task.index + self.num_workers, task.cursor.version)
+
+    def _position_at(self, index: int, version: int) -> Position:
+        plan = self._ratios()
+        cursor = cursor_at(self._origin, index, version=version, **plan)
+        return Position(cursor, self._origin, index, plan["tgbs_per_step"], plan["steps_per_tgb"])
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
@@ -134,15 +167,12 @@ class Project(BaseNode[ReadTask]):
                 raise LayoutError(f"Project state was taken with plan {plan}, this one is {self._ratios()}")
             self._origin = Cursor.from_json(initial_state[self.ORIGIN_KEY])
             self._index = int(initial_state[self.INDEX_KEY])
-            if (self._index - self._first) % self.num_workers:
-                raise LayoutError(
-                    f"Project state index {self._index} does not belong to worker {self.worker} of {self.num_workers}"
-                )
-            self._version = int(initial_state.get(self.SOURCE_KEY, {}).get(ManifestPoller.VERSION_KEY, 0))
+            self._check_index(self._index)
+            self._version = int(initial_state[self.VERSION_KEY])
         else:
             self._origin = self.origin
-            self._index = self._first
-            self._version = self._origin.version
+            self._index = self._start_index
+            self._version = self._start_version
         self._buffer.clear()
         start = self.cursor()
         self.source.reset(ManifestPoller.state_at(start.step, self._version))
@@ -153,16 +183,15 @@ class Project(BaseNode[ReadTask]):
             self.ORIGIN_KEY: self._origin.to_json(),
             self.INDEX_KEY: self._index,
             self.PLAN_KEY: self._ratios(),
+            self.VERSION_KEY: self._version,
             self.SOURCE_KEY: ManifestPoller.state_at(nxt.step, self._version),
         }
 
     def available(self, limit: int = 64) -> int:
         """Tasks (up to ``limit``) this node can produce from steps already committed."""
-        ahead = getattr(self.source, "available", None)
-        position = getattr(self.source, "next_step", None)
-        if ahead is None or position is None:
-            return 0
-        bound = position + ahead()
+        if not isinstance(self.source, StepLookahead):
+            return 0  # the source cannot tell which steps are committed
+        bound = self.source.next_step + self.source.available()
         k, m = self.plan.tgbs_per_step, self.plan.steps_per_tgb
         base = self._origin.step * m + self._origin.split(m)
         count, index = 0, self._index

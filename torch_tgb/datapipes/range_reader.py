@@ -31,11 +31,11 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import ReadTask, StepBatch
+from torch_tgb.datapipes._types import Interruptible, ReadTask, StepBatch
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader, decode_slice
-from torch_tgb.storage import RangeRequest
+from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = ["RangeReader"]
 
@@ -57,7 +57,7 @@ class RangeReader(BaseNode[StepBatch]):
     def __init__(
         self,
         source: BaseNode[ReadTask],
-        store: Any,
+        store: ObjectStore,
         *,
         prefetch: int = 4,
         verify: bool = True,
@@ -207,12 +207,11 @@ class RangeReader(BaseNode[StepBatch]):
         """Stop the feeder and reader threads; safe to call more than once."""
         if self._feeder is not None:
             self._stop.set()
-            node: Any = self.source
-            while node is not None:  # wake a poller that waits for new versions
-                interrupt = getattr(node, "interrupt", None)
-                if interrupt is not None:
-                    interrupt()
-                node = getattr(node, "source", None)
+            node: object = self.source
+            while isinstance(node, BaseNode):  # wake a poller that waits for new versions
+                if isinstance(node, Interruptible):
+                    node.interrupt()
+                node = getattr(node, "source", None)  # every stage keeps its upstream as .source
             self._feeder.join()
             self._feeder = None
         if self._pool is not None:

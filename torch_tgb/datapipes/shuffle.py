@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import StepEntry
+from torch_tgb.datapipes._types import ManifestView, StepEntry
 from torch_tgb.errors import ManifestError
+from torch_tgb.manifest import ManifestState, TGBEntry
 from torch_tgb.transforms import block_shuffle_order
 
 __all__ = ["BlockShuffle"]
@@ -32,7 +33,7 @@ class BlockShuffle(BaseNode[StepEntry]):
 
     def __init__(
         self,
-        manifest: Any,
+        manifest: ManifestView,
         *,
         block_size: int = 64,
         seed: int = 0,
@@ -49,9 +50,9 @@ class BlockShuffle(BaseNode[StepEntry]):
         self.epochs = epochs
         self._epoch = epoch
         self._index = 0
-        self._head: Any = None
+        self._head: ManifestState | None = None
         self._order: np.ndarray | None = None
-        self._entries: dict[int, Any] = {}
+        self._entries: dict[int, TGBEntry] = {}
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
@@ -66,13 +67,12 @@ class BlockShuffle(BaseNode[StepEntry]):
     def get_state(self) -> dict[str, Any]:
         return {self.EPOCH_KEY: self._epoch, self.INDEX_KEY: self._index}
 
-    def _sealed_head(self) -> Any:
+    def _sealed_head(self) -> ManifestState:
         if self._head is None:
             head = self.manifest.head()
             if not head.sealed:
-                where = getattr(getattr(self.manifest, "store", None), "url", "namespace")
                 raise ManifestError(
-                    f"{where}: BlockShuffle needs a sealed namespace; version {head.version} "
+                    f"{self.manifest.url}: BlockShuffle needs a sealed namespace; version {head.version} "
                     f"({head.num_steps} steps) is not sealed"
                 )
             self._head = head

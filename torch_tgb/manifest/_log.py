@@ -65,6 +65,11 @@ class LogReader:
         self._state: ManifestState | None = None
 
     @property
+    def url(self) -> str:
+        """The namespace's URL (credentials removed), for messages."""
+        return self.store.url
+
+    @property
     def where(self) -> str:
         return f"{self.store.url}: "
 
