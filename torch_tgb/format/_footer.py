@@ -34,7 +34,7 @@ import numpy as np
 
 from torch_tgb.errors import CorruptObject, SchemaMismatch
 from torch_tgb.format._checks import check_tables, json_depth
-from torch_tgb.format._dtypes import DType, dtype_by_code, dtype_by_name
+from torch_tgb.format._dtypes import DType, dtype_by_code
 from torch_tgb.format._spec import (
     _DIM,
     _HEADER,
@@ -247,21 +247,11 @@ class Footer:
 # --- encoding ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _TensorEntry:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int
-    length: int
-    crc32c: int
-
-
 def encode_footer(
     *,
     dp: int,
     cp: int,
-    slices: Sequence[tuple[int, int, int, int, Sequence[_TensorEntry]]],
+    slices: Sequence[tuple[int, int, int, int, Sequence[TensorInfo]]],
     layout: Mapping[str, Any] | None,
     schema: Mapping[str, Any],
     metadata: Mapping[str, Any],
@@ -280,10 +270,7 @@ def encode_footer(
             if t.name not in name_ids:
                 name_ids[t.name] = len(names)
                 names.append(t.name)
-            dt = dtype_by_name(t.dtype)
-            if dt is None:
-                raise ValueError(f"unsupported dtype {t.dtype!r}")
-            trows[ti] = (name_ids[t.name], dt.code, len(t.shape), 0, len(dims), t.crc32c, t.offset, t.length)
+            trows[ti] = (name_ids[t.name], t._dt.code, len(t.shape), 0, len(dims), t.crc32c, t.offset, t.length)
             dims.extend(t.shape)
             ti += 1
     meta = json.dumps(
@@ -377,7 +364,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     trows = np.frombuffer(body, dtype=_TENSOR_ROW, count=ntensors, offset=pos)
     pos += trows.nbytes
     dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
-    check_tables(where, srows, trows, dims, names, dp, cp, footer_offset)
+    check_tables(where, srows, trows, dims, names, cp, footer_offset)
     return Footer(
         key=key,
         size=size,

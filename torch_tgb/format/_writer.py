@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_tgb.errors import LayoutError, SchemaMismatch
-from torch_tgb.format._dtypes import dtype_of_tensor
+from torch_tgb.format._dtypes import DType, dtype_of_tensor
 from torch_tgb.format._footer import (
     SLICE_ALIGN,
     TENSOR_ALIGN,
     TRAILER_SIZE,
-    _TensorEntry,
+    TensorInfo,
     crc32c_of,
     encode_footer,
 )
@@ -62,11 +62,11 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(raw)
 
 
-def _dtype_name(t: torch.Tensor) -> str:
+def _dtype(t: torch.Tensor) -> DType:
     dt = dtype_of_tensor(t.dtype)
     if dt is None:
         raise SchemaMismatch(f"dtype {t.dtype} is not supported by the TGB format")
-    return dt.name
+    return dt
 
 
 def _check_slices(slices: Sequence[SliceData]) -> tuple[int, int]:
@@ -131,7 +131,7 @@ def encode_tgb(
     if layout_json is not None and (layout_json.get("dp"), layout_json.get("cp", 1)) != (dp, cp):
         raise LayoutError(f"layout {layout_json} does not match the slices' grid dp={dp}, cp={cp}")
     if schema is None:
-        schema = {n: {"dtype": _dtype_name(t)} for n, t in slices[0].tensors.items()}
+        schema = {n: {"dtype": _dtype(t).name} for n, t in slices[0].tensors.items()}
 
     buffers: list[memoryview | bytes] = []
     table = []
@@ -147,7 +147,8 @@ def encode_tgb(
                 buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
                 pos += _pad(pos, TENSOR_ALIGN)
             data = _tensor_bytes(t)
-            entries.append(_TensorEntry(name, _dtype_name(t), tuple(t.shape), pos, data.nbytes, crc32c_of(data)))
+            dt = _dtype(t)
+            entries.append(TensorInfo(name, dt.name, tuple(t.shape), pos, data.nbytes, crc32c_of(data), dt))
             buffers.append(data)
             pos += data.nbytes
         table.append((s.dp, s.cp, start, pos, entries))
