@@ -18,19 +18,20 @@ from typing import TYPE_CHECKING
 from torch_tgb._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from torch_tgb.sources._base import SourceStats, UnitSource
+    from torch_tgb.sources._base import ReadOptions, SourceStats, UnitSource
     from torch_tgb.sources.lance import Lance
     from torch_tgb.sources.parquet import Parquet
     from torch_tgb.sources.token_file import TokenFile
     from torch_tgb.sources.webdataset import WebDataset
 
-__all__ = ["Lance", "Parquet", "SourceStats", "TokenFile", "UnitSource", "WebDataset"]
+__all__ = ["Lance", "Parquet", "ReadOptions", "SourceStats", "TokenFile", "UnitSource", "WebDataset"]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Lance": "torch_tgb.sources.lance",
         "Parquet": "torch_tgb.sources.parquet",
+        "ReadOptions": "torch_tgb.sources._base",
         "SourceStats": "torch_tgb.sources._base",
         "TokenFile": "torch_tgb.sources.token_file",
         "UnitSource": "torch_tgb.sources._base",

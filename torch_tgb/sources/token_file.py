@@ -40,7 +40,11 @@ _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 
 
 class TokenFile(UnitSource):
-    """Documents of a memory-mapped token file (see the module docstring for the formats)."""
+    """Documents of a memory-mapped token file (see the module docstring for the formats).
+
+    ``**options`` are the ``ReadOptions`` every source takes: ``shard``, ``seed``,
+    ``epoch``, ``epochs``, ``shuffle_buffer``, ``on_error``.
+    """
 
     def __init__(
         self,

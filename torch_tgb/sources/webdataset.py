@@ -35,7 +35,11 @@ __all__ = ["WebDataset"]
 
 
 class WebDataset(UnitSource):
-    """Documents of the samples of WebDataset tar shards; units are shards."""
+    """Documents of the samples of WebDataset tar shards; units are shards.
+
+    ``batch_size`` samples are decoded (and tokenized) together; ``**options``
+    are the ``ReadOptions`` every source takes.
+    """
 
     def __init__(
         self,
