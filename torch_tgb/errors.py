@@ -22,6 +22,7 @@ __all__ = [
     "ManifestError",
     "ObjectNotFound",
     "SchemaMismatch",
+    "SourceError",
     "StorageError",
     "StorageFull",
     "TGBError",
@@ -90,6 +91,13 @@ class ManifestError(TGBError, ValueError):
 
 class ConsistencyError(ManifestError):
     """Ranks of one job disagree on the step sequence (``check_consistency=True``)."""
+
+
+class SourceError(TGBError, ValueError):
+    """A data source cannot be read: wrong file type, missing column, bad dtype, corrupt record.
+
+    The message names the file (and the unit and record where known).
+    """
 
 
 # --- protocol ------------------------------------------------------------------

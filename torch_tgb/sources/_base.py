@@ -1,0 +1,351 @@
+"""The unit walker every source shares: sharding, window shuffle, resume, error policy.
+
+A source is cut into units (documents or chunks of a token file, tar shards,
+Lance fragments, Parquet row groups). A shard reads the units that
+``transforms.partition.shard_assignment`` gives it for the epoch, in that
+order; inside a unit it reads records in windows of ``shuffle_buffer``
+records, each window emitted in ``window_permutation`` order (or as read, when
+``shuffle_buffer`` is 0).
+
+State (JSON): ``epoch``, ``unit`` (position in the shard's unit list),
+``record`` (index in the unit of the current window's first record),
+``emitted`` (documents of that window already yielded), ``num_units`` (checked
+on restore: a source that changed since is an error, not a silent shift) and
+the stats counters. Restoring re-opens the one unit, skips to ``record``,
+re-reads and re-permutes the window and drops ``emitted`` documents: nothing
+before the unit is read again and no record is kept in the state.
+
+A subclass implements ``_records(unit, start)``: an iterator over the records
+of ``unit`` from index ``start`` on, each a document dict or a
+:class:`SourceError` for a record that could not be decoded (so that the
+walker, not the format, applies ``on_error``). Errors while opening or
+reading a unit itself (not a tar, truncated file) always raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from torch_tgb.errors import SourceError, TGBError
+from torch_tgb.transforms.partition import shard_assignment, window_permutation
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "Document",
+    "OnError",
+    "ReadOptions",
+    "SourceStats",
+    "Tokenizer",
+    "UnitSource",
+    "as_tokens",
+    "require",
+    "tokenize",
+]
+
+Document = dict[str, Any]
+OnError = Literal["raise", "skip_and_count"]
+
+
+class ReadOptions(TypedDict, total=False):
+    """The keywords every source takes (``**options``), with their defaults."""
+
+    shard: tuple[int, int]  # (index, count); (0, 1)
+    seed: int  # of the unit permutation and the window shuffle; 0
+    epoch: int  # first epoch; 0
+    epochs: int | None  # epochs to read, None = forever; 1
+    shuffle_buffer: int  # records per shuffle window, 0 = read order; 0
+    on_error: OnError  # "raise" | "skip_and_count" for corrupt records; "raise"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceStats:
+    """Counters of a source since it started (restored with its state)."""
+
+    records: int = 0  # documents yielded
+    tokens: int = 0  # tokens in them
+    skipped: int = 0  # corrupt records skipped under on_error="skip_and_count"
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional dependency, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{module} is not installed; pip install 'torch-tgb[{extra}]'") from e
+
+
+class UnitSource(BaseNode[Document]):
+    """Base of the sources: yields documents ``{"tokens": 1-D int tensor, ...}`` of its shard."""
+
+    EPOCH_KEY = "epoch"
+    UNIT_KEY = "unit"
+    RECORD_KEY = "record"
+    EMITTED_KEY = "emitted"
+    NUM_UNITS_KEY = "num_units"
+    STATS_KEY = "stats"
+
+    def __init__(
+        self,
+        *,
+        shard: tuple[int, int] = (0, 1),
+        seed: int = 0,
+        epoch: int = 0,
+        epochs: int | None = 1,
+        shuffle_buffer: int = 0,
+        on_error: OnError = "raise",
+    ) -> None:
+        super().__init__()
+        index, count = shard
+        if not 0 <= index < count:
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard=}")
+        if seed < 0 or epoch < 0 or shuffle_buffer < 0 or (epochs is not None and epochs < 1):
+            raise ValueError(f"need seed, epoch, shuffle_buffer >= 0 and epochs >= 1, got {seed=} {epoch=} "
+                             f"{shuffle_buffer=} {epochs=}")
+        if on_error not in ("raise", "skip_and_count"):
+            raise ValueError(f"on_error must be 'raise' or 'skip_and_count', got {on_error!r}")
+        self.shard = (index, count)
+        self.seed = seed
+        self.first_epoch = epoch
+        self.epochs = epochs
+        self.shuffle_buffer = shuffle_buffer
+        self.on_error = on_error
+        self._num_units = 0
+        self._start(epoch)
+
+    # --- what a subclass provides -------------------------------------------------
+
+    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
+        """Records of ``unit`` from index ``start``: documents, or errors for corrupt records."""
+        raise NotImplementedError
+
+    def _unit_name(self, unit: int) -> str:
+        """The unit in messages: the file, and the part of it."""
+        raise NotImplementedError
+
+    def _unit_length(self, unit: int) -> int | None:
+        """Records in ``unit`` when known without reading it (saves re-opening a finished unit)."""
+        return None
+
+    def _set_num_units(self, num_units: int, where: str) -> None:
+        if num_units == 0:
+            raise SourceError(f"{where}: empty source, nothing to read")
+        self._num_units = num_units
+
+    # --- the walker -------------------------------------------------------------------
+
+    @property
+    def num_units(self) -> int:
+        return self._num_units
+
+    def stats(self) -> SourceStats:
+        return SourceStats(self._records_out, self._tokens_out, self._skipped)
+
+    def _start(self, epoch: int) -> None:
+        self._epoch, self._pos, self._window_start, self._emitted = epoch, 0, 0, 0
+        self._records_out = self._tokens_out = self._skipped = 0
+        self._clear_window()
+
+    def _clear_window(self) -> None:
+        self._order: np.ndarray | None = None
+        self._it: Iterator[Document | SourceError] | None = None
+        self._window: list[Document] = []
+        self._window_raw = 0
+        self._unit_done = False
+        self._loaded = False
+        self._skipped_before_window = self._skipped
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self._close_unit()
+        if initial_state is None:
+            self._start(self.first_epoch)
+            return
+        if int(initial_state[self.NUM_UNITS_KEY]) != self._num_units:
+            raise SourceError(
+                f"{self._unit_name(0)}: the state was saved over {initial_state[self.NUM_UNITS_KEY]} units, "
+                f"the source now has {self._num_units}; it changed since"
+            )
+        stats = initial_state[self.STATS_KEY]
+        self._epoch = int(initial_state[self.EPOCH_KEY])
+        self._pos = int(initial_state[self.UNIT_KEY])
+        self._window_start = int(initial_state[self.RECORD_KEY])
+        self._emitted = int(initial_state[self.EMITTED_KEY])
+        self._records_out, self._tokens_out = int(stats["records"]), int(stats["tokens"])
+        self._skipped = int(stats["skipped"])
+        self._clear_window()
+
+    def get_state(self) -> dict[str, Any]:
+        pos, record, emitted, skipped = self._pos, self._window_start, self._emitted, self._skipped_before_window
+        if self._loaded and self._emitted >= len(self._window):  # window used up: point past it
+            pos, record = (pos + 1, 0) if self._unit_done else (pos, record + self._window_raw)
+            emitted, skipped = 0, self._skipped
+        elif not self._loaded:
+            skipped = self._skipped
+        return {
+            self.EPOCH_KEY: self._epoch,
+            self.UNIT_KEY: pos,
+            self.RECORD_KEY: record,
+            self.EMITTED_KEY: emitted,
+            self.NUM_UNITS_KEY: self._num_units,
+            self.STATS_KEY: {"records": self._records_out, "tokens": self._tokens_out, "skipped": skipped},
+        }
+
+    def next(self) -> Document:
+        while True:
+            if not self._loaded:
+                if not self._ensure_unit():
+                    raise StopIteration
+                self._fill()
+            if self._emitted < len(self._window):
+                doc = self._window[self._emitted]
+                self._emitted += 1
+                self._records_out += 1
+                self._tokens_out += int(doc["tokens"].numel())
+                return doc
+            self._next_window()
+
+    def _assignment(self) -> np.ndarray:
+        if self._order is None:
+            index, count = self.shard
+            self._order = shard_assignment(
+                self._num_units, shard_index=index, shard_count=count, seed=self.seed, epoch=self._epoch
+            )
+        return self._order
+
+    def _ensure_unit(self) -> bool:
+        """Move to the next epoch when this one is done; False at the end of the last one."""
+        while self._pos >= len(self._assignment()):
+            last = self.epochs is not None and self._epoch + 1 >= self.first_epoch + self.epochs
+            if last or len(self._assignment()) == 0:  # an empty shard stays empty every epoch
+                return False
+            self._epoch, self._pos, self._window_start, self._order = self._epoch + 1, 0, 0, None
+        return True
+
+    def _next_window(self) -> None:
+        if self._unit_done:
+            self._pos, self._window_start = self._pos + 1, 0
+        else:
+            self._window_start += self._window_raw
+        self._emitted = 0
+        self._window, self._window_raw, self._loaded = [], 0, False
+
+    def _fill(self) -> None:
+        """Read the next window of records of the current unit (applying on_error) and order it."""
+        unit = int(self._assignment()[self._pos])
+        length = self._unit_length(unit)
+        size = max(self.shuffle_buffer, 1)
+        if length is not None:
+            size = max(0, min(size, length - self._window_start))
+        self._skipped_before_window = self._skipped
+        docs: list[Document] = []
+        raw, done = 0, False
+        try:
+            if self._it is None:
+                self._it = self._records(unit, self._window_start)
+            while raw < size:
+                item = next(self._it, None)
+                if item is None:
+                    done = True
+                    break
+                raw += 1
+                if isinstance(item, SourceError):
+                    if self.on_error == "raise":
+                        raise item
+                    self._skipped += 1
+                else:
+                    docs.append(item)
+        except TGBError:
+            raise
+        except Exception as e:  # a unit that cannot be opened or read through is never skipped
+            raise SourceError(f"{self._unit_name(unit)}: cannot read: {e}") from e
+        if length is not None and self._window_start + raw >= length:
+            done = True
+        if self.shuffle_buffer > 0 and len(docs) > 1:
+            order = window_permutation(
+                len(docs), seed=self.seed, epoch=self._epoch, unit=unit, window=self._window_start
+            )
+            docs = [docs[i] for i in order]
+        if done:
+            self._close_unit()
+        self._window, self._window_raw, self._unit_done, self._loaded = docs, raw, done, True
+
+    def _close_unit(self) -> None:
+        it, self._it = getattr(self, "_it", None), None
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Open files and generators do not travel (DataLoader workers): the copy re-opens the
+        # unit and re-reads the current window, exactly as a restore from get_state() does.
+        state = self.__dict__.copy()
+        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None)
+        state["_skipped"] = self._skipped_before_window if self._loaded else self._skipped
+        state.update({k: {} for k in state if k.endswith("_handles")})
+        return state
+
+
+def as_tokens(values: Any, where: str) -> torch.Tensor | SourceError:
+    """A 1-D integer token tensor from an array-like, or the error saying why not.
+
+    uint16 widens to int32 and uint32 to int64 (torch has little support for
+    wide unsigned types); int32 and int64 stay as they are. Always a copy, so
+    a document never pins a memory map or an Arrow buffer.
+    """
+    array = np.asarray(values)
+    if array.ndim != 1:
+        return SourceError(f"{where}: tokens must be 1-D, got shape {array.shape}")
+    target = TOKEN_DTYPES.get(array.dtype.str.lstrip("<=|"))
+    if target is None:
+        return SourceError(f"{where}: wrong token dtype {array.dtype}; expected one of {sorted(TOKEN_DTYPES)}")
+    return torch.from_numpy(array.astype(target, copy=True))
+
+
+# numpy dtype code of a token array -> the dtype of the yielded tensor
+TOKEN_DTYPES = {"u2": np.int32, "i4": np.int32, "u4": np.int64, "i8": np.int64}
+
+Tokenizer = Callable[[list[str]], list[list[int]]]
+
+
+def tokenize(texts: list[str], tokenizer: Tokenizer, where: Callable[[int], str]) -> list[torch.Tensor | SourceError]:
+    """Token tensors of ``texts`` with one batched call; a failing batch is retried text by text.
+
+    So a text the tokenizer rejects becomes an error for that record only
+    (``where(i)`` names it), and the others are still read.
+    """
+    try:
+        ids = tokenizer(texts)
+        if len(ids) != len(texts):
+            raise ValueError(f"the tokenizer returned {len(ids)} results for {len(texts)} texts")
+        return [_ids_tensor(x, where(i)) for i, x in enumerate(ids)]
+    except Exception:
+        if len(texts) == 1:
+            return [_tokenize_one(texts[0], tokenizer, where(0))]
+        return [_tokenize_one(text, tokenizer, where(i)) for i, text in enumerate(texts)]
+
+
+def _tokenize_one(text: str, tokenizer: Tokenizer, where: str) -> torch.Tensor | SourceError:
+    try:
+        ids = tokenizer([text])
+        if len(ids) != 1:
+            raise ValueError(f"the tokenizer returned {len(ids)} results for 1 text")
+        return _ids_tensor(ids[0], where)
+    except Exception as e:
+        return SourceError(f"{where}: the tokenizer failed: {e!r}")
+
+
+def _ids_tensor(ids: Any, where: str) -> torch.Tensor | SourceError:
+    try:
+        return as_tokens(np.asarray(ids, dtype=np.int64), where)
+    except (TypeError, ValueError, OverflowError) as e:
+        return SourceError(f"{where}: the tokenizer returned {type(ids).__name__}, not a list of ints: {e}")

@@ -1,0 +1,178 @@
+"""WebDataset: documents from tar shards, one sample (files sharing a key) per document.
+
+Tokens come from a ``.npy`` member (``field="tokens.npy"``: a 1-D integer
+array, loaded without pickle) or from a text member (``text_field="txt"``,
+UTF-8) tokenized with ``tokenizer=``. Units of sharding are the tar shards
+(``urls``: a list, or one string with ``{000..009}`` brace ranges). Local
+paths are opened directly, URLs with a scheme through fsspec
+(``storage_options``); the tar stream is split into samples by
+``webdataset``'s ``tar_file_iterator`` and ``group_by_keys``. A tar cannot
+seek to a sample: resuming inside a shard streams it again from its start,
+skipping samples without decoding them. ``extra`` names members to carry
+along as bytes (``"__key__"`` is the sample key). Needs the ``webdataset``
+extra.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from torch_tgb.errors import SourceError
+from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, as_tokens, require, tokenize
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+wds_tar = require("webdataset.tariterators", "webdataset")
+
+__all__ = ["WebDataset"]
+
+
+class WebDataset(UnitSource):
+    """Documents of the samples of WebDataset tar shards; units are shards.
+
+    ``batch_size`` samples are decoded (and tokenized) together; ``**options``
+    are the ``ReadOptions`` every source takes.
+    """
+
+    def __init__(
+        self,
+        urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        field: str = "tokens.npy",
+        text_field: str | None = None,
+        tokenizer: Tokenizer | None = None,
+        extra: Sequence[str] = (),
+        batch_size: int = 64,
+        storage_options: dict[str, Any] | None = None,
+        **options: Unpack[ReadOptions],
+    ) -> None:
+        super().__init__(**options)
+        self.urls = _expand(urls)
+        if text_field is None and not field.endswith(".npy"):
+            raise SourceError(f"{self.urls[0] if self.urls else urls}: field {field!r} must be a .npy member; "
+                              "use text_field= and tokenizer= for text")
+        if text_field is not None and tokenizer is None:
+            raise SourceError(f"{self.urls[0] if self.urls else urls}: text_field={text_field!r} needs tokenizer=")
+        self.field, self.text_field, self.tokenizer = field, text_field, tokenizer
+        self.extra = tuple(extra)
+        self.batch_size = batch_size
+        self.storage_options = dict(storage_options or {})
+        for url in self.urls:
+            if "://" not in url and not os.path.isfile(url):
+                raise SourceError(f"{url}: no such tar shard")
+        self._set_num_units(len(self.urls), f"WebDataset({urls!r})")
+
+    def _unit_name(self, unit: int) -> str:
+        return self.urls[unit]
+
+    def _open(self, url: str) -> Any:
+        if "://" in url:
+            fsspec = require("fsspec", "webdataset")
+            return fsspec.open(url, "rb", **self.storage_options).open()
+        return open(url, "rb")
+
+    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
+        url = self.urls[unit]
+        with self._open(url) as stream:
+            _check_tar(stream, url)
+            samples = wds_tar.group_by_keys(_members(stream, url))
+            batch: list[tuple[int, dict[str, Any]]] = []
+            for index, sample in enumerate(samples):
+                if index < start:
+                    continue
+                batch.append((index, sample))
+                if len(batch) >= self.batch_size:
+                    yield from self._decode(url, batch)
+                    batch = []
+            yield from self._decode(url, batch)
+
+    def _decode(self, url: str, batch: list[tuple[int, dict[str, Any]]]) -> Iterator[Document | SourceError]:
+        def where(i: int) -> str:
+            index, sample = batch[i]
+            return f"{url} sample {index} (key {sample.get('__key__')!r})"
+
+        tokens: list[Any] = [None] * len(batch)
+        if self.text_field is not None and self.tokenizer is not None:  # both or neither (__init__)
+            texts: dict[int, str] = {}
+            for i, (_, sample) in enumerate(batch):
+                try:
+                    texts[i] = bytes(sample[self.text_field]).decode("utf-8")
+                except KeyError:
+                    tokens[i] = SourceError(f"{where(i)}: no member {self.text_field!r}")
+                except UnicodeDecodeError as e:
+                    tokens[i] = SourceError(f"{where(i)}: {self.text_field!r} is not UTF-8: {e}")
+            order = list(texts)
+            for i, out in zip(order, tokenize([texts[i] for i in order], self.tokenizer, lambda k: where(order[k]))):
+                tokens[i] = out
+        else:
+            tokens = [_load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
+        for i, out in enumerate(tokens):
+            if isinstance(out, SourceError):
+                yield out
+                continue
+            sample = batch[i][1]
+            missing = [name for name in self.extra if name not in sample]
+            if missing:
+                yield SourceError(f"{where(i)}: no member {missing[0]!r}")
+            else:
+                yield {"tokens": out, **{name: sample[name] for name in self.extra}}
+
+
+def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
+    if field not in sample:
+        return SourceError(f"{where}: no member {field!r}")
+    try:
+        array = np.load(io.BytesIO(sample[field]), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        return SourceError(f"{where}: {field!r} is not a valid .npy array: {e}")
+    return as_tokens(array, where)
+
+
+def _members(stream: Any, url: str) -> Iterator[dict[str, Any]]:
+    """The regular files of a tar stream as webdataset's ``{"fname", "data", "__url__"}`` dicts.
+
+    Like ``webdataset.tariterators.tar_file_iterator``, plus the check it lacks:
+    ``tarfile`` ends a stream silently when it is cut at a member boundary, so
+    the end-of-archive block must have been read, or the shard is truncated.
+    """
+    tar = tarfile.open(fileobj=stream, mode="r|*")
+    for info in tar:
+        if info.isreg() and not info.name.startswith("__"):
+            member = tar.extractfile(info)
+            if member is not None:
+                yield {"fname": info.name, "data": member.read(), "__url__": url}
+        tar.members = []  # type: ignore[attr-defined]  # tarfile keeps every header otherwise: a long stream grows
+    if tar.fileobj is None or tar.fileobj.tell() < tar.offset + tarfile.BLOCKSIZE:
+        raise SourceError(f"{url}: truncated tar file (no end-of-archive block after byte {tar.offset})")
+
+
+def _check_tar(stream: Any, url: str) -> None:
+    """Refuse a file that is not a tar before webdataset streams it (its error says little)."""
+    head = stream.read(512)
+    compressed = head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:6] == b"\xfd7zXZ\x00"
+    if not compressed and (len(head) < 512 or (head[257:262] != b"ustar" and not _is_v7_header(head))):
+        raise SourceError(f"{url}: not a tar file")
+    stream.seek(0)
+
+
+def _is_v7_header(head: bytes) -> bool:
+    """An old-style (pre-POSIX) header: its checksum field matches the header's bytes."""
+    try:
+        stored = int(head[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    except ValueError:
+        return False
+    return stored == sum(head[:148]) + 8 * 32 + sum(head[156:512])
+
+
+def _expand(urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    if isinstance(urls, (str, os.PathLike)):
+        braceexpand = require("braceexpand", "webdataset")
+        return list(braceexpand.braceexpand(os.fspath(urls)))
+    return [os.fspath(u) for u in urls]
