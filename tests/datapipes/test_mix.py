@@ -137,3 +137,16 @@ def test_construction_errors() -> None:
     next(bad_later), next(bad_later)
     with pytest.raises(MixtureError, match="step=2"):
         next(bad_later)
+
+
+def test_prometheus_exports_a_share_series_per_source() -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from torch_tgb.observability import TGBCollector
+
+    mix = Mix(sources({"web": 10, "code": 10}), {"web": 3, "code": 1})
+    next(mix)
+    registry = prometheus_client.CollectorRegistry()
+    TGBCollector([mix], registry=registry)
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'tgb_share_web{' in text and 'tgb_target_web{id=' in text and 'role="mix"' in text
+    assert registry.get_sample_value("tgb_target_web", {"id": hex(id(mix)), "namespace": "", "role": "mix"}) == 0.75
