@@ -17,7 +17,8 @@ which tracks the training step up to packing padding and ``Pack``'s window
 read-ahead. Exactly one of the two may be given.
 
 **Exhausted sources** (a source raising StopIteration when drawn):
-``"stop"`` ends the stream there (the mixture stays exact to the end);
+``"stop"`` ends the stream there (the mixture stays exact to the end; every
+source then counts as exhausted);
 ``"renormalize"`` drops the source and redraws among the others with their
 weights renormalised, ending when no source with a positive weight is left;
 ``"cycle"`` resets the source and goes on (an empty source is an error).
@@ -170,7 +171,6 @@ class Mix(BaseNode[T]):
                 item = self._pull(name)
             except StopIteration:
                 if self.exhausted == "stop":
-                    self._exhausted.add(name)
                     self._exhausted.update(self.names)  # the stream ends here, also after a restore
                     raise
                 self._exhausted.add(name)  # renormalize: redraw the same draw among the rest
