@@ -55,7 +55,7 @@ def problems(draw: st.DrawFn, max_rows: int = 48) -> tuple[list[float], int]:
     return costs, parts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(problems())
 def test_every_balancer_returns_an_equal_count_partition(problem: tuple[list[float], int]) -> None:
     costs, parts = problem
@@ -68,7 +68,7 @@ def test_every_balancer_returns_an_equal_count_partition(problem: tuple[list[flo
         assert fn(costs, parts) == partition  # deterministic
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(problems())
 def test_kk_is_never_worse_than_greedy(problem: tuple[list[float], int]) -> None:
     costs, parts = problem
