@@ -20,6 +20,7 @@ __all__ = [
     "InvalidKey",
     "LayoutError",
     "ManifestError",
+    "MixtureError",
     "ObjectNotFound",
     "SchemaMismatch",
     "SourceError",
@@ -87,6 +88,10 @@ class LayoutError(TGBError, ValueError):
 
 class ManifestError(TGBError, ValueError):
     """A manifest version, snapshot or dataset.json is malformed or inconsistent."""
+
+
+class MixtureError(TGBError, ValueError):
+    """Mixture weights or a schedule are invalid (negative, all zero, unknown source) at some step."""
 
 
 class ConsistencyError(ManifestError):

@@ -177,6 +177,23 @@ def test_pack_resume_and_no_token_lost() -> None:
     assert all(r["input_ids"].shape == (16,) for r in full)
 
 
+def test_pack_concat_of_dict_documents_resumes_and_reports_stats() -> None:
+    docs = [{"tokens": torch.arange(n, dtype=torch.int64) + 1000 * i, "id": i} for i, n in enumerate([5, 17, 3, 9, 40])]
+    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=3, method="concat"), stop_after=2)
+    tokens = torch.cat([r["input_ids"][r["document_ids"] >= 0] for r in full])
+    assert sorted(tokens.tolist()) == sorted(torch.cat([d["tokens"] for d in docs]).tolist())
+    assert all(r["cu_seqlens"].shape == (17,) and r["cu_seqlens"].dtype == torch.int32 for r in full)
+    node = Pack(IterableWrapper(docs), 16, window=3, method="concat")
+    rows = list(node)
+    stats = node.stats()
+    assert stats.rows == len(rows) and stats.documents == 5 and stats.tokens == 74
+    assert stats.packing_efficiency == pytest.approx(74 / (16 * len(rows))) and stats.splits >= 2
+    with pytest.raises(ValueError, match="unknown packing method"):
+        Pack(IterableWrapper(docs), 16, method="ffd")
+    with pytest.raises(ValueError, match="no 'tokens' field"):
+        next(Pack(IterableWrapper([{"ids": torch.arange(3)}]), 16))
+
+
 class FakeManifest:
     """head() reports ``steps`` committed, growing by one every ``grow_every`` polls."""
 

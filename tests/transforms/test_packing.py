@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tgb.transforms import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
+from torch_tgb.transforms import IGNORE_INDEX, pack, pack_bfd, pack_concat, pack_rows, packing_efficiency
 
 
 @settings(max_examples=200, deadline=None)
@@ -73,3 +75,42 @@ def test_pack_rows_materialises_masks(lengths, seq_len):
                 assert pos[r, i] == pos[r, i - 1] + 1 and ids[r, i] == ids[r, i - 1] + 1
             else:
                 assert pos[r, i] == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=20), seq_len=st.integers(1, 16), method=st.sampled_from(["bfd", "concat"]))
+def test_pack_conserves_tokens_and_never_crosses_a_document(lengths, seq_len, method):
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = np.arange(offsets[-1], dtype=np.int64) + 1  # unique: token t belongs to the doc whose range holds t-1
+    owner = np.searchsorted(offsets, tokens - 1, side="right") - 1
+    bins = pack(lengths, seq_len, method)
+    rows = pack_rows(tokens, offsets, bins, seq_len, attention_metadata=True)
+    ids, docs, pos, cu, mx = (rows[k] for k in ("input_ids", "document_ids", "position_ids", "cu_seqlens", "max_seqlen"))
+    assert sorted(ids[docs >= 0].tolist()) == tokens.tolist()  # every token exactly once
+    assert cu.dtype == np.int32 and cu.shape == (len(bins), seq_len + 1)
+    assert mx.dtype == np.int32 and mx.shape == (len(bins), 1)
+    for r in range(len(bins)):
+        bounds = cu[r]
+        assert bounds[0] == 0 and bounds[-1] == seq_len and (np.diff(bounds) >= 0).all()
+        segments = [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
+        assert sum(b - a for a, b in segments) == seq_len and mx[r, 0] == max(b - a for a, b in segments)
+        for a, b in segments:
+            seg_docs = set(docs[r, a:b].tolist())
+            assert len(seg_docs) == 1, "a cu_seqlens segment never crosses a document"
+            if seg_docs != {-1}:
+                assert len(set(owner[ids[r, a:b] - 1].tolist())) == 1
+                assert pos[r, a:b].tolist() == list(range(b - a))
+            else:
+                assert b == seq_len  # padding is trailing
+    if method == "concat":
+        assert all(sum(e - s for _, s, e in row) == seq_len for row in bins[:-1]), "only the last row is padded"
+
+
+def test_concat_fills_rows_in_order_and_splits_documents():
+    assert pack_concat([3, 6, 0, 2], 4) == [[(0, 0, 3), (1, 0, 1)], [(1, 1, 5)], [(1, 5, 6), (3, 0, 2)]]
+    assert pack([3], 4, "concat") == [[(0, 0, 3)]]
+    with pytest.raises(ValueError, match="unknown packing method"):
+        pack([3], 4, "ffd")
+    rows = pack_rows(np.arange(1, 4), np.array([0, 3]), [[(0, 0, 3)]], 4, attention_metadata=True)
+    assert rows["cu_seqlens"].tolist() == [[0, 3, 4, 4, 4]] and rows["max_seqlen"].tolist() == [[3]]
+    assert rows["labels"].tolist() == [[2, 3, IGNORE_INDEX, IGNORE_INDEX]]

@@ -1,15 +1,19 @@
-"""The consumer pipeline as torchdata.nodes stages.
+"""The pipelines as torchdata.nodes stages.
 
-``ManifestPoller -> Project -> FooterIndex -> RangeReader`` is what
-``TGBDataset`` composes; ``BlockShuffle`` and ``Pack`` wrap the pure offline
-functions for random access over a sealed namespace and for packing a
-document stream. Every stage is a ``torchdata.nodes.BaseNode`` with
+Consumer: ``ManifestPoller -> Project -> FooterIndex -> RangeReader`` is what
+``TGBDataset`` composes; ``BlockShuffle`` gives random access over a sealed
+namespace. Producer: ``Mix -> Pack -> GlobalBatches`` turns document streams
+into the global batches a ``Producer`` appends (mixture by schedule, packed
+rows with attention metadata, cost-balanced dp slices); they wrap the pure
+functions of ``torch_tgb.transforms``. Every stage is a ``torchdata.nodes.BaseNode`` with
 ``reset(initial_state)`` / ``get_state()``; a parent nests its source's state.
 """
 
 from torch_tgb.datapipes._types import ReadTask, StepBatch, StepEntry
 from torch_tgb.datapipes.footer_index import FooterIndex
-from torch_tgb.datapipes.pack import Pack
+from torch_tgb.datapipes.global_batches import BatchStats, GlobalBatches
+from torch_tgb.datapipes.mix import Mix, MixStats
+from torch_tgb.datapipes.pack import Pack, PackStats
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
 from torch_tgb.datapipes.project import Project
 from torch_tgb.datapipes.range_reader import RangeReader
@@ -17,11 +21,16 @@ from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats, merge_stats
 
 __all__ = [
+    "BatchStats",
     "BlockShuffle",
     "ConsumerStats",
     "FooterIndex",
+    "GlobalBatches",
     "ManifestPoller",
+    "Mix",
+    "MixStats",
     "Pack",
+    "PackStats",
     "PollPolicy",
     "Project",
     "RangeReader",

@@ -1,23 +1,82 @@
 """Pure transforms: the logic of the producer- and reader-side pipeline stages.
 
-Functions of their arguments only (numpy in, numpy or plain Python out): no I/O,
-no torchdata, no torch_tgb layer above ``errors``. The ``torchdata.nodes`` stages
-in ``datapipes/`` and the offline writers in ``offline/`` call into these, and
-tests hit them directly with hypothesis.
+Functions of their arguments only (numpy/torch in, numpy/torch or plain Python
+out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
+``torchdata.nodes`` stages in ``datapipes/`` and the offline writers in
+``offline/`` call into these, and tests hit them directly with hypothesis.
 
 - ``shuffle``: permutations and ZeroBatch block-shuffle orders of (size, seed, epoch).
-- ``packing``: best-fit-decreasing packing of documents into rows, with document masks.
+- ``packing``: BFD and concat packing of documents into rows, with document masks and ``cu_seqlens``.
+- ``attention``: block-diagonal causal masks (dense for SDPA, ``BlockMask`` for flex_attention).
+- ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
+- ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
 """
 
-from torch_tgb.transforms.packing import IGNORE_INDEX, Span, pack_bfd, pack_rows, packing_efficiency
+from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
+from torch_tgb.transforms.balance import (
+    BALANCERS,
+    balance,
+    balance_greedy,
+    balance_kk,
+    balance_round_robin,
+    max_cost,
+    part_costs,
+    row_costs,
+)
+from torch_tgb.transforms.mixing import (
+    Schedule,
+    WeightsLike,
+    as_schedule,
+    check_weights,
+    constant,
+    draw_source,
+    linear,
+    parse_weights,
+    piecewise,
+)
+from torch_tgb.transforms.packing import (
+    IGNORE_INDEX,
+    PACKERS,
+    Span,
+    cu_seqlens,
+    pack,
+    pack_bfd,
+    pack_concat,
+    pack_rows,
+    packing_efficiency,
+)
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
 
 __all__ = [
+    "BALANCERS",
     "IGNORE_INDEX",
+    "PACKERS",
+    "Schedule",
     "Span",
+    "WeightsLike",
+    "as_schedule",
+    "balance",
+    "balance_greedy",
+    "balance_kk",
+    "balance_round_robin",
     "block_shuffle_order",
+    "check_weights",
+    "constant",
+    "cu_seqlens",
+    "document_block_mask",
+    "document_mask",
+    "draw_source",
+    "flatten_cu_seqlens",
+    "linear",
+    "max_cost",
+    "pack",
     "pack_bfd",
+    "pack_concat",
     "pack_rows",
     "packing_efficiency",
+    "parse_weights",
+    "part_costs",
     "permutation",
+    "piecewise",
+    "row_costs",
 ]

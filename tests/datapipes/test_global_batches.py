@@ -1,0 +1,133 @@
+"""GlobalBatches: stacking, balancing, padding, resume; Mix -> Pack -> GlobalBatches -> Producer -> 2 ranks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torchdata.nodes import IterableWrapper
+
+import torch_tgb as tgb
+from torch_tgb.datapipes import GlobalBatches, Mix, Pack
+from torch_tgb.errors import LayoutError
+from torch_tgb.testing.resume import run_resume_test
+from torch_tgb.transforms import linear, row_costs
+
+
+def documents(name_base: int, lengths: list[int]) -> list[dict[str, torch.Tensor]]:
+    """Documents whose tokens are unique across the test: base + running index."""
+    out, pos = [], name_base
+    for n in lengths:
+        out.append({"tokens": torch.arange(pos, pos + n, dtype=torch.int64)})
+        pos += n
+    return out
+
+
+def skewed_lengths(seed: int, n: int, hi: int) -> list[int]:
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in np.clip(rng.lognormal(2.5, 1.0, n), 1, hi)]
+
+
+def pipeline(balance: str | None, *, dp: int = 2, gbs: int = 8, seq_len: int = 32, window: int = 16) -> GlobalBatches:
+    web = IterableWrapper(documents(1_000_000, skewed_lengths(0, 60, 80)))
+    code = IterableWrapper(documents(2_000_000, skewed_lengths(1, 40, 80)))
+    mixed = Mix(
+        {"web": web, "code": code},
+        linear({"web": 0.8, "code": 0.2}, {"web": 0.2, "code": 0.8}, 60),
+        seed=5,
+        exhausted="renormalize",
+    )
+    rows = Pack(mixed, seq_len, window=window, method="bfd")
+    return GlobalBatches(rows, global_batch_size=gbs, layout=tgb.Layout(dp=dp), balance=balance, alpha=4.0)
+
+
+@pytest.mark.parametrize("method", [None, "greedy", "kk"])
+def test_batches_are_equal_count_slices_with_recorded_order_and_costs(method: str | None) -> None:
+    node = pipeline(method)
+    for batch in node:
+        assert batch["input_ids"].shape == (8, 32) and batch["cu_seqlens"].shape == (8, 33)
+        if method is None:
+            assert "row_index" not in batch
+            continue
+        order = batch["row_index"]
+        assert sorted(order.tolist()) == list(range(8))
+        for d in range(2):  # rows keep their arrival order inside a slice
+            part = order[d * 4 : (d + 1) * 4]
+            assert torch.equal(part, part.sort().values)
+        ids = batch["document_ids"]
+        want = row_costs([torch.bincount(r[r >= 0]).tolist() if (r >= 0).any() else [] for r in ids], alpha=4.0)
+        assert np.allclose(batch["row_cost"].numpy(), want)
+        stats = node.stats()
+        assert stats.slice_costs == pytest.approx(
+            [float(batch["row_cost"][:4].sum()), float(batch["row_cost"][4:].sum())]
+        )
+
+
+def test_balancing_lowers_the_largest_slice_cost() -> None:
+    worst = {}
+    for method in (None, "kk"):
+        node = pipeline(method, dp=4, gbs=16, seq_len=64, window=64)
+        worst[method] = [max(node.stats().slice_costs) for _ in node]
+    assert sum(worst["kk"]) < 0.9 * sum(worst[None])
+
+
+def test_short_last_batch_is_padded_not_dropped() -> None:
+    rows = Pack(IterableWrapper(documents(0, [5, 7, 3])), 8, window=4)
+    batches = list(GlobalBatches(rows, global_batch_size=4, layout=tgb.Layout(dp=2), balance="greedy"))
+    assert len(batches) == 1
+    b = batches[0]
+    real = b["document_ids"] >= 0
+    assert sorted(b["input_ids"][real].tolist()) == list(range(15))
+    pad = ~real.any(dim=1)
+    assert int(pad.sum()) == 2
+    assert (b["labels"][pad] == -100).all() and (b["cu_seqlens"][pad][:, 0] == 0).all()
+    assert (b["cu_seqlens"][pad][:, 1:] == 8).all() and (b["max_seqlen"][pad] == 8).all()
+    assert (b["row_cost"][pad] == 0).all()
+
+
+def test_errors() -> None:
+    rows = Pack(IterableWrapper(documents(0, [5])), 8)
+    with pytest.raises(LayoutError, match="global_batch_size=6 is not divisible by dp=4"):
+        GlobalBatches(rows, global_batch_size=6, layout=tgb.Layout(dp=4))
+    with pytest.raises(ValueError, match="unknown balance"):
+        GlobalBatches(rows, global_batch_size=4, layout=tgb.Layout(dp=4), balance="lpt")
+    plain = IterableWrapper([{"x": torch.zeros(3)}] * 2)
+    with pytest.raises(LayoutError, match="document_ids"):
+        next(GlobalBatches(plain, global_batch_size=2, layout=tgb.Layout(dp=2), balance="kk"))
+    by_callable = GlobalBatches(
+        plain, global_batch_size=2, layout=tgb.Layout(dp=2), balance="kk", cost=lambda row: float(row["x"].sum())
+    )
+    assert next(by_callable)["row_cost"].tolist() == [0.0, 0.0]
+
+
+def test_resume_through_mix_pack_global_batches() -> None:
+    full = run_resume_test(lambda: pipeline("kk"), stop_after=2)
+    assert len(full) >= 4
+    run_resume_test(lambda: pipeline("greedy"), stop_after=len(full) - 1)
+
+
+def test_end_to_end_two_ranks_see_every_token_once(tmp_path) -> None:
+    ns = str(tmp_path / "ns")
+    layout = tgb.Layout(dp=2)
+    node = pipeline("kk", dp=2, gbs=8)
+    costs = []
+    with tgb.Producer(ns, producer_id="p0", layout=layout, commit_policy="fixed:2") as p:
+        for offset, batch in enumerate(node):
+            p.append(batch, offset=offset)
+            costs.append(node.stats().slice_costs)
+        p.close(seal=True)
+    seen: Counter[int] = Counter()
+    steps = 0
+    for rank in range(2):
+        ds = tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=rank, dp_size=2), prefetch=0)
+        for step, batch in enumerate(ds):
+            seen.update(batch["input_ids"][batch["document_ids"] >= 0].tolist())
+            assert float(batch["row_cost"].sum()) == pytest.approx(costs[step][rank])  # slice costs as reported
+            steps += 1
+    assert steps == 2 * len(costs)
+    web = documents(1_000_000, skewed_lengths(0, 60, 80))
+    code = documents(2_000_000, skewed_lengths(1, 40, 80))
+    want = Counter(t for d in web + code for t in d["tokens"].tolist())
+    assert seen == want  # every document's tokens exactly once (renormalize drains both sources)

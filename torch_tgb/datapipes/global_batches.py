@@ -1,0 +1,199 @@
+"""GlobalBatches: packed rows -> the global batches a Producer appends, optionally cost-balanced.
+
+Reads ``global_batch_size`` rows (dicts of equally shaped tensors, as ``Pack``
+yields them) and stacks them into one ``dict[str, Tensor]`` with dim 0 = the
+global batch. ``Layout.cut`` gives dp slice ``d`` the contiguous block of
+rows ``[d * B/dp, (d + 1) * B/dp)``. A short last batch is filled with
+padding rows (``input_ids``/``position_ids`` 0, ``labels`` -100,
+``document_ids`` -1, ``cu_seqlens`` one padding segment, ``max_seqlen`` =
+seq_len; any other tensor zeros), so no token is dropped.
+
+**Balance.** With ``balance="greedy"`` or ``"kk"`` (``transforms.balance``)
+rows are permuted so every dp slice gets ``B/dp`` rows and the largest slice
+cost is small. ``cost="attention"``: ``Σ len² + alpha·len`` over the
+documents of a row (lengths from ``document_ids``); or any callable
+``row -> float``. The batch then also carries:
+
+- ``row_index`` (int64 ``[B]``): each row's position in arrival order (the
+  permutation; padding rows come last in arrival order). Inside a slice the
+  rows keep their arrival order, so ``argsort(row_index)`` undoes it.
+- ``row_cost`` (float64 ``[B]``): each row's cost; a slice's cost is the sum
+  over its rows, so every rank can compute its own.
+
+``stats()`` (:class:`BatchStats`) reports the slice costs of the last batch
+and the mean imbalance (max/mean slice cost) so far.
+
+State: the rows source's state after the last batch (nothing is buffered
+between batches) and the number of batches yielded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from torch_tgb.errors import LayoutError
+from torch_tgb.transforms import BALANCERS, IGNORE_INDEX, balance, part_costs, row_costs
+
+if TYPE_CHECKING:
+    from torch_tgb.layout import Layout
+
+__all__ = ["BatchStats", "GlobalBatches", "RowCost"]
+
+#: a row's cost: ``"attention"`` or a function of the row's tensors
+RowCost = str | Callable[[Mapping[str, torch.Tensor]], float]
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """Global batches assembled so far and the balance of the last one."""
+
+    batches: int = 0
+    rows: int = 0
+    padding_rows: int = 0
+    #: cost of each dp slice of the last batch, in slice order
+    slice_costs: list[float] = field(default_factory=list)
+    #: max / mean slice cost of the last batch (1.0 = perfect balance)
+    imbalance: float = 1.0
+    #: mean of ``imbalance`` over all batches so far
+    mean_imbalance: float = 1.0
+
+
+def _pad_row(like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for name, t in like.items():
+        if name == "labels":
+            out[name] = torch.full_like(t, IGNORE_INDEX)
+        elif name == "document_ids":
+            out[name] = torch.full_like(t, -1)
+        elif name == "cu_seqlens":  # one padding segment: [0, L, L, ...]
+            out[name] = torch.full_like(t, t.shape[-1] - 1)
+            out[name][..., 0] = 0
+        elif name == "max_seqlen":
+            out[name] = torch.full_like(t, like["cu_seqlens"].shape[-1] - 1 if "cu_seqlens" in like else 0)
+        else:
+            out[name] = torch.zeros_like(t)
+    return out
+
+
+def attention_cost(row: Mapping[str, torch.Tensor], *, alpha: float) -> float:
+    """``Σ len² + alpha·len`` over the documents of ``row`` (from its ``document_ids``)."""
+    if "document_ids" not in row:
+        raise LayoutError(f"cost='attention' needs rows with document_ids (row has {sorted(row)}); pass cost=callable")
+    ids = row["document_ids"].reshape(-1)
+    lengths = torch.bincount(ids[ids >= 0].to(torch.int64)).numpy() if bool((ids >= 0).any()) else np.zeros(0)
+    return float(row_costs([lengths], alpha=alpha)[0])
+
+
+class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
+    """Stacks ``global_batch_size`` rows into one global batch; see the module docstring."""
+
+    SOURCE_KEY = "source"
+    BATCHES_KEY = "batches"
+
+    def __init__(
+        self,
+        rows: BaseNode[Mapping[str, torch.Tensor]],
+        *,
+        global_batch_size: int,
+        layout: Layout,
+        balance: str | None = None,
+        cost: RowCost = "attention",
+        alpha: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(global_batch_size, int) or global_batch_size < 1:
+            raise LayoutError(f"global_batch_size must be an int >= 1, got {global_batch_size!r}")
+        if global_batch_size % layout.dp:
+            raise LayoutError(
+                f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp}: "
+                f"every dp slice must get the same number of rows"
+            )
+        if balance is not None and balance not in BALANCERS:
+            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(BALANCERS)}")
+        if not callable(cost) and cost != "attention":
+            raise ValueError(f"cost must be 'attention' or a callable row -> float, got {cost!r}")
+        if alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha}")
+        self.source = rows
+        self.global_batch_size = global_batch_size
+        self.layout = layout
+        self.balance = balance
+        self.cost = cost
+        self.alpha = alpha
+        self._batches = 0
+        self._rows = 0
+        self._padding = 0
+        self._slice_costs: list[float] = []
+        self._imbalance_sum = 0.0
+        self._counted = 0  # batches since the last reset, for mean_imbalance
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self._rows = self._padding = 0
+        self._slice_costs = []
+        self._imbalance_sum = 0.0
+        if initial_state is None:
+            self.source.reset(None)
+            self._batches = 0
+        else:
+            self.source.reset(initial_state[self.SOURCE_KEY])
+            self._batches = int(initial_state[self.BATCHES_KEY])
+        self._counted = 0
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self.source.state_dict(), self.BATCHES_KEY: self._batches}
+
+    def _row_cost(self, row: Mapping[str, torch.Tensor]) -> float:
+        if callable(self.cost):
+            return float(self.cost(row))
+        return attention_cost(row, alpha=self.alpha)
+
+    def next(self) -> dict[str, torch.Tensor]:
+        rows: list[Mapping[str, torch.Tensor]] = []
+        for row in self.source:
+            rows.append(row)
+            if len(rows) == self.global_batch_size:
+                break
+        if not rows:
+            raise StopIteration
+        real = len(rows)
+        rows.extend(_pad_row(rows[0]) for _ in range(self.global_batch_size - real))
+        costs = np.array([self._row_cost(r) if i < real else 0.0 for i, r in enumerate(rows)], dtype=np.float64)
+        dp = self.layout.dp
+        size = self.global_batch_size // dp
+        if self.balance is None:
+            partition = [list(range(d * size, (d + 1) * size)) for d in range(dp)]
+        else:
+            partition = balance(costs, dp, self.balance)
+        order = [i for part in partition for i in part]
+        batch = {name: torch.stack([rows[i][name] for i in order]) for name in rows[0]}
+        if self.balance is not None:
+            batch["row_index"] = torch.tensor(order, dtype=torch.int64)
+            batch["row_cost"] = torch.from_numpy(costs[order])
+        slice_costs = part_costs(costs, partition)
+        mean = sum(slice_costs) / dp
+        self._slice_costs = slice_costs
+        self._imbalance_sum += max(slice_costs) / mean if mean > 0 else 1.0
+        self._batches += 1
+        self._counted += 1
+        self._rows += real
+        self._padding += self.global_batch_size - real
+        return batch
+
+    def stats(self) -> BatchStats:
+        last = self._slice_costs
+        mean = sum(last) / len(last) if last else 0.0
+        return BatchStats(
+            batches=self._batches,
+            rows=self._rows,
+            padding_rows=self._padding,
+            slice_costs=list(last),
+            imbalance=max(last) / mean if mean > 0 else 1.0,
+            mean_imbalance=self._imbalance_sum / self._counted if self._counted else 1.0,
+        )
