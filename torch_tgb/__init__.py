@@ -16,7 +16,9 @@ from torch_tgb.errors import (
     FencedError,
     LayoutError,
     ManifestError,
+    MixtureError,
     SchemaMismatch,
+    SourceError,
     StorageError,
     TGBError,
 )
@@ -31,7 +33,10 @@ _LAZY = {
     "Reclaimer": "torch_tgb.checkpoint",
     "TGBDataset": "torch_tgb.consumer",
     "checkpoint": "torch_tgb.checkpoint",
+    "datapipes": "torch_tgb.datapipes",
     "open_store": "torch_tgb.storage",
+    "sources": "torch_tgb.sources",
+    "transforms": "torch_tgb.transforms",
     "write_dataset": "torch_tgb.offline",
 }
 
@@ -44,7 +49,9 @@ __all__ = sorted(
         "FencedError",
         "LayoutError",
         "ManifestError",
+        "MixtureError",
         "SchemaMismatch",
+        "SourceError",
         "StorageError",
         "TGBError",
         *_LAZY,

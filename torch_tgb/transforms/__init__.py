@@ -10,6 +10,7 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``attention``: block-diagonal causal masks (dense for SDPA, ``BlockMask`` for flex_attention).
 - ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
 - ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
+- ``partition``: permutation-then-partition of source units over shards, seeded window shuffles.
 """
 
 from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
@@ -45,6 +46,7 @@ from torch_tgb.transforms.packing import (
     pack_rows,
     packing_efficiency,
 )
+from torch_tgb.transforms.partition import partition_bounds, shard_assignment, window_permutation
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
 
 __all__ = [
@@ -76,7 +78,10 @@ __all__ = [
     "packing_efficiency",
     "parse_weights",
     "part_costs",
+    "partition_bounds",
     "permutation",
     "piecewise",
     "row_costs",
+    "shard_assignment",
+    "window_permutation",
 ]
