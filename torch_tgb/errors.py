@@ -109,7 +109,15 @@ class SourceError(TGBError, ValueError):
 
 
 class CommitConflict(TGBError):
-    """Another producer committed the version we tried to write (retried internally)."""
+    """Another producer committed the version we tried to write.
+
+    No public call raises it: a conflict is the normal outcome of racing
+    producers, reported as ``AttemptResult.conflict`` by
+    ``manifest.Committer.attempt`` and retried by the producer after a rebase
+    (counted in ``ProducerStats.conflicts``). The name stays public (API.md) for
+    code that drives ``Committer.attempt`` itself and turns a conflict into an
+    exception.
+    """
 
 
 class FencedError(TGBError):

@@ -191,3 +191,12 @@ def test_dead_endpoint_is_transient_and_names_namespace_and_key():
         store.get("some/key")
     assert "s3://nobucket/ns" in str(info.value) and "some/key" in str(info.value)
     assert "2 attempts" in str(info.value)
+
+
+def test_forwarding_store_keeps_the_local_mmap_path(tmp_path):
+    from torch_tgb.storage import ForwardingStore, LocalStore
+
+    inner = LocalStore(str(tmp_path))
+    inner.put("data/x.bin", b"abc")
+    wrapped = ForwardingStore(inner)
+    assert wrapped.local_path("data/x.bin") == inner.local_path("data/x.bin") is not None

@@ -70,3 +70,8 @@ class ForwardingStore(StoreWrapper):
 
     def delete(self, keys: str | Iterable[str]) -> None:
         self.inner.delete(keys)
+
+    def local_path(self, key: str) -> str | None:
+        # Forwarded like everything else, so a wrapped LocalStore keeps its mmap path; a wrapper
+        # that must see every read (faults, latency models) returns None itself.
+        return self.inner.local_path(key)
