@@ -153,14 +153,15 @@ def test_corrupt_slice_names_object_and_step(tmp_path) -> None:
 def test_block_shuffle(store: Any) -> None:
     full = run_resume_test(lambda: BlockShuffle(Manifest(store), block_size=2, seed=3, epochs=2), stop_after=11)
     assert len(full) == 2 * N_STEPS
+    assert [e.step for e in full] == list(range(2 * N_STEPS))  # positions count through the epochs
     for epoch in range(2):
-        order = [e.step for e in full[epoch * N_STEPS : (epoch + 1) * N_STEPS]]
+        order = [e.tgb_step for e in full[epoch * N_STEPS : (epoch + 1) * N_STEPS]]
         assert sorted(order) == list(range(N_STEPS))
         starts = [s for s in order if s % 2 == 0]
         for s in starts:  # inside a block the order stays sequential
             if s + 1 < N_STEPS:
                 assert order.index(s + 1) == order.index(s) + 1
-    assert [e.step for e in full[:N_STEPS]] != [e.step for e in full[N_STEPS:]]
+    assert [e.tgb_step for e in full[:N_STEPS]] != [e.tgb_step for e in full[N_STEPS:]]
 
 
 def test_block_shuffle_needs_a_sealed_namespace(tmp_path) -> None:

@@ -17,6 +17,11 @@ for a position inside a TGB the new plan cannot express.
 The step sequence is one stream: iterating again continues where the last
 iteration stopped (at the seal of a finished stream it yields nothing);
 ``load_state_dict({"tgb_cursor": Cursor(0).to_json()})`` starts over.
+
+Epochs over a sealed namespace (``shuffle=True``, or ``epochs`` other than 1):
+the pipeline reads ``datapipes.BlockShuffle`` instead of the manifest stream,
+positions count through the epochs, ``set_epoch(e)`` starts epoch ``e`` and
+the state keeps the position under ``"tgb_epochs"`` (``consumer/_epochs.py``).
 """
 
 from __future__ import annotations
@@ -30,15 +35,17 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, epoch_cursor_of
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
 from torch_tgb.datapipes.project import Project, cursor_at
 from torch_tgb.datapipes.range_reader import RangeReader
+from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
-from torch_tgb.errors import DataTimeout, LayoutError
+from torch_tgb.errors import DataTimeout, LayoutError, ManifestError
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
@@ -81,7 +88,16 @@ class TGBDataset(IterableDataset):
         dp_split: str = "merge",
         check_consistency: bool = False,
         options: ReaderOptions = ReaderOptions(),
+        shuffle: bool = False,
+        block_size: int = 64,
+        seed: int = 0,
+        epochs: int | None = 1,
     ) -> None:
+        """``shuffle``/``block_size``/``seed``/``epochs``: read a sealed namespace in (block-shuffled) epochs.
+
+        ``epochs=None`` repeats forever. With ``shuffle=False`` and ``epochs=1``
+        (the default) the namespace is read as a stream, sealed or not.
+        """
         super().__init__()
         if dp_split not in DP_SPLITS:
             raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {dp_split!r}")
@@ -96,7 +112,11 @@ class TGBDataset(IterableDataset):
         self.check_consistency = check_consistency
         self.options = options
         self.emit_meta = False  # set by tgb.DataLoader: workers hand metadata to the main process
-        self._start = Cursor(0)
+        self._order = EpochOrder(shuffle, block_size, seed, epochs) if shuffle or epochs != 1 else None
+        if self._order is not None and options.stop_step is not None:
+            raise ValueError("options.stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
+        self._num_steps: int | None = None  # epochs mode: steps of the sealed namespace, read once
+        self._start: Cursor | None = Cursor(0) if self._order is None else None  # None: the start of the first epoch
         self._restore: dict[str, Any] | None = None  # exact same-setting state, checked at iteration
         self._reader: RangeReader | None = None
         self._delivered: Position | None = None  # while iterating: the position after the last delivered step
@@ -134,11 +154,57 @@ class TGBDataset(IterableDataset):
         return (0, 1) if info is None else (info.id, info.num_workers)
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable position; ``"tgb_cursor"`` is the next step to deliver."""
+        """JSON-serialisable position; ``"tgb_cursor"`` is the first step this reader may still read.
+
+        For a stream that is the next step to deliver; in epochs mode it is step
+        0 (any step may be read again) and the position is under ``"tgb_epochs"``.
+        """
         state: dict[str, Any] = dict(self._setting())
-        state.update(self._position())
+        position = self._position()
+        if self._order is not None:
+            cursor = Cursor.from_json(position[CURSOR_KEY])
+            state[EPOCHS_KEY] = self._order.to_json(cursor, self._steps_per_epoch())
+            position[CURSOR_KEY] = Cursor(0, cursor.version).to_json()
+        state.update(position)
         state["stats"] = self.stats().to_json()
         return state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start (the next iteration) at the beginning of ``epoch``; reads ``epochs`` epochs from there."""
+        if self._order is None:
+            raise ValueError(
+                "set_epoch needs an epochs read of a sealed namespace: TGBDataset(..., shuffle=True) or epochs != 1"
+            )
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+            self._delivered = None
+        self._order = EpochOrder(self._order.shuffle, self._order.block_size, self._order.seed, self._order.epochs, epoch)
+        self._start = None
+        self._restore = None
+
+    def _steps_per_epoch(self) -> int:
+        """``N`` of an epochs read (the sealed namespace's steps), read once and carried to workers."""
+        if self._num_steps is None:
+            store = open_store(self.ns, self.storage_options or None)
+            try:
+                head = Manifest(store).head()
+                if not head.sealed:
+                    raise ManifestError(
+                        f"{store.url}: shuffle/epochs read a sealed namespace; version {head.version} "
+                        f"({head.num_steps} steps) is not sealed"
+                    )
+                self._num_steps = int(head.num_steps)
+            finally:
+                if not isinstance(self.ns, ObjectStore):
+                    store.close()
+        return self._num_steps
+
+    def _start_cursor(self) -> Cursor:
+        if self._start is not None:
+            return self._start
+        assert self._order is not None  # a stream always has a start cursor
+        return Cursor(self._order.first_epoch * self._steps_per_epoch())
 
     def _position(self) -> dict[str, Any]:
         """``tgb_cursor`` with the origin/index/plan it was derived from."""
@@ -153,13 +219,14 @@ class TGBDataset(IterableDataset):
             # so the written layout is read now: a worker's initial state must not claim an
             # earlier step than its own first one.
             index = self._current_worker()[0]
+            start = self._start_cursor()
             if index == 0:
-                return {CURSOR_KEY: self._start.to_json(), "origin": self._start.to_json()}
+                return {CURSOR_KEY: start.to_json(), "origin": start.to_json()}
             layout = self._resolve_layout()
             plan_obj = plan_reads(layout, self.mesh, dp_split=self.dp_split)
             plan = {"tgbs_per_step": plan_obj.tgbs_per_step, "steps_per_tgb": plan_obj.steps_per_tgb}
-            cursor = cursor_at(self._start, index, version=self._start.version, **plan)
-            return {CURSOR_KEY: cursor.to_json(), "origin": self._start.to_json(), "index": index, "plan": plan}
+            cursor = cursor_at(start, index, version=start.version, **plan)
+            return {CURSOR_KEY: cursor.to_json(), "origin": start.to_json(), "index": index, "plan": plan}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state`` (a TGBDataset, worker or whole loader state)."""
@@ -167,11 +234,28 @@ class TGBDataset(IterableDataset):
             self._reader.close()
             self._reader = None
             self._delivered = None
-        cursor = cursor_of(state)
+        found = epoch_cursor_of(state)
+        if self._order is None:
+            if found is not None:
+                raise LayoutError(
+                    f"the state was taken reading epochs ({dict(found[1])}); pass the same shuffle/epochs settings"
+                )
+            cursor = cursor_of(state)
+        else:
+            if found is None:
+                raise LayoutError("the state was taken reading a stream; an epochs read cannot continue from it")
+            cursor, saved = found
+            self._order.check_same_order(saved)
+            self._order = EpochOrder(
+                self._order.shuffle, self._order.block_size, self._order.seed, self._order.epochs,
+                int(saved.get("first_epoch", 0)),
+            )
         self._start = cursor
         self._restore = None
         if CURSOR_KEY in state and all(k in state for k in ("origin", "index", "plan")):
-            self._restore = {k: state[k] for k in (CURSOR_KEY, "origin", "index", "plan", "mesh", "dp_split", "worker", "num_workers")}
+            keys = (CURSOR_KEY, "origin", "index", "plan", "mesh", "dp_split", "worker", "num_workers")
+            self._restore = {k: state[k] for k in keys}
+            self._restore[CURSOR_KEY] = cursor.to_json()  # in epochs mode: the position, not step 0
 
     # --- iteration -------------------------------------------------------------
 
@@ -222,17 +306,24 @@ class TGBDataset(IterableDataset):
                 plan.tgbs_per_step,
                 plan.steps_per_tgb,
             )
-        origin = self._start if start is None else start.origin
-        poller = ManifestPoller(
-            manifest,
-            origin.step,
-            timeout=self.timeout,
-            policy=self.options.poll,
-            stop_step=self.options.stop_step,
-            stats=self._stats,
-            namespace=store.url,
-        )
-        project = Project(poller, plan, origin=origin, worker=worker, num_workers=workers, start=start)
+        steps: ManifestPoller | BlockShuffle
+        if self._order is None:
+            steps = ManifestPoller(
+                manifest,
+                timeout=self.timeout,
+                policy=self.options.poll,
+                stop_step=self.options.stop_step,
+                stats=self._stats,
+                namespace=store.url,
+            )
+        else:
+            order = self._order
+            steps = BlockShuffle(
+                manifest, block_size=order.order_block, seed=order.seed, epoch=order.first_epoch, epochs=order.epochs
+            )
+            self._num_steps = steps.num_steps
+        origin = self._start_cursor() if start is None else start.origin
+        project = Project(steps, plan, origin=origin, worker=worker, num_workers=workers, start=start)
         footers = FooterIndex(
             project,
             store,

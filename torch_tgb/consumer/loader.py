@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.cursor import CURSOR_KEY, Cursor
 from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
@@ -49,7 +49,12 @@ class DataLoader(StatefulDataLoader):
         options: ReaderOptions = ReaderOptions(),
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
+        shuffle: bool = False,
+        block_size: int = 64,
+        seed: int = 0,
+        epochs: int | None = 1,
     ) -> None:
+        """Settings as on :class:`TGBDataset` (``shuffle``/``block_size``/``seed``/``epochs``: epochs of a sealed namespace)."""
         dataset = (
             ns
             if isinstance(ns, TGBDataset)
@@ -62,6 +67,10 @@ class DataLoader(StatefulDataLoader):
                 dp_split=dp_split,
                 check_consistency=check_consistency,
                 options=options,
+                shuffle=shuffle,
+                block_size=block_size,
+                seed=seed,
+                epochs=epochs,
             )
         )
         dataset.emit_meta = dataset.check_consistency and num_workers > 0
@@ -117,13 +126,18 @@ class DataLoader(StatefulDataLoader):
             yield batch
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Continue from the canonical cursor of ``state_dict`` (any consumer state)."""
+        """Continue from the canonical position of ``state_dict`` (any consumer state), with a fresh round robin."""
         if not state_dict:
             super().load_state_dict({})
             return
-        cursor = cursor_of(state_dict)
-        self.tgb_dataset.load_state_dict({CURSOR_KEY: cursor.to_json()})
+        # The dataset finds the smallest position among the workers' states (cursor_of, or the
+        # epochs position), which is the first step not yet delivered.
+        self.tgb_dataset.load_state_dict({"workers": state_dict})
         super().load_state_dict({})
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at the beginning of ``epoch`` (epochs reads; see ``TGBDataset.set_epoch``)."""
+        self.tgb_dataset.set_epoch(epoch)
 
     def stats(self) -> ConsumerStats:
         """Read statistics; with workers, summed over the workers' last reports."""

@@ -29,6 +29,7 @@ __all__ = [
     "StepBatch",
     "StepEntry",
     "StepLookahead",
+    "StepSource",
 ]
 
 
@@ -65,17 +66,35 @@ class Interruptible(Protocol):
     def interrupt(self) -> None: ...
 
 
+@runtime_checkable
+class StepSource(StepLookahead, Protocol):
+    """What ``Project`` reads from: a step stream it can position (``ManifestPoller``, ``BlockShuffle``)."""
+
+    def state_at(self, step: int, version: int = 0) -> dict[str, int]: ...
+
+
 @dataclass(frozen=True)
 class StepEntry:
-    """One committed TGB at position ``step``, as seen at manifest ``version``."""
+    """One committed TGB at position ``step`` of the stream being read, as seen at manifest ``version``.
+
+    ``step`` is the TGB's step in the manifest, except in a shuffled read, where
+    it is the position in the shuffled sequence and ``manifest_step`` says
+    which TGB that is.
+    """
 
     step: int
     version: int
     entry: TGBEntry
+    manifest_step: int | None = None
 
     @property
     def key(self) -> str:
         return self.entry.key
+
+    @property
+    def tgb_step(self) -> int:
+        """The TGB's step in the manifest."""
+        return self.step if self.manifest_step is None else self.manifest_step
 
 
 @dataclass(frozen=True)

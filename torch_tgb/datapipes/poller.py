@@ -83,10 +83,9 @@ class ManifestPoller(BaseNode[StepEntry]):
         self._buffer: deque[StepEntry] = deque()
         self._interrupt = threading.Event()
 
-    @classmethod
-    def state_at(cls, step: int, version: int = 0) -> dict[str, int]:
-        """The state of a poller positioned at ``step`` (for parents that derive it)."""
-        return {cls.NEXT_STEP_KEY: step, cls.VERSION_KEY: version}
+    def state_at(self, step: int, version: int = 0) -> dict[str, int]:
+        """The state of this poller positioned at ``step`` (for parents that derive it)."""
+        return {self.NEXT_STEP_KEY: step, self.VERSION_KEY: version}
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)

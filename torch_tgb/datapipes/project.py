@@ -15,7 +15,7 @@ DataLoader's in-order round robin over the workers restores the sequence.
 
 State: the origin, the index of the next consumer step this worker yields,
 the newest version seen, and its source's (the poller's) state at that step,
-derived with ``ManifestPoller.state_at`` rather than copied so that entries
+derived with the source's ``state_at`` rather than copied so that entries
 buffered ahead never leak into a checkpoint. ``position()`` gives the same as
 one frozen :class:`Position`; a Project built with ``start=`` that position
 continues exactly there, so no caller has to read or build node states.
@@ -31,8 +31,7 @@ from torch import Tensor
 from torchdata.nodes import BaseNode
 
 from torch_tgb.cursor import Cursor
-from torch_tgb.datapipes._types import Position, ReadTask, StepEntry, StepLookahead
-from torch_tgb.datapipes.poller import ManifestPoller
+from torch_tgb.datapipes._types import Position, ReadTask, StepEntry, StepSource
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import Piece
 
@@ -111,7 +110,13 @@ class Project(BaseNode[ReadTask]):
         super().__init__()
         if plan.tgbs_per_step < 1 or plan.steps_per_tgb < 1 or (plan.tgbs_per_step > 1 and plan.steps_per_tgb > 1):
             raise LayoutError(f"invalid read plan: {plan.tgbs_per_step=} {plan.steps_per_tgb=}")
-        self.source = source
+        self.source: BaseNode[StepEntry] = source
+        if not isinstance(source, StepSource):
+            raise TypeError(
+                f"Project reads a step source (ManifestPoller, BlockShuffle: state_at, next_step, available), "
+                f"got {type(source).__name__}"
+            )
+        self._steps: StepSource = source
         self.plan = plan
         self.worker = worker
         self.num_workers = num_workers
@@ -175,7 +180,7 @@ class Project(BaseNode[ReadTask]):
             self._version = self._start_version
         self._buffer.clear()
         start = self.cursor()
-        self.source.reset(ManifestPoller.state_at(start.step, self._version))
+        self.source.reset(self._steps.state_at(start.step, self._version))
 
     def get_state(self) -> dict[str, Any]:
         nxt = self.cursor()
@@ -184,14 +189,12 @@ class Project(BaseNode[ReadTask]):
             self.INDEX_KEY: self._index,
             self.PLAN_KEY: self._ratios(),
             self.VERSION_KEY: self._version,
-            self.SOURCE_KEY: ManifestPoller.state_at(nxt.step, self._version),
+            self.SOURCE_KEY: self._steps.state_at(nxt.step, self._version),
         }
 
     def available(self, limit: int = 64) -> int:
         """Tasks (up to ``limit``) this node can produce from steps already committed."""
-        if not isinstance(self.source, StepLookahead):
-            return 0  # the source cannot tell which steps are committed
-        bound = self.source.next_step + self.source.available()
+        bound = self._steps.next_step + self._steps.available()
         k, m = self.plan.tgbs_per_step, self.plan.steps_per_tgb
         base = self._origin.step * m + self._origin.split(m)
         count, index = 0, self._index

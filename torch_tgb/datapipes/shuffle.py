@@ -1,13 +1,21 @@
-"""BlockShuffle: random access over a sealed namespace, in block-shuffled order.
+"""BlockShuffle: a sealed namespace read in block-shuffled epochs, as a step source.
 
-The order is ``offline.block_shuffle_order(num_steps, block_size, seed,
-epoch)``: blocks of consecutive TGBs in a shuffled block order (ZeroBatch's
-block shuffle keeps read-ahead locality inside a block), a new order every
-epoch. Every rank computes the same order without talking to anyone. Entries
-are fetched from the manifest a block at a time.
+Positions count through the epochs: position ``p = e * N + i`` (``N`` steps in
+the sealed namespace) is the ``i``-th TGB of epoch ``e``, whose order is
+``transforms.block_shuffle_order(N, block_size, seed, e)``: blocks of
+consecutive TGBs in a shuffled block order (ZeroBatch's block shuffle keeps
+read-ahead locality inside a block), a new order every epoch. It is a pure
+function of (seed, epoch), so every rank computes the same sequence without
+talking to anyone.
 
-The namespace must be sealed: shuffling a stream that still grows would
-change the order under a reader. State: ``(epoch, index)`` of the next item.
+A ``StepEntry`` it yields has ``step = p`` (the position: what ``Project``, the
+cursor and the worker sharding count in, so resume, workers and a new world
+size work exactly as on the plain stream) and ``manifest_step`` = the TGB's
+step in the manifest. Entries are fetched from the manifest a block at a time.
+
+The namespace must be sealed (checked when the node is built): shuffling a
+stream that still grows would change the order under a reader. State: the next position and the version seen
+(``state_at`` gives the state of any position).
 """
 
 from __future__ import annotations
@@ -26,10 +34,10 @@ __all__ = ["BlockShuffle"]
 
 
 class BlockShuffle(BaseNode[StepEntry]):
-    """Yields ``StepEntry`` of a sealed namespace in block-shuffled order, ``epochs`` times."""
+    """Yields the ``StepEntry`` of positions ``epoch * N`` up to ``(epoch + epochs) * N`` (``epochs=None``: forever)."""
 
-    EPOCH_KEY = "epoch"
-    INDEX_KEY = "index"
+    NEXT_STEP_KEY = "next_step"
+    VERSION_KEY = "version"
 
     def __init__(
         self,
@@ -41,59 +49,81 @@ class BlockShuffle(BaseNode[StepEntry]):
         epochs: int | None = 1,
     ) -> None:
         super().__init__()
-        if block_size < 1 or (epochs is not None and epochs < 1):
-            raise ValueError(f"block_size and epochs must be >= 1, got {block_size=} {epochs=}")
+        if block_size < 1 or (epochs is not None and epochs < 1) or epoch < 0 or seed < 0:
+            raise ValueError(f"need block_size >= 1, epochs >= 1 or None, epoch >= 0, seed >= 0; got "
+                             f"{block_size=} {epochs=} {epoch=} {seed=}")
         self.manifest = manifest
         self.block_size = block_size
         self.seed = seed
         self.first_epoch = epoch
         self.epochs = epochs
-        self._epoch = epoch
-        self._index = 0
-        self._head: ManifestState | None = None
-        self._order: np.ndarray | None = None
+        self._head = self._sealed_head(manifest)  # sealed: N and the order never change
+        self._next = self.first_epoch * self.num_steps
+        self._version = int(self._head.version)
+        self._order: tuple[int, np.ndarray] | None = None  # (epoch, order)
         self._entries: dict[int, TGBEntry] = {}
+
+    def state_at(self, step: int, version: int = 0) -> dict[str, int]:
+        """The state of this node positioned at ``step`` (a position, see the module docstring)."""
+        return {self.NEXT_STEP_KEY: step, self.VERSION_KEY: version}
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            self._epoch = int(initial_state[self.EPOCH_KEY])
-            self._index = int(initial_state[self.INDEX_KEY])
+            self._next = int(initial_state[self.NEXT_STEP_KEY])
+            self._version = int(initial_state.get(self.VERSION_KEY, 0))
         else:
-            self._epoch, self._index = self.first_epoch, 0
+            self._next, self._version = self.first_epoch * self.num_steps, int(self._head.version)
         self._order = None
         self._entries.clear()
 
     def get_state(self) -> dict[str, Any]:
-        return {self.EPOCH_KEY: self._epoch, self.INDEX_KEY: self._index}
+        return self.state_at(self.next_step, self._version)
 
-    def _sealed_head(self) -> ManifestState:
-        if self._head is None:
-            head = self.manifest.head()
-            if not head.sealed:
-                raise ManifestError(
-                    f"{self.manifest.url}: BlockShuffle needs a sealed namespace; version {head.version} "
-                    f"({head.num_steps} steps) is not sealed"
-                )
-            self._head = head
-        return self._head
+    @property
+    def num_steps(self) -> int:
+        """``N``: steps in the sealed namespace (one epoch)."""
+        return int(self._head.num_steps)
+
+    @property
+    def next_step(self) -> int:
+        return self._next
+
+    @property
+    def stop_step(self) -> int | None:
+        """The position where the stream ends (exclusive), or None (forever)."""
+        return None if self.epochs is None else (self.first_epoch + self.epochs) * self.num_steps
+
+    def available(self, limit: int = 64) -> int:
+        """Positions this node can hand out without waiting: all of them (the namespace is sealed)."""
+        stop = self.stop_step
+        return limit if stop is None else max(0, min(limit, stop - self.next_step))
+
+    @staticmethod
+    def _sealed_head(manifest: ManifestView) -> ManifestState:
+        head = manifest.head()
+        if not head.sealed:
+            raise ManifestError(
+                f"{manifest.url}: a shuffled read needs a sealed namespace; version {head.version} "
+                f"({head.num_steps} steps) is not sealed"
+            )
+        return head
 
     def next(self) -> StepEntry:
-        head = self._sealed_head()
+        head = self._head
         n = int(head.num_steps)
-        if self._index >= n:
-            if self.epochs is not None and self._epoch + 1 >= self.first_epoch + self.epochs:
-                raise StopIteration
-            self._epoch, self._index, self._order = self._epoch + 1, 0, None
-            self._entries.clear()
-        if n == 0:
+        position = self.next_step
+        stop = self.stop_step
+        if n == 0 or (stop is not None and position >= stop):
             raise StopIteration
-        if self._order is None:
-            self._order = block_shuffle_order(n, self.block_size, self.seed, self._epoch)
-        step = int(self._order[self._index])
+        epoch, index = divmod(position, n)
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, block_shuffle_order(n, self.block_size, self.seed, epoch))
+        step = int(self._order[1][index])
         if step not in self._entries:
             start = step - step % self.block_size
-            stop = min(start + self.block_size, n)
-            self._entries = dict(zip(range(start, stop), self.manifest.entries(start, stop)))
-        self._index += 1
-        return StepEntry(step, int(head.version), self._entries[step])
+            stop_block = min(start + self.block_size, n)
+            self._entries = dict(zip(range(start, stop_block), self.manifest.entries(start, stop_block)))
+        self._next = position + 1
+        self._version = max(self._version, int(head.version))
+        return StepEntry(position, int(head.version), self._entries[step], manifest_step=step)
