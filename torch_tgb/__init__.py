@@ -35,6 +35,7 @@ _LAZY = {
     "checkpoint": "torch_tgb.checkpoint",
     "datapipes": "torch_tgb.datapipes",
     "open_store": "torch_tgb.storage",
+    "produce": "torch_tgb.producer",
     "sources": "torch_tgb.sources",
     "transforms": "torch_tgb.transforms",
     "write_dataset": "torch_tgb.offline",

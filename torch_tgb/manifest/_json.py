@@ -119,6 +119,13 @@ class Fields:
             raise ManifestError(f"{self.what}: field {name!r} must be an object, got {type(value).__name__}")
         return value
 
+    def optional_mapping(self, name: str) -> dict[str, Any] | None:
+        """An object field that may be absent (``None``); present, it must be an object."""
+        if name not in self._obj:
+            self._seen.add(name)
+            return None
+        return self.mapping(name)
+
     def done(self) -> None:
         extra = sorted(set(self._obj) - self._seen)
         if extra:

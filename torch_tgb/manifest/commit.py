@@ -34,8 +34,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, StorageError
 from torch_tgb.manifest._state import fold
@@ -103,6 +104,12 @@ class Committer:
     def next_offset(self) -> int:
         state = self.state
         return 0 if state is None else state.next_offset
+
+    @property
+    def resume_state(self) -> Mapping[str, Any] | None:
+        """The pipeline state committed with our ``next_offset`` (see ``ProducerState.state``)."""
+        state = self.state
+        return None if state is None else state.state
 
     def _hook(self, point: str) -> None:
         if self._crash_hook is not None:
@@ -178,7 +185,7 @@ class Committer:
                 self._token,
                 self.view.num_steps,
                 (),
-                {self.producer_id: ProducerState(target, self.next_offset, now)},
+                {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)},
                 False,
                 now,
             )
@@ -200,11 +207,15 @@ class Committer:
 
     # --- commit --------------------------------------------------------------
 
-    def attempt(self, entries: Sequence[TGBEntry], *, seal: bool = False) -> AttemptResult:
+    def attempt(
+        self, entries: Sequence[TGBEntry], *, seal: bool = False, state: Mapping[str, Any] | None = None
+    ) -> AttemptResult:
         """One commit attempt of ``entries`` (consecutive offsets of this producer).
 
         Entries already committed (offset below our ``next_offset``) are
         dropped; the rest are appended on top of the newest version.
+        ``state``: the pipeline state after the last of ``entries``, committed
+        with it (seal-only attempts keep the committed state).
         """
         if self._fenced is not None:
             raise self._fenced
@@ -238,7 +249,7 @@ class Committer:
             self._token,
             self.view.num_steps,
             tuple(todo),
-            {self.producer_id: ProducerState(self.epoch, next_offset, now)},
+            {self.producer_id: ProducerState(self.epoch, next_offset, now, state if todo else self.resume_state)},
             seal,
             now,
         )

@@ -23,8 +23,10 @@ __all__ = [
     "GCBoundary",
     "ManifestState",
     "ProducerState",
+    "MAX_STATE_BYTES",
     "TGBEntry",
     "Version",
+    "encode_producer_state",
     "validate_producer_id",
 ]
 
@@ -33,6 +35,8 @@ FORMAT = "tgb-manifest/1"
 DATA_PREFIX = "data/"
 #: a footer larger than this is refused before anyone reads it (a real one is KBs)
 MAX_FOOTER_BYTES = 64 * 1024 * 1024
+#: largest pipeline state (canonical JSON) a producer may commit with an offset
+MAX_STATE_BYTES = 64 * 1024
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -47,6 +51,28 @@ def validate_producer_id(producer_id: object) -> str:
             f"producer_id={producer_id!r} must be 1-128 characters of [A-Za-z0-9._-] starting with a letter or digit"
         )
     return producer_id
+
+
+def encode_producer_state(state: object, *, producer_id: str, offset: int) -> dict[str, Any]:
+    """Check that ``state`` is a JSON object of at most :data:`MAX_STATE_BYTES`; return its JSON round trip.
+
+    The round trip is what a restarted producer will read back (tuples become
+    lists, keys strings), and it is a private copy the caller cannot mutate
+    while the commit is pending. ``ValueError`` names the producer and offset.
+    """
+    where = f"producer {producer_id!r} offset={offset}"
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{where}: state must be a JSON object (a dict), got {type(state).__name__}")
+    try:
+        data = dump_json(state)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: state is not JSON-serialisable: {e}") from e
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(
+            f"{where}: state is {len(data)} bytes of JSON, over the limit of {MAX_STATE_BYTES} "
+            "(commit a position, not the data: e.g. file index and record offset)"
+        )
+    return load_json(data, what=f"state of {where}")
 
 
 def _check_format(f: Fields) -> None:
@@ -122,19 +148,34 @@ class TGBEntry:
 
 @dataclass(frozen=True)
 class ProducerState:
-    """What the log knows about one producer: its newest epoch and first uncommitted offset."""
+    """What the log knows about one producer: its newest epoch and first uncommitted offset.
+
+    ``state``: the producer's pipeline state after offset ``next_offset - 1``
+    (the state from which offset ``next_offset`` is produced), as handed to
+    ``Producer.append(..., state=)``; ``None`` if it gave none. Omitted from
+    the JSON when ``None``, so versions written before it existed still parse.
+    """
 
     epoch: int
     next_offset: int
     committed_at: float = 0.0
+    state: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
+        out: dict[str, Any] = {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
+        if self.state is not None:
+            out["state"] = dict(self.state)
+        return out
 
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> ProducerState:
         f = Fields(obj, what=what)
-        state = cls(f.integer("epoch", minimum=1), f.integer("next_offset"), f.number("committed_at", default=0.0))
+        state = cls(
+            f.integer("epoch", minimum=1),
+            f.integer("next_offset"),
+            f.number("committed_at", default=0.0),
+            f.optional_mapping("state"),
+        )
         f.done()
         return state
 

@@ -1,6 +1,7 @@
 """Producers: append TGBs, commit them to the manifest log under a commit policy."""
 
 from torch_tgb.producer.config import ProducerConfig
+from torch_tgb.producer.pipeline import ProduceReport, produce
 from torch_tgb.producer.policies import (
     AIMDPolicy,
     CommitPolicy,
@@ -22,9 +23,11 @@ __all__ = [
     "FixedPolicy",
     "IncrPolicy",
     "NaivePolicy",
+    "ProduceReport",
     "Producer",
     "ProducerConfig",
     "ProducerStats",
     "make_policy",
     "object_key",
+    "produce",
 ]

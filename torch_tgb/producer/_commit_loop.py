@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from dataclasses import replace
+from typing import Any
 
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.manifest import Committer, TGBEntry
@@ -64,6 +65,7 @@ class CommitLoop:
         self._cond = threading.Condition()
         self._pending: list[TGBEntry] = []
         self._written_at: dict[int, float] = {}  # offset -> when its object was written (monotonic)
+        self._states: dict[int, dict[str, Any]] = {}  # offset -> pipeline state after it (Producer.append)
         self._error: BaseException | None = None
         self._flushing = 0
         self._seal_requested = False
@@ -96,11 +98,16 @@ class CommitLoop:
         with self._cond:
             self._stats = replace(self._stats, skipped=self._stats.skipped + 1)
 
-    def add(self, entry: TGBEntry, size: int) -> None:
-        """Queue the entry of an object just written (``size`` bytes) for its commit."""
+    def add(self, entry: TGBEntry, size: int, state: dict[str, Any] | None = None) -> None:
+        """Queue the entry of an object just written (``size`` bytes) for its commit.
+
+        ``state``: the pipeline state after this entry, committed with it.
+        """
         with self._cond:
             self._pending.append(entry)
             self._written_at[entry.offset] = time.monotonic()
+            if state is not None:
+                self._states[entry.offset] = state
             s = self._stats
             self._stats = replace(s, appended=s.appended + 1, bytes_written=s.bytes_written + size)
             self._cond.notify_all()
@@ -228,9 +235,11 @@ class CommitLoop:
             if chosen is None:
                 return
             batch, seal = chosen
+            with self._cond:
+                state = self._states.get(batch[-1].offset) if batch else None
             try:
                 self._verify_old_objects(batch)
-                result = self._committer.attempt(batch, seal=seal)
+                result = self._committer.attempt(batch, seal=seal, state=state)
             except TransientStorageError as e:
                 # The store is unwell beyond the retry wrapper's patience: nothing was
                 # committed that we do not know of (a landed write is recognised by its
@@ -259,6 +268,7 @@ class CommitLoop:
                 self._pending = [e for e in self._pending if e.offset >= committed]
                 for offset in [o for o in self._written_at if o < committed]:
                     del self._written_at[offset]
+                    self._states.pop(offset, None)
                 if seal and result.committed:
                     self._sealed = True
                 s = self._stats

@@ -29,6 +29,7 @@ from torch_tgb.format import write_tgb
 from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
+from torch_tgb.manifest.records import encode_producer_state
 from torch_tgb.producer._commit_loop import CommitLoop
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.policies import CommitPolicy, make_policy
@@ -79,6 +80,8 @@ class Producer:
         state = self._committer.start()  # epoch bump: any older incarnation is fenced from here on
         self.epoch = state.epoch
         self.resume_offset = state.next_offset
+        #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
+        self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
         self._next_offset = state.next_offset
         self._closed = False
         self._loop = CommitLoop(
@@ -112,12 +115,19 @@ class Producer:
 
     # --- appending -----------------------------------------------------------
 
-    def append(self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None) -> bool:
+    def append(
+        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None
+    ) -> bool:
         """Write one global batch as offset ``offset`` (default: the next one); queue its commit.
 
         Returns ``False`` without writing if ``offset`` is below
         :attr:`resume_offset` (already committed by an earlier incarnation).
         An offset other than the next expected one raises ``ValueError``.
+
+        ``state``: the pipeline's state *after* this batch (the state from which
+        offset + 1 is produced), a JSON object of at most 64 KiB. It is committed
+        in the same manifest version as the offset, and a restarted producer
+        reads it back as :attr:`resume_state` (seed 000 §5.3).
         """
         self._loop.raise_if_failed()
         if self._loop.closing:
@@ -135,6 +145,7 @@ class Producer:
                 f"{self.store.url}: producer {self.producer_id!r} expected offset={expected}, got {offset=} "
                 "(offsets are appended consecutively from resume_offset)"
             )
+        saved = None if state is None else encode_producer_state(state, producer_id=self.producer_id, offset=offset)
         samples = self.layout.check_batch(batch)
         schema = schema_of(batch)
         if self._dataset is None:
@@ -153,7 +164,7 @@ class Producer:
         self._hook("after_object_write")
         entry = TGBEntry(str(obj.key), obj.size, obj.footer_offset, obj.footer_length,
                          self.producer_id, offset, samples, tokens)
-        self._loop.add(entry, obj.size)
+        self._loop.add(entry, obj.size, saved)
         self._next_offset = offset + 1
         return True
 

@@ -1,0 +1,157 @@
+"""``produce``: run a resumable pipeline of global batches into a :class:`Producer`.
+
+The pipeline is a ``torchdata.nodes.BaseNode`` yielding global batches
+(``dict[str, Tensor]``). Each batch is appended with the pipeline's
+``state_dict()`` taken right after it, so the manifest version that commits
+offset ``k`` also holds the state from which offset ``k + 1`` is produced
+(seed 000 §5.3). A restarted ``produce`` with the same ``producer_id`` resets
+the pipeline to the state committed with its ``resume_offset``: nothing is
+re-read from the start and nothing is produced twice. Offsets appended but
+not committed when a process died are produced again from that state (their
+objects stay invisible orphans for the Reclaimer).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torch_tgb.errors import TGBError
+from torch_tgb.producer.config import ProducerConfig
+from torch_tgb.producer.policies import CommitPolicy
+from torch_tgb.producer.producer import Producer
+from torch_tgb.producer.stats import ProducerStats
+
+if TYPE_CHECKING:
+    import torch
+    from torchdata.nodes import BaseNode
+
+    from torch_tgb.layout import Layout
+    from torch_tgb.storage import ObjectStore
+
+__all__ = ["ProduceReport", "produce"]
+
+log = logging.getLogger(__name__)
+
+#: seconds between progress log lines when no bar is drawn (not a terminal)
+LOG_EVERY_S = 30.0
+
+
+@dataclass(frozen=True)
+class ProduceReport:
+    """What one :func:`produce` run did.
+
+    Offsets ``start_offset .. end_offset - 1`` were appended by this run
+    (``batches`` of them) and are committed. ``resumed``: an earlier run of
+    this ``producer_id`` had committed offsets (``start_offset > 0``).
+    ``exhausted``: the pipeline ended (``StopIteration``) rather than
+    ``max_steps`` being reached.
+    """
+
+    producer_id: str
+    start_offset: int
+    end_offset: int
+    batches: int
+    seconds: float
+    resumed: bool
+    exhausted: bool
+    sealed: bool
+    bytes_written: int
+    stats: ProducerStats
+
+    @property
+    def batches_per_s(self) -> float:
+        return self.batches / self.seconds if self.seconds > 0 else 0.0
+
+
+def produce(
+    ns: str | ObjectStore,
+    pipeline: BaseNode[Mapping[str, torch.Tensor]],
+    *,
+    producer_id: str,
+    layout: Layout,
+    storage_options: Mapping[str, Any] | None = None,
+    commit_policy: str | CommitPolicy = "dac",
+    max_lag: int | None = None,
+    max_steps: int | None = None,
+    seal: bool = False,
+    progress: bool | None = None,
+    config: ProducerConfig | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    _on_append: Callable[[int], None] | None = None,
+) -> ProduceReport:
+    """Append every batch of ``pipeline`` to ``ns`` as producer ``producer_id``, resumably.
+
+    Opens a :class:`Producer` (fencing any older incarnation of the id), resets
+    the pipeline to the state committed with its ``resume_offset`` (``None``
+    for a fresh id), then appends ``next(pipeline)`` as offsets
+    ``resume_offset, resume_offset + 1, ...`` with ``state=pipeline.state_dict()``
+    until the pipeline ends or this producer id holds ``max_steps`` offsets in
+    total (not per run). Then flushes (everything appended is committed when
+    this returns) and, with ``seal=True``, seals the namespace: only the last
+    writer of a namespace should seal.
+
+    ``progress``: a bar on a terminal (``None``: only if stderr is one), and
+    a log line every 30 s otherwise. ``metadata`` goes into ``dataset.json``
+    (every producer of a namespace must pass the same). ``_on_append(offset)``
+    is a private hook for tests, called after each append.
+    """
+    from torchdata.nodes import BaseNode
+
+    from torch_tgb._progress import progress as progress_bar
+    from torch_tgb._progress import progress_enabled
+
+    if not isinstance(pipeline, BaseNode):
+        raise TypeError(f"pipeline must be a torchdata.nodes.BaseNode, got {type(pipeline).__name__}")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
+        raise ValueError(f"max_steps={max_steps!r} must be a non-negative int or None")
+    started = time.perf_counter()
+    producer = Producer(
+        ns, producer_id=producer_id, layout=layout, commit_policy=commit_policy, max_lag=max_lag,
+        storage_options=storage_options, metadata=metadata, config=config,
+    )
+    with producer:
+        start = producer.resume_offset
+        if start and producer.resume_state is None:
+            raise TGBError(
+                f"{producer.store.url}: producer {producer_id!r} committed offsets 0..{start - 1} without a "
+                "pipeline state, so produce() cannot tell where its pipeline stood; use a new producer_id "
+                "or drive the Producer yourself"
+            )
+        offset = start
+        exhausted = False
+        show = progress_enabled() if progress is None else progress
+        total = None if max_steps is None else max(0, max_steps - start)
+        last_log = time.monotonic()
+        with progress_bar(total=total, desc=f"produce {producer_id}", unit="batch", enabled=show) as bar:
+            if max_steps is None or offset < max_steps:
+                pipeline.reset(producer.resume_state)
+            while max_steps is None or offset < max_steps:
+                try:
+                    batch = next(pipeline)
+                except StopIteration:
+                    exhausted = True
+                    break
+                producer.append(batch, offset=offset, state=pipeline.state_dict())
+                if _on_append is not None:
+                    _on_append(offset)
+                offset += 1
+                bar.update(1)
+                if not show and time.monotonic() - last_log >= LOG_EVERY_S:
+                    last_log = time.monotonic()
+                    log.info("produce %s: offset %d (%d this run, %.1f batch/s)", producer_id, offset,
+                             offset - start, (offset - start) / (time.perf_counter() - started))
+        producer.flush()
+        producer.close(seal=seal)
+        stats = producer.stats()
+    seconds = time.perf_counter() - started
+    report = ProduceReport(
+        producer_id=producer_id, start_offset=start, end_offset=offset, batches=offset - start, seconds=seconds,
+        resumed=start > 0, exhausted=exhausted, sealed=bool(seal), bytes_written=stats.bytes_written, stats=stats,
+    )
+    log.info("produce %s: offsets %d..%d (%d batches) in %.2f s%s", producer_id, start, offset - 1,
+             report.batches, seconds, ", sealed" if seal else "")
+    return report
