@@ -1,16 +1,21 @@
-"""``write_dataset``: a pre-tokenised corpus -> packed, shuffled, sealed TGB namespace.
+"""``write_dataset``: a pre-tokenised corpus of any size -> packed, shuffled, sealed TGB namespace.
 
-Steps, each a pure function of the inputs and the seed, so a re-run (or a
-run resumed after a crash) writes the same batches:
+A streaming pipeline of resumable nodes (``offline/_stream.py``) run by
+:func:`torch_tgb.produce`, so memory is bounded by the packing window and one
+global batch, whatever the corpus size, and a rerun after a crash resumes
+from the pipeline state committed with the producer's last offset:
 
-1. documents (see :func:`as_documents`) -> rows of ``seq_len`` tokens:
-   BFD packing with document masks (``packing="bfd"``) or concat-and-chunk
-   (``packing="none"``);
-2. rows permuted by ``shuffle_seed`` (permutation-then-partition, seed 001);
-3. consecutive ``global_batch_size`` rows form global batch ``i``; the last
-   one is padded with empty rows (labels ``-100``) so no token is dropped;
-4. batch ``i`` is appended as producer offset ``i`` and the namespace sealed.
-   A rerun resumes at the producer's committed offset.
+1. documents: of a token array / ``(flat, offsets)`` (memory-mapped files
+   are read through a mapping whose pages are dropped as it goes), in the
+   order of a permutation by ``shuffle_seed``, partitioned contiguously by
+   ``shard`` (permutation-then-partition, seed 001); or of a document node;
+2. rows of ``seq_len`` tokens: BFD packing with document masks over windows
+   of ``packing_window`` documents (``packing="bfd"``, ``datapipes.Pack``) or
+   concat-and-chunk (``packing="none"``/``None``);
+3. consecutive ``global_batch_size`` rows form a global batch; the last one
+   is padded with empty rows (labels ``-100``) so no token is dropped;
+4. batch ``i`` is appended as producer offset ``i``; the namespace is sealed
+   at the end unless ``seal=False``.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import torch
+from torchdata.nodes import BaseNode
 
-from torch_tgb.errors import LayoutError
-from torch_tgb.offline._commit import commit_batches
+from torch_tgb.errors import LayoutError, ManifestError
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows
 from torch_tgb.transforms.shuffle import permutation
 
@@ -30,12 +35,13 @@ if TYPE_CHECKING:
     from torch_tgb.layout import Layout
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["Tokens", "as_documents", "build_rows", "global_batches", "write_dataset"]
+__all__ = ["Tokens", "as_documents", "build_rows", "write_dataset"]
 
 #: a list of 1-D token arrays (one per document), or ``(flat_tokens, doc_offsets)``
 #: with ``doc_offsets`` of length ``num_docs + 1`` (``offsets[0] == 0``,
-#: ``offsets[-1] == len(flat_tokens)``), or one 1-D array (a single document)
-Tokens = Union[Sequence[Any], tuple[Any, Any], np.ndarray, torch.Tensor]
+#: ``offsets[-1] == len(flat_tokens)``), or one 1-D array (a single document);
+#: ``write_dataset`` also takes a ``torchdata`` node yielding documents
+Tokens = Union[Sequence[Any], tuple[Any, Any], np.ndarray, torch.Tensor, BaseNode]
 
 PACKINGS = ("bfd", "none")
 
@@ -86,29 +92,72 @@ def build_rows(
     raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
 
 
-def global_batches(rows: Mapping[str, np.ndarray], global_batch_size: int, shuffle_seed: int) -> tuple[np.ndarray, int]:
-    """``(row order padded with -1 to whole batches, number of batches)``: permute, then partition."""
-    n = len(next(iter(rows.values())))
-    order = permutation(n, shuffle_seed)
-    num_batches = -(-n // global_batch_size)
-    padded = np.full(num_batches * global_batch_size, -1, dtype=np.int64)
-    padded[:n] = order
-    return padded, num_batches
 
 
-def _take(
-    rows: Mapping[str, np.ndarray], index: np.ndarray, *, pad_id: int, token_dtype: torch.dtype
-) -> dict[str, torch.Tensor]:
-    """Rows ``index`` (``-1`` = an empty padding row) as tensors."""
-    out: dict[str, torch.Tensor] = {}
-    real = index >= 0
-    for name, arr in rows.items():
-        fill = {"input_ids": pad_id, "document_ids": -1, "position_ids": 0}.get(name, IGNORE_INDEX)
-        part = np.full((len(index),) + arr.shape[1:], fill, dtype=arr.dtype)
-        part[real] = arr[index[real]]
-        t = torch.from_numpy(part)
-        out[name] = t.to(token_dtype) if name == "input_ids" else t
-    return out
+#: documents of an array source are read in pieces of at most this many rows' worth of tokens
+_PIECE_ROWS = 64
+
+
+def _flat_and_offsets(tokens: Tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`as_documents` but without copying or widening a big flat array (memmaps stay mapped)."""
+    if isinstance(tokens, tuple) and len(tokens) == 2:
+        flat, offsets = tokens
+        if isinstance(flat, torch.Tensor):
+            flat = flat.detach().cpu().numpy()
+        offsets = np.asarray(offsets.numpy() if isinstance(offsets, torch.Tensor) else offsets)
+        if not isinstance(flat, np.ndarray) or flat.ndim != 1 or offsets.ndim != 1:
+            raise ValueError("(tokens, doc_offsets) must be two 1-D arrays")
+        if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(flat) or (np.diff(offsets) < 0).any():
+            raise ValueError("doc offsets must start at 0, be non-decreasing and end at len(tokens)")
+    elif isinstance(tokens, (np.ndarray, torch.Tensor)) and tokens.ndim == 1:
+        flat = tokens.detach().cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
+        offsets = np.array([0, len(flat)], dtype=np.int64)
+    else:
+        flat, offsets = as_documents(tokens)  # a list of documents: already in memory
+    if flat.dtype.kind not in "iu":
+        raise ValueError(f"token ids must be integers, got dtype {flat.dtype}")
+    return flat, offsets
+
+
+def _documents(
+    tokens: Tokens, *, shuffle_seed: int, shard: tuple[int, int] | None, piece: int
+) -> tuple[BaseNode[Any], dict[str, Any]]:
+    """(document node, a JSON description of what it reads: compared on reruns)."""
+    from torch_tgb.offline._stream import ArrayDocuments
+
+    if isinstance(tokens, BaseNode):
+        if shard is not None:
+            raise ValueError("shard= applies to token arrays; shard a document node through its own shard=")
+        from torchdata.nodes import Mapper
+
+        return Mapper(tokens, _doc_tokens), {"source": type(tokens).__name__}
+    index, count = shard if shard is not None else (0, 1)
+    if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
+        raise ValueError(f"shard={shard!r} must be (index, count) with 0 <= index < count")
+    flat, offsets = _flat_and_offsets(tokens)
+    num_docs = len(offsets) - 1
+    order = permutation(num_docs, shuffle_seed)[num_docs * index // count : num_docs * (index + 1) // count]
+    tokens_in = int((np.asarray(offsets[order + 1]) - np.asarray(offsets[order])).sum())
+    info = {"docs": len(order), "tokens": tokens_in, "shard": [index, count], "shuffle_seed": shuffle_seed}
+    return ArrayDocuments(flat, offsets, order, piece=piece), info
+
+
+def _doc_tokens(doc: Any) -> Any:
+    """A source's document (``{"tokens": ...}`` or the tokens themselves) -> its 1-D tokens."""
+    return doc["tokens"] if isinstance(doc, Mapping) else doc
+
+
+def _summary(state: Mapping[str, Any], *, resumed_at: int, seq_len: int, packing: str, sealed: bool) -> dict[str, Any]:
+    rows, tokens = int(state["rows"]), int(state["tokens"])
+    return {
+        "batches": int(state["batches"]),
+        "resumed_at": resumed_at,
+        "rows": rows,
+        "padding_rows": int(state["padding_rows"]),
+        "tokens": tokens,
+        "packing_efficiency": tokens / (rows * seq_len) if packing == "bfd" and rows else None,
+        "sealed": sealed,
+    }
 
 
 def write_dataset(
@@ -118,7 +167,7 @@ def write_dataset(
     layout: Layout,
     global_batch_size: int,
     seq_len: int,
-    packing: str = "bfd",
+    packing: str | None = "bfd",
     shuffle_seed: int = 0,
     storage_options: Mapping[str, Any] | None = None,
     producer_id: str = "offline",
@@ -126,43 +175,99 @@ def write_dataset(
     token_dtype: torch.dtype = torch.int64,
     commit_policy: str = "fixed:64",
     progress: bool | None = None,
+    shard: tuple[int, int] | None = None,
+    seal: bool = True,
+    packing_window: int = 1024,
 ) -> dict[str, Any]:
-    """Pack, shuffle and cut ``tokens`` into global batches and commit a sealed namespace.
+    """Pack, shuffle and cut ``tokens`` into global batches and commit them to ``ns``, streaming.
 
-    ``tokens``: see :data:`Tokens`. Batches hold ``input_ids`` (``token_dtype``:
-    int64, or uint32 to halve storage) and ``labels`` (int64, ``-100`` where
-    there is no next token of the same document), plus ``document_ids`` and
-    ``position_ids`` with ``packing="bfd"`` (for block-diagonal document
-    masks). ``progress``: ``None`` shows a bar only on a terminal. Returns a
-    JSON-able summary.
+    ``tokens``: see :data:`Tokens`; a memory-mapped array (``np.load(...,
+    mmap_mode="r")``) is never loaded whole, and a ``torchdata`` node yielding
+    documents (``{"tokens": 1-D tensor}`` or arrays, e.g. a
+    ``torch_tgb.sources`` node) is read in its own order. Batches hold
+    ``input_ids`` (``token_dtype``: int64, or uint32/int32 to shrink storage)
+    and ``labels`` (int64, ``-100`` where there is no next token of the same
+    document), plus ``document_ids`` and ``position_ids`` with
+    ``packing="bfd"`` (block-diagonal document masks). ``packing=None`` is
+    ``"none"`` (concat-and-chunk). Memory: ``packing_window`` documents plus
+    one global batch, independent of the corpus size.
+
+    Several processes may write one namespace: each with its own
+    ``producer_id`` and ``shard=(i, n)`` (arrays: a contiguous part of the
+    ``shuffle_seed`` permutation of documents; nodes: shard the node), all
+    with ``seal=False``; when all have returned, one of them seals (e.g. a
+    last ``write_dataset`` call with ``seal=True`` on an empty shard, or
+    ``Producer(ns, ...).close(seal=True)``). A rerun resumes from the committed
+    state; a rerun of a finished, sealed write returns its summary.
+    ``progress``: ``None`` shows a bar only on a terminal. Returns a
+    JSON-able summary (counts over all runs of this ``producer_id``).
     """
-    if global_batch_size < 1 or seq_len < 1:
-        raise ValueError(f"need global_batch_size >= 1 and seq_len >= 1, got {global_batch_size=}, {seq_len=}")
+    from torch_tgb.datapipes import Pack
+    from torch_tgb.offline._stream import Chunk, RowBatches, packed_row
+    from torch_tgb.producer import produce
+
+    packing = "none" if packing is None else packing
+    if packing not in PACKINGS:
+        raise ValueError(f"packing must be one of {PACKINGS} or None, got {packing!r}")
+    if global_batch_size < 1 or seq_len < 1 or packing_window < 1:
+        raise ValueError(
+            f"need global_batch_size, seq_len, packing_window >= 1, got {global_batch_size=}, {seq_len=}, {packing_window=}"
+        )
     if token_dtype not in (torch.int64, torch.uint32, torch.int32):
         raise ValueError(f"token_dtype must be int64, int32 or uint32, got {token_dtype}")
     if global_batch_size % layout.dp:
         raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp}")
-    flat, offsets = as_documents(tokens)
-    rows = build_rows(flat, offsets, seq_len, packing=packing, pad_id=pad_id)
-    order, num_batches = global_batches(rows, global_batch_size, shuffle_seed)
-    if num_batches:
-        layout.check_batch(_take(rows, order[:global_batch_size], pad_id=pad_id, token_dtype=token_dtype))
+    keys = ("input_ids", "labels", "document_ids", "position_ids") if packing == "bfd" else ("input_ids", "labels")
+    layout.check_batch({k: torch.zeros(global_batch_size, seq_len, dtype=torch.int64) for k in keys})
+    docs, info = _documents(tokens, shuffle_seed=shuffle_seed, shard=shard, piece=seq_len * _PIECE_ROWS)
+    info = {**info, "packing": packing, "seq_len": seq_len, "global_batch_size": global_batch_size}
+    rows: BaseNode[Any]
+    if packing == "bfd":
+        from torchdata.nodes import Mapper
+
+        rows = Mapper(Pack(docs, seq_len, window=packing_window, pad_id=pad_id), lambda r: packed_row(r, token_dtype))
+    else:
+        rows = Chunk(docs, seq_len, pad_id=pad_id, token_dtype=token_dtype)
+    pipeline = RowBatches(rows, global_batch_size, pad_id=pad_id, info=info)
     metadata = {"source": "write_dataset", "packing": packing, "shuffle_seed": shuffle_seed, "seq_len": seq_len}
 
-    def make_batch(i: int) -> dict[str, torch.Tensor]:
-        index = order[i * global_batch_size : (i + 1) * global_batch_size]
-        return _take(rows, index, pad_id=pad_id, token_dtype=token_dtype)
-
-    start = commit_batches(
-        ns, make_batch, num_batches, layout=layout, producer_id=producer_id, storage_options=storage_options,
-        metadata=metadata, commit_policy=commit_policy, progress=progress, desc="write_dataset",
+    done = _committed_state(ns, storage_options, producer_id, info)
+    if done is not None:
+        state, next_offset = done
+        return _summary(state, resumed_at=next_offset, seq_len=seq_len, packing=packing, sealed=True)
+    report = produce(
+        ns, pipeline, producer_id=producer_id, layout=layout, storage_options=storage_options,
+        commit_policy=commit_policy, seal=seal, progress=progress, metadata=metadata, _desc="write_dataset",
+        _expected_total=-(-int(info["tokens"]) // (seq_len * global_batch_size)) if "tokens" in info else None,
     )
-    n_rows = len(rows["input_ids"])
-    return {
-        "batches": num_batches,
-        "resumed_at": start,
-        "rows": n_rows,
-        "padding_rows": num_batches * global_batch_size - n_rows,
-        "tokens": int(len(flat)),
-        "packing_efficiency": float((rows["document_ids"] >= 0).mean()) if packing == "bfd" and n_rows else None,
-    }
+    return _summary(pipeline.state_dict(), resumed_at=report.start_offset, seq_len=seq_len, packing=packing, sealed=seal)
+
+
+def _committed_state(
+    ns: str | ObjectStore, storage_options: Mapping[str, Any] | None, producer_id: str, info: Mapping[str, Any]
+) -> tuple[Mapping[str, Any], int] | None:
+    """(state, next_offset) if ``ns`` is sealed and this producer finished this corpus; raise if it wrote another."""
+    from torch_tgb.manifest import Manifest
+    from torch_tgb.storage import ObjectStore, open_store
+
+    store = ns if isinstance(ns, ObjectStore) else open_store(ns, dict(storage_options or {}))
+    try:
+        head = Manifest(store).head()
+    finally:
+        if store is not ns:
+            store.close()
+    mine = head.producers.get(producer_id)
+    state = None if mine is None else mine.state
+    if state is not None and state.get("info") != info:
+        raise ManifestError(
+            f"{store.url}: producer {producer_id!r} already wrote a different corpus or settings "
+            f"({state.get('info')} vs {dict(info)}); write into a new namespace or use another producer_id"
+        )
+    if not head.sealed:
+        return None
+    if mine is not None and state is not None and state.get("done"):
+        return state, mine.next_offset
+    raise ManifestError(
+        f"{store.url}: namespace is sealed, but producer {producer_id!r} has not finished "
+        f"(next_offset={None if mine is None else mine.next_offset}); write into a new namespace"
+    )

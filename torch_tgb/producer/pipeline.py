@@ -82,6 +82,8 @@ def produce(
     config: ProducerConfig | None = None,
     metadata: Mapping[str, Any] | None = None,
     _on_append: Callable[[int], None] | None = None,
+    _desc: str | None = None,
+    _expected_total: int | None = None,
 ) -> ProduceReport:
     """Append every batch of ``pipeline`` to ``ns`` as producer ``producer_id``, resumably.
 
@@ -97,7 +99,9 @@ def produce(
     ``progress``: a bar on a terminal (``None``: only if stderr is one), and
     a log line every 30 s otherwise. ``metadata`` goes into ``dataset.json``
     (every producer of a namespace must pass the same). ``_on_append(offset)``
-    is a private hook for tests, called after each append.
+    is a private hook for tests, called after each append; ``_desc`` and
+    ``_expected_total`` (offsets in all, an estimate) label the bar for callers
+    such as ``write_dataset``.
     """
     from torchdata.nodes import BaseNode
 
@@ -124,9 +128,10 @@ def produce(
         offset = start
         exhausted = False
         show = progress_enabled() if progress is None else progress
-        total = None if max_steps is None else max(0, max_steps - start)
+        total = _expected_total if max_steps is None else max_steps
+        total = None if total is None else max(0, total - start)
         last_log = time.monotonic()
-        with progress_bar(total=total, desc=f"produce {producer_id}", unit="batch", enabled=show) as bar:
+        with progress_bar(total=total, desc=_desc or f"produce {producer_id}", unit="batch", enabled=show) as bar:
             if max_steps is None or offset < max_steps:
                 pipeline.reset(producer.resume_state)
             while max_steps is None or offset < max_steps:

@@ -1,0 +1,251 @@
+"""The resumable nodes behind ``write_dataset``: documents -> rows -> global batches.
+
+Each holds only a position in its state (never tokens), so the state a
+producer commits with every offset stays a few hundred bytes:
+
+- :class:`ArrayDocuments`: documents of a flat token array (in memory or
+  memory-mapped) in a given order; state = position in that order. A
+  memory-mapped file is read through a private read-only mapping whose pages
+  are dropped after every ``release_every`` documents, so the resident set
+  stays bounded by the packing window instead of growing to the file size.
+- :class:`Chunk`: concatenate documents and cut rows of ``seq_len`` tokens
+  (``packing="none"``); state = the source's state before the document the
+  next row starts in, plus the tokens of it already used.
+- :class:`RowBatches`: ``global_batch_size`` consecutive rows -> one global
+  batch (the last one padded with empty rows); its state carries counters
+  (rows, padding rows, tokens, batches) so a resumed run reports totals.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from torch_tgb.transforms.packing import IGNORE_INDEX
+
+__all__ = ["ArrayDocuments", "Chunk", "RowBatches", "Row"]
+
+#: one packed row and the number of real tokens in it
+Row = tuple[dict[str, torch.Tensor], int]
+
+
+def _private_map(arr: np.ndarray) -> tuple[np.ndarray, mmap.mmap | None]:
+    """A read-only view of ``arr``: its own mapping of the file for a file-backed memmap."""
+    filename = getattr(arr, "filename", None)
+    if not isinstance(arr, np.memmap) or not filename or arr.ndim != 1:
+        return arr, None
+    with open(filename, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = np.frombuffer(mm, dtype=arr.dtype, count=arr.shape[0], offset=int(arr.offset))
+    return view, mm
+
+
+class ArrayDocuments(BaseNode[np.ndarray]):
+    """Document ``order[k]`` of ``flat``/``offsets`` at position ``k``; yields 1-D integer arrays.
+
+    A document longer than ``piece`` tokens is yielded in pieces of ``piece``
+    tokens (the last shorter): with ``piece`` a multiple of ``seq_len`` that
+    changes neither BFD packing (it cuts at multiples of ``seq_len`` anyway)
+    nor concatenation, and keeps one huge document from being held whole.
+    """
+
+    POS_KEY = "pos"
+    AT_KEY = "at"
+
+    def __init__(
+        self,
+        flat: np.ndarray,
+        offsets: np.ndarray,
+        order: np.ndarray | None = None,
+        *,
+        piece: int,
+        release_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        super().__init__()
+        if piece < 1:
+            raise ValueError(f"piece must be >= 1, got {piece}")
+        self.flat, self._mm = _private_map(flat)
+        self.offsets = offsets
+        self.order = order
+        self.piece = piece
+        self.release_bytes = release_bytes
+        self._pos = 0
+        self._at = 0
+        self._read = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1 if self.order is None else len(self.order)
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        state = initial_state or {}
+        self._pos = int(state.get(self.POS_KEY, 0))
+        self._at = int(state.get(self.AT_KEY, 0))
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.POS_KEY: self._pos, self.AT_KEY: self._at}
+
+    def next(self) -> np.ndarray:
+        if self._pos >= len(self):
+            raise StopIteration
+        d = self._pos if self.order is None else int(self.order[self._pos])
+        start, end = int(self.offsets[d]) + self._at, int(self.offsets[d + 1])
+        stop = min(end, start + self.piece)
+        doc = np.array(self.flat[start:stop])  # a copy: the mapping's pages may be dropped below
+        if doc.dtype.kind == "i" and doc.size and doc.min() < 0:
+            raise ValueError(f"document {d} holds a negative token id ({int(doc.min())}); token ids must be >= 0")
+        if stop == end:
+            self._pos, self._at = self._pos + 1, 0
+        else:
+            self._at += stop - start
+        self._read += doc.nbytes
+        if self._mm is not None and self._read >= self.release_bytes:
+            self._mm.madvise(mmap.MADV_DONTNEED)  # read-only file pages: re-read from the page cache if needed
+            self._read = 0
+        return doc
+
+
+class Chunk(BaseNode[Row]):
+    """Concatenate the documents of ``source`` and cut rows of ``seq_len`` tokens (``input_ids``, ``labels``).
+
+    ``labels`` is the next token of the concatenated stream (documents are not
+    separated), ``-100`` in the last column (the next token lives in another
+    row) and past the end. The last row is padded with ``pad_id``.
+    """
+
+    SOURCE_KEY = "source"
+    SKIP_KEY = "skip"
+
+    def __init__(self, source: BaseNode[Any], seq_len: int, *, pad_id: int = 0, token_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.source = source
+        self.seq_len = seq_len
+        self.pad_id = pad_id
+        self.token_dtype = token_dtype
+        self._docs: list[tuple[dict[str, Any], np.ndarray]] = []  # (source state before it, tokens)
+        self._skip = 0  # tokens of _docs[0] already in earlier rows
+        self._start_state: dict[str, Any] | None = None  # source state before _docs[0] (or now, if none)
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._docs = []
+        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+        self._start_state = self.source.state_dict()
+        self._skip = 0 if initial_state is None else int(initial_state[self.SKIP_KEY])
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self._start_state, self.SKIP_KEY: self._skip}
+
+    def _buffered(self) -> int:
+        return sum(len(d) for _, d in self._docs) - self._skip
+
+    def next(self) -> Row:
+        while self._buffered() < self.seq_len:
+            before = self.source.state_dict()
+            try:
+                doc = next(self.source)
+            except StopIteration:
+                break
+            self._docs.append((before, np.asarray(doc).reshape(-1)))
+        have = self._buffered()
+        if have <= 0:
+            raise StopIteration
+        take = min(have, self.seq_len)
+        parts, need = [], take
+        while need:
+            _, doc = self._docs[0]
+            piece = doc[self._skip : self._skip + need]
+            parts.append(piece)
+            need -= len(piece)
+            self._skip += len(piece)
+            if self._skip == len(doc):
+                self._docs.pop(0)
+                self._skip = 0
+        self._start_state = self._docs[0][0] if self._docs else self.source.state_dict()
+        ids = np.full(self.seq_len, self.pad_id, dtype=np.int64)
+        ids[:take] = np.concatenate(parts)
+        labels = np.full(self.seq_len, IGNORE_INDEX, dtype=np.int64)
+        labels[: take - 1] = ids[1:take]
+        # the token after this row's last one is the next row's first: not in this row
+        labels[-1] = IGNORE_INDEX
+        return {"input_ids": torch.from_numpy(ids).to(self.token_dtype), "labels": torch.from_numpy(labels)}, take
+
+
+def packed_row(row: Mapping[str, torch.Tensor], token_dtype: torch.dtype) -> Row:
+    """A row of :class:`~torch_tgb.datapipes.Pack` with its token count (``document_ids >= 0``)."""
+    out = {
+        "input_ids": row["input_ids"].to(token_dtype),
+        "labels": row["labels"].to(torch.int64),
+        "document_ids": row["document_ids"],
+        "position_ids": row["position_ids"].to(torch.int64),
+    }
+    return out, int((row["document_ids"] >= 0).sum())
+
+
+_FILL = {"input_ids": None, "document_ids": -1, "position_ids": 0}  # None: pad_id; others: IGNORE_INDEX
+
+
+class RowBatches(BaseNode[dict[str, torch.Tensor]]):
+    """``size`` consecutive rows -> one global batch; the last one padded with empty rows.
+
+    ``info`` (a small JSON object) is stored in the state unchanged, so a
+    later run can tell what produced a namespace.
+    """
+
+    SOURCE_KEY = "source"
+    COUNTS = ("batches", "rows", "padding_rows", "tokens")
+
+    def __init__(self, source: BaseNode[Row], size: int, *, pad_id: int = 0, info: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.size = size
+        self.pad_id = pad_id
+        self.info = dict(info or {})
+        self._counts = dict.fromkeys(self.COUNTS, 0)
+        self._done = False
+        self._final: Any = None  # the source's state once it ended (not reset again: nothing left to read)
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        state = initial_state or {}
+        self._counts = {k: int(state.get(k, 0)) for k in self.COUNTS}
+        self._done = bool(state.get("done", False))
+        self._final = state.get(self.SOURCE_KEY) if self._done else None
+        if not self._done:
+            self.source.reset(state.get(self.SOURCE_KEY))
+
+    def get_state(self) -> dict[str, Any]:
+        source = self._final if self._done else self.source.state_dict()
+        return {self.SOURCE_KEY: source, **self._counts, "done": self._done, "info": self.info}
+
+    def next(self) -> dict[str, torch.Tensor]:
+        if self._done:
+            raise StopIteration
+        rows: list[dict[str, torch.Tensor]] = []
+        for _ in range(self.size):
+            try:
+                row, tokens = next(self.source)
+            except StopIteration:
+                self._done = True
+                self._final = self.source.state_dict()
+                break
+            rows.append(row)
+            self._counts["tokens"] += tokens
+        if not rows:
+            raise StopIteration
+        self._counts["rows"] += len(rows)
+        missing = self.size - len(rows)
+        out = {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
+        if missing:
+            self._counts["padding_rows"] += missing
+            for name, t in out.items():
+                fill = _FILL.get(name, IGNORE_INDEX)
+                pad = torch.full((missing,) + tuple(t.shape[1:]), self.pad_id if fill is None else fill, dtype=t.dtype)
+                out[name] = torch.cat([t, pad])
+        self._counts["batches"] += 1
+        return out
