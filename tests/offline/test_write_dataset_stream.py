@@ -55,7 +55,7 @@ def test_array_documents_pieces_and_memmap(tmp_path) -> None:
     path = tmp_path / "tokens.npy"
     np.save(path, flat)
     mapped = np.load(path, mmap_mode="r")
-    docs = list(ArrayDocuments(mapped, offsets, piece=7, release_bytes=16))
+    docs = list(ArrayDocuments(mapped, offsets, piece=7))
     assert all(len(d) <= 7 for d in docs)
     assert np.concatenate(docs).tolist() == flat.tolist()
 

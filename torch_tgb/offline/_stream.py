@@ -5,9 +5,9 @@ producer commits with every offset stays a few hundred bytes:
 
 - :class:`ArrayDocuments`: documents of a flat token array (in memory or
   memory-mapped) in a given order; state = position in that order. A
-  memory-mapped file is read through a private read-only mapping whose pages
-  are dropped after every ``release_every`` documents, so the resident set
-  stays bounded by the packing window instead of growing to the file size.
+  memory-mapped file is read with ``pread`` rather than through the mapping,
+  so the resident set stays bounded by the packing window instead of growing
+  to the file size.
 - :class:`Chunk`: concatenate documents and cut rows of ``seq_len`` tokens
   (``packing="none"``); state = the source's state before the document the
   next row starts in, plus the tokens of it already used.
@@ -19,6 +19,7 @@ producer commits with every offset stays a few hundred bytes:
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,15 +35,46 @@ __all__ = ["ArrayDocuments", "Chunk", "RowBatches", "Row"]
 Row = tuple[dict[str, torch.Tensor], int]
 
 
-def _private_map(arr: np.ndarray) -> tuple[np.ndarray, mmap.mmap | None]:
-    """A read-only view of ``arr``: its own mapping of the file for a file-backed memmap."""
-    filename = getattr(arr, "filename", None)
-    if not isinstance(arr, np.memmap) or not filename or arr.ndim != 1:
-        return arr, None
-    with open(filename, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    view = np.frombuffer(mm, dtype=arr.dtype, count=arr.shape[0], offset=int(arr.offset))
-    return view, mm
+class _Tokens:
+    """``tokens[start:stop]`` as a fresh array; a file-backed memmap is read with ``pread``.
+
+    Slicing a memory map would leave every page it touched (and the pages the
+    kernel maps around each fault) in this process's resident set, so a pass
+    over a file-backed corpus would grow the RSS to the file's size.
+    """
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        self.dtype = arr.dtype
+        filename = getattr(arr, "filename", None)
+        self._fd: int | None = None
+        mapping = getattr(arr, "_mmap", None)
+        if isinstance(arr, np.memmap) and filename and mapping is not None and arr.ndim == 1 and arr.flags.c_contiguous:
+            # where arr starts in the file: the mapping starts at offset rounded down to the
+            # allocation granularity; a slice of a memmap keeps its parent's ``offset``
+            mapped_at = int(arr.offset) - int(arr.offset) % mmap.ALLOCATIONGRANULARITY
+            map_address = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
+            self._base = mapped_at + arr.ctypes.data - map_address
+            self._fd = os.open(filename, os.O_RDONLY)
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        if self._fd is None:
+            return np.array(self.arr[span])
+        start, stop = int(span.start), int(span.stop)
+        size = self.dtype.itemsize
+        want = (stop - start) * size
+        data = os.pread(self._fd, want, self._base + start * size)
+        if len(data) != want:
+            raise OSError(f"short read of tokens [{start}, {stop}) from {self.arr.filename}: {len(data)} bytes")
+        return np.frombuffer(data, dtype=self.dtype).copy()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class ArrayDocuments(BaseNode[np.ndarray]):
@@ -64,19 +96,16 @@ class ArrayDocuments(BaseNode[np.ndarray]):
         order: np.ndarray | None = None,
         *,
         piece: int,
-        release_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         super().__init__()
         if piece < 1:
             raise ValueError(f"piece must be >= 1, got {piece}")
-        self.flat, self._mm = _private_map(flat)
+        self.flat = _Tokens(flat)
         self.offsets = offsets
         self.order = order
         self.piece = piece
-        self.release_bytes = release_bytes
         self._pos = 0
         self._at = 0
-        self._read = 0
 
     def __len__(self) -> int:
         return len(self.offsets) - 1 if self.order is None else len(self.order)
@@ -96,17 +125,13 @@ class ArrayDocuments(BaseNode[np.ndarray]):
         d = self._pos if self.order is None else int(self.order[self._pos])
         start, end = int(self.offsets[d]) + self._at, int(self.offsets[d + 1])
         stop = min(end, start + self.piece)
-        doc = np.array(self.flat[start:stop])  # a copy: the mapping's pages may be dropped below
+        doc = self.flat[start:stop]
         if doc.dtype.kind == "i" and doc.size and doc.min() < 0:
             raise ValueError(f"document {d} holds a negative token id ({int(doc.min())}); token ids must be >= 0")
         if stop == end:
             self._pos, self._at = self._pos + 1, 0
         else:
             self._at += stop - start
-        self._read += doc.nbytes
-        if self._mm is not None and self._read >= self.release_bytes:
-            self._mm.madvise(mmap.MADV_DONTNEED)  # read-only file pages: re-read from the page cache if needed
-            self._read = 0
         return doc
 
 
