@@ -56,6 +56,7 @@ class _Tokens:
             map_address = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
             self._base = mapped_at + arr.ctypes.data - map_address
             self._fd = os.open(filename, os.O_RDONLY)
+        self._filename = filename
 
     def __getitem__(self, span: slice) -> np.ndarray:
         if self._fd is None:
@@ -65,7 +66,7 @@ class _Tokens:
         want = (stop - start) * size
         data = os.pread(self._fd, want, self._base + start * size)
         if len(data) != want:
-            raise OSError(f"short read of tokens [{start}, {stop}) from {self.arr.filename}: {len(data)} bytes")
+            raise OSError(f"short read of tokens [{start}, {stop}) from {self._filename}: {len(data)} bytes")
         return np.frombuffer(data, dtype=self.dtype).copy()
 
     def close(self) -> None:
