@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -91,27 +92,41 @@ def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
             collector.unregister()
 
 
+#: batches of the endless synthetic stream written when --steps is not given
+SYNTHETIC_DEFAULT_STEPS = 100
+
+
 def produce(args: argparse.Namespace) -> int:
     from torch_tgb._progress import progress
 
     for name in ("steps", "global_batch", "seq_len", "dp", "cp", "vocab_size"):
-        if getattr(args, name) < 1:
+        value = getattr(args, name)
+        if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
     if args.global_batch % args.dp:
         raise CommandError(f"--global-batch {args.global_batch} is not divisible by --dp {args.dp}")
     if args.seq_len % args.cp:
         raise CommandError(f"--seq-len {args.seq_len} is not divisible by --cp {args.cp}")
-    from torch_tgb.producer import Producer
+    if getattr(args, "source", None):
+        if args.tokens:
+            raise CommandError("--source and --tokens are two inputs; give one")
+        from torch_tgb.cli._produce_source import produce_source
 
+        return produce_source(args)
+    from torch_tgb.producer import Producer
 
     steps = args.steps
     if args.tokens:
         available, make = file_batches(
             args.tokens, dtype=args.dtype, global_batch=args.global_batch, seq_len=args.seq_len
         )
-        if available < steps:
+        if steps is None or available < steps:
             steps = available
     else:
+        if steps is None:
+            steps = SYNTHETIC_DEFAULT_STEPS
+            print(f"tgb produce: --steps not given: writing {steps} batches of the synthetic stream "
+                  f"(offsets 0..{steps - 1})", file=sys.stderr)
 
         def make(offset: int) -> dict[str, Any]:
             return synthetic_batch(

@@ -1,10 +1,13 @@
 """``tgb produce NS``: a producer from the command line.
 
 Writes global batches of ``input_ids``/``labels`` (next-token shifted) into
-NS as producer ``--producer-id``, from a synthetic token stream (default) or
-a flat token file (``--tokens FILE``, a ``.npy`` array or raw ``--dtype``
-binary). Resumes where this producer id left off, so rerunning the same
-command after a crash continues the stream exactly once.
+NS as producer ``--producer-id``: from a corpus (``--source
+token-file:PATH|webdataset:URLS|lance:URI|parquet:PATHS``, packed into rows
+and committed with its reading position, so a rerun after a crash reads on
+from the last committed batch), from a synthetic token stream (default) or
+from a flat token file cut into rows (``--tokens FILE``, a ``.npy`` array or
+raw ``--dtype`` binary). Resumes where this producer id left off, so rerunning
+the same command after a crash continues the stream exactly once.
 """
 
 from __future__ import annotations
@@ -24,13 +27,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("ns", metavar="NS", help="namespace URL or local directory")
     p.add_argument("--producer-id", default="cli", help="stable producer id (default 'cli')")
-    p.add_argument("--steps", type=int, default=100, help="global batches to write, offsets 0..steps-1")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="stop when this producer id has written offsets 0..steps-1 (default: until --source/--tokens ends; "
+        "100 batches of the endless synthetic stream, said on stderr)",
+    )
+    p.add_argument(
+        "--source",
+        default=None,
+        metavar="KIND:WHERE",
+        help="read documents from token-file:PATH (.npy or raw --dtype .bin), webdataset:URLS (tar shards, "
+        "{a..b} ranges or comma-separated), lance:URI or parquet:PATHS (files or directories, comma-separated)",
+    )
+    p.add_argument("--offsets", default=None, metavar="FILE", help="token-file: document offsets (.npy/.idx of int64)")
+    p.add_argument(
+        "--column",
+        default=None,
+        help="token column (lance: 'tokens', parquet: 'input_ids') or webdataset .npy member ('tokens.npy'); "
+        "a text column of lance/parquet needs --tokenizer",
+    )
+    p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
+    p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="read shard I of N of the source (default 0/1)")
+    p.add_argument("--packing", choices=("bfd", "none"), default="bfd",
+                   help="--source: best-fit-decreasing packing with document ids (default) or concat-and-chunk")
     p.add_argument("--global-batch", type=int, default=8, help="sequences per global batch (default 8)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel slices (default 1)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel chunks (default 1)")
     p.add_argument("--vocab-size", type=int, default=50257, help="synthetic token range (default 50257)")
-    p.add_argument("--seed", type=int, default=0, help="synthetic stream seed (batch i depends on seed, i only)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="synthetic stream seed (batch i depends on seed, i only); --source: shuffle seed")
     p.add_argument("--tokens", metavar="FILE", default=None, help="flat token file (.npy or raw binary)")
     p.add_argument("--dtype", default="uint16", help="dtype of a raw --tokens file (default uint16)")
     p.add_argument("--commit-policy", default="dac", help="dac | naive | fixed:K | incr | aimd (default dac)")

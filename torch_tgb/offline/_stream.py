@@ -29,7 +29,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.transforms.packing import IGNORE_INDEX
 
-__all__ = ["ArrayDocuments", "Chunk", "RowBatches", "Row"]
+__all__ = ["ArrayDocuments", "Chunk", "Row", "RowBatches", "document_batches"]
 
 #: one packed row and the number of real tokens in it
 Row = tuple[dict[str, torch.Tensor], int]
@@ -275,3 +275,39 @@ class RowBatches(BaseNode[dict[str, torch.Tensor]]):
                 out[name] = torch.cat([t, pad])
         self._counts["batches"] += 1
         return out
+
+
+def document_batches(
+    docs: BaseNode[Any],
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    packing: str,
+    pad_id: int = 0,
+    token_dtype: torch.dtype = torch.int64,
+    packing_window: int = 1024,
+    info: Mapping[str, Any] | None = None,
+) -> RowBatches:
+    """Documents (1-D token arrays/tensors, or ``{"tokens": ...}`` dicts) -> rows -> global batches.
+
+    ``packing="bfd"``: :class:`~torch_tgb.datapipes.Pack` over windows of
+    ``packing_window`` documents; ``"none"``: :class:`Chunk`.
+    """
+    from torchdata.nodes import Mapper
+
+    from torch_tgb.datapipes import Pack
+
+    tokens = Mapper(docs, _doc_tokens)
+    rows: BaseNode[Row]
+    if packing == "bfd":
+        rows = Mapper(Pack(tokens, seq_len, window=packing_window, pad_id=pad_id), lambda r: packed_row(r, token_dtype))
+    elif packing == "none":
+        rows = Chunk(tokens, seq_len, pad_id=pad_id, token_dtype=token_dtype)
+    else:
+        raise ValueError(f"packing must be 'bfd' or 'none', got {packing!r}")
+    return RowBatches(rows, global_batch_size, pad_id=pad_id, info=info)
+
+
+def _doc_tokens(doc: Any) -> Any:
+    """A source's document (``{"tokens": ...}`` or the tokens themselves) -> its tokens."""
+    return doc["tokens"] if isinstance(doc, Mapping) else doc

@@ -128,9 +128,7 @@ def _documents(
     if isinstance(tokens, BaseNode):
         if shard is not None:
             raise ValueError("shard= applies to token arrays; shard a document node through its own shard=")
-        from torchdata.nodes import Mapper
-
-        return Mapper(tokens, _doc_tokens), {"source": type(tokens).__name__}
+        return tokens, {"source": type(tokens).__name__}
     index, count = shard if shard is not None else (0, 1)
     if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
         raise ValueError(f"shard={shard!r} must be (index, count) with 0 <= index < count")
@@ -140,11 +138,6 @@ def _documents(
     tokens_in = int((np.asarray(offsets[order + 1]) - np.asarray(offsets[order])).sum())
     info = {"docs": len(order), "tokens": tokens_in, "shard": [index, count], "shuffle_seed": shuffle_seed}
     return ArrayDocuments(flat, offsets, order, piece=piece), info
-
-
-def _doc_tokens(doc: Any) -> Any:
-    """A source's document (``{"tokens": ...}`` or the tokens themselves) -> its 1-D tokens."""
-    return doc["tokens"] if isinstance(doc, Mapping) else doc
 
 
 def _summary(state: Mapping[str, Any], *, resumed_at: int, seq_len: int, packing: str, sealed: bool) -> dict[str, Any]:
@@ -202,8 +195,7 @@ def write_dataset(
     ``progress``: ``None`` shows a bar only on a terminal. Returns a
     JSON-able summary (counts over all runs of this ``producer_id``).
     """
-    from torch_tgb.datapipes import Pack
-    from torch_tgb.offline._stream import Chunk, RowBatches, packed_row
+    from torch_tgb.offline._stream import document_batches
     from torch_tgb.producer import produce
 
     packing = "none" if packing is None else packing
@@ -221,14 +213,10 @@ def write_dataset(
     layout.check_batch({k: torch.zeros(global_batch_size, seq_len, dtype=torch.int64) for k in keys})
     docs, info = _documents(tokens, shuffle_seed=shuffle_seed, shard=shard, piece=seq_len * _PIECE_ROWS)
     info = {**info, "packing": packing, "seq_len": seq_len, "global_batch_size": global_batch_size}
-    rows: BaseNode[Any]
-    if packing == "bfd":
-        from torchdata.nodes import Mapper
-
-        rows = Mapper(Pack(docs, seq_len, window=packing_window, pad_id=pad_id), lambda r: packed_row(r, token_dtype))
-    else:
-        rows = Chunk(docs, seq_len, pad_id=pad_id, token_dtype=token_dtype)
-    pipeline = RowBatches(rows, global_batch_size, pad_id=pad_id, info=info)
+    pipeline = document_batches(
+        docs, seq_len=seq_len, global_batch_size=global_batch_size, packing=packing, pad_id=pad_id,
+        token_dtype=token_dtype, packing_window=packing_window, info=info,
+    )
     metadata = {"source": "write_dataset", "packing": packing, "shuffle_seed": shuffle_seed, "seq_len": seq_len}
 
     done = _committed_state(ns, storage_options, producer_id, info)
