@@ -9,15 +9,14 @@ import pytest
 import torch
 
 import torch_tgb as tgb
+from tests.producer._pipeline_nodes import CountingNode
 from torch_tgb.errors import TGBError
 from torch_tgb.format import read_footer, read_slice
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.records import MAX_STATE_BYTES, ManifestState, ProducerState, Version
-from torch_tgb.producer import ProduceReport, Producer, ProducerConfig, produce
+from torch_tgb.producer import Producer, ProducerConfig, ProduceReport, produce
 from torch_tgb.storage import MemoryStore, ObjectStore
-
-from tests.producer._pipeline_nodes import CountingNode
 
 LAYOUT = Layout(dp=2, seq_keys=("input_ids",))
 

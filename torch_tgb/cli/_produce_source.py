@@ -34,7 +34,7 @@ def _tokenizer(path: str | None) -> Any:
         raise CommandError("--tokenizer needs the 'tokenizers' package (pip install tokenizers)") from e
     try:
         tok = Tokenizer.from_file(path)
-    except Exception as e:  # noqa: BLE001 - the library raises its own exception types
+    except Exception as e:
         raise CommandError(f"cannot load tokenizer {path!r}: {e}") from e
     return lambda texts: [enc.ids for enc in tok.encode_batch(texts)]
 
