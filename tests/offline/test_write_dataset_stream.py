@@ -121,3 +121,26 @@ def test_rerun_after_crash_resumes_from_committed_state(tmp_path, read_back, mon
     assert again["batches"] == summary["batches"] and again["tokens"] == len(flat)
     with pytest.raises(ManifestError, match="different corpus"):
         write_dataset(ns, (flat, offsets), shuffle_seed=9, **kw)
+
+
+def test_readme_pipeline_example(tmp_path, read_back) -> None:
+    """The README's producer pipeline, at a tiny size: it terminates, and a rerun writes nothing twice."""
+    import torch_tgb as tgb
+    from torch_tgb import sources
+    from torch_tgb.offline import document_batches
+
+    flat, offsets = corpus(50)
+    np.save(tmp_path / "corpus.npy", flat)
+    np.save(tmp_path / "corpus.idx.npy", offsets)
+    (tmp_path / "corpus.idx.npy").rename(tmp_path / "corpus.idx")
+    layout = tgb.Layout(dp=2, seq_keys=("input_ids", "labels"))
+    ns = str(tmp_path / "run2")
+    for rerun in (False, True):
+        docs = sources.TokenFile(tmp_path / "corpus.npy", offsets=tmp_path / "corpus.idx", shard=(0, 2))
+        batches = document_batches(docs, seq_len=32, global_batch_size=4, packing="bfd")
+        report = tgb.produce(ns, batches, producer_id="p0", layout=layout)
+        assert report.exhausted and report.resumed == rerun and (report.batches == 0) == rerun
+    written = read_back(ns)[0]
+    shard0 = sum(len(d["tokens"]) for d in sources.TokenFile(tmp_path / "corpus.npy", offsets=tmp_path / "corpus.idx",
+                                                             shard=(0, 2)))
+    assert len(real_tokens(written)) == shard0 > 0

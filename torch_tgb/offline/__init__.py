@@ -1,12 +1,15 @@
 """Offline corpora: pack, shuffle and commit pre-tokenised data as a sealed namespace.
 
-``write_dataset`` and ``convert_llmbatch`` commit through a ``Producer``; the
+``write_dataset`` streams documents through ``document_batches`` (packing,
+global batches: a resumable node) into ``tgb.produce``; ``convert_llmbatch``
+commits through a ``Producer``; the
 pure building blocks they share with the pipeline stages (``pack_bfd``,
 ``pack_rows``, ``permutation``, ...) live in ``torch_tgb.transforms`` and are
 re-exported here.
 """
 
 from torch_tgb.format.llmbatch import LLMBatchReader, write_llmbatch
+from torch_tgb.offline._stream import document_batches
 from torch_tgb.offline.convert import convert_llmbatch
 from torch_tgb.offline.dataset import as_documents, build_rows, write_dataset
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
@@ -19,6 +22,7 @@ __all__ = [
     "block_shuffle_order",
     "build_rows",
     "convert_llmbatch",
+    "document_batches",
     "pack_bfd",
     "pack_rows",
     "packing_efficiency",
