@@ -80,6 +80,9 @@ def test_steps_then_resume_reads_on(tmp_path, capsys, docs) -> None:
     assert second["resumed_at"] == 2 and second["exhausted"]
     assert first["tokens"] < second["tokens"] == sum(len(d) for d in docs)  # counts restored from the state
     assert spans(ns) == expected(docs)
+    assert cli_main.main(["inspect", ns, "--json", "--no-sizes"]) == 0
+    (producer,) = json.loads(capsys.readouterr().out)["producers"]
+    assert producer["next_offset"] == second["next_offset"] and producer["pipeline_state"]["done"] is True
 
 
 def test_bad_source_arguments(tmp_path, capsys) -> None:

@@ -121,6 +121,7 @@ def test_state_survives_epoch_bumps_and_snapshots(store) -> None:
 
 def test_append_state_is_checked_and_copied(store) -> None:
     with Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        assert p.resume_state is None  # a fresh producer id
         with pytest.raises(ValueError, match=r"producer 'p0' offset=0: state is .* over the limit"):
             p.append({"input_ids": torch.zeros(4, 8, dtype=torch.int32)}, offset=0,
                      state={"blob": "x" * MAX_STATE_BYTES})

@@ -300,7 +300,8 @@ def document_batches(
     tokens = Mapper(docs, _doc_tokens)
     rows: BaseNode[Row]
     if packing == "bfd":
-        rows = Mapper(Pack(tokens, seq_len, window=packing_window, pad_id=pad_id), lambda r: packed_row(r, token_dtype))
+        pack = Pack(tokens, seq_len, window=packing_window, pad_id=pad_id, method="bfd", attention_metadata=False)
+        rows = Mapper(pack, lambda r: packed_row(r, token_dtype))
     elif packing == "none":
         rows = Chunk(tokens, seq_len, pad_id=pad_id, token_dtype=token_dtype)
     else:
