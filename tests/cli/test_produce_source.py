@@ -100,3 +100,22 @@ def test_synthetic_default_steps_is_said(tmp_path, capsys) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.out)["written"] == 100
     assert "--steps not given: writing 100 batches" in captured.err
+
+
+def test_text_source_with_a_local_tokenizer_file(tmp_path, capsys, docs) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted({str(int(t)) for d in docs for t in d})
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    paths = write_tars(tmp_path, docs, per_tar=9, text=True)
+    ns = str(tmp_path / "ns")
+    report = run(capsys, ns, "--source", "webdataset:" + ",".join(paths), "--text-field", "txt",
+                 "--tokenizer", str(tmp_path / "tokenizer.json"), "--seal")
+    assert report["exhausted"] and report["tokens"] == sum(len(d) for d in docs)
+    index = {w: i for i, w in enumerate(words)}
+    assert spans(ns) == Counter(tuple(index[str(int(t))] for t in d) for d in docs if len(d))
+    assert cli_main.main(["produce", str(tmp_path / "x"), "--source", f"webdataset:{paths[0]}", "--text-field", "txt",
+                          "--tokenizer", str(tmp_path / "missing.json")]) == 1
+    assert "cannot load tokenizer" in capsys.readouterr().err
