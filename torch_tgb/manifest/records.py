@@ -35,8 +35,10 @@ FORMAT = "tgb-manifest/1"
 DATA_PREFIX = "data/"
 #: a footer larger than this is refused before anyone reads it (a real one is KBs)
 MAX_FOOTER_BYTES = 64 * 1024 * 1024
-#: largest pipeline state (canonical JSON) a producer may commit with an offset
-MAX_STATE_BYTES = 64 * 1024
+#: largest pipeline state (canonical JSON) a producer may commit with an offset. A snapshot
+#: holds every producer's state and a reader accepts 8 MiB of metadata: 256 producers at this
+#: limit (a source position is a few hundred bytes)
+MAX_STATE_BYTES = 32 * 1024
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
 

@@ -125,7 +125,7 @@ class Producer:
         An offset other than the next expected one raises ``ValueError``.
 
         ``state``: the pipeline's state *after* this batch (the state from which
-        offset + 1 is produced), a JSON object of at most 64 KiB. It is committed
+        offset + 1 is produced), a JSON object of at most 32 KiB. It is committed
         in the same manifest version as the offset, and a restarted producer
         reads it back as :attr:`resume_state` (seed 000 §5.3).
         """
