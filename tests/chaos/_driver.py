@@ -7,8 +7,12 @@ A trial (``run_trial(seed, ...)``):
    optionally each behind its own seeded FaultyStore;
 2. while producers work, sleeps a random while, SIGKILLs a random live
    process and starts it again (producers with the same id, consumers from
-   their checkpoint file, the reclaimer afresh); meanwhile the driver itself
-   follows the log as the *reference reader* (holding its own watermark);
+   their checkpoint file, the reclaimer afresh), or SIGSTOPs a producer: either
+   a *zombie* (a new incarnation starts beside it) or a *stall* of the live
+   incarnation, resumed after 1.5-3 grace periods (issue 13: its uncommitted
+   objects must survive); on half the seeds the reclaimer's clock runs 4000 s
+   ahead; meanwhile the driver itself follows the log as the *reference
+   reader* (holding its own watermark);
 3. seals the namespace once both producers finished, lets consumers finish,
    runs a last reclaimer pass (grace 0: every orphan goes) and checks:
 
@@ -139,6 +143,8 @@ class TrialReport:
     reclaimed_below: int = 0
     phases: dict = field(default_factory=dict)
     paused: int = 0  # producers SIGSTOPped while a new incarnation started (zombies)
+    stalled: int = 0  # live producers SIGSTOPped past the grace period, then resumed
+    skewed: bool = False  # the reclaimer's clock ran 4000 s ahead
     fenced: int = 0  # incarnations that stopped with FencedError
     faults: Counter = field(default_factory=Counter)  # injected, as reported by processes that ended normally
 
@@ -170,9 +176,12 @@ class TrialConfig:
     offsets: int = 24  # per producer
     kill_budget: int = 6  # kills while producers run
     every: int = 3  # consumer checkpoint interval (steps)
-    grace: float = 3.0  # reclaimer orphan grace period (s)
+    grace: float = 0.5  # reclaimer orphan grace period (s): shorter than the stalls and commit gaps
     deadline: float = 90.0  # a trial taking longer is a hang
     pause: float = 0.3  # chance that a producer "kill" is a SIGSTOP (zombie) plus a new incarnation
+    stall: float = 0.3  # chance that a producer "kill" is a SIGSTOP of the live incarnation, resumed later
+    stall_grace: tuple[float, float] = (1.5, 3.0)  # a stall lasts this many grace periods (past the grace)
+    skew: float = 0.5  # chance that the reclaimer's clock runs 4000 s ahead (beyond any grace period)
     poll_max: float = 0.05  # consumers' longest wait between manifest polls (s)
     reclaim_interval: float = 0.1  # pause between reclaimer passes (s)
 
@@ -221,12 +230,13 @@ def run_trial(
                                     "poll_max": config.poll_max})
         for r in range(2)
     ]
-    # The orphan grace period must exceed every write-to-commit delay (bugs.md B11). naive and
-    # fixed:3 commit within a few appends; AIMD halves its rate on each conflict (gap up to
-    # 1/min_rate = 20 s) and DAC's gap is ~20x its fragile window, seconds on a loaded machine.
-    grace = config.grace if policy in ("naive", "fixed:3") else 30.0
-    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": grace, "options": options,
-                                           "interval": config.reclaim_interval}))
+    # The grace period is shorter than producer stalls and than DAC/AIMD commit gaps, and the
+    # reclaimer's clock may run far ahead: an uncommitted object must survive by the manifest's
+    # proof alone (issue 13; bugs.md B11 needed grace > every write-to-commit delay).
+    skew = 4000.0 if rng.random() < config.skew else 0.0
+    report.skewed = skew > 0
+    procs.append(Proc("rec", "reclaimer", {"root": root, "stop": stop_file, "grace": config.grace,
+                                           "options": options, "interval": config.reclaim_interval, "skew": skew}))
     by_name = {p.name: p for p in procs}
 
     def start(p: Proc) -> None:
@@ -254,6 +264,16 @@ def run_trial(
         p.done = True
 
     zombies: list[tuple[int, str, bool]] = []  # (pid, name, resumed)
+    stalls: dict[int, float] = {}  # pid of a stopped live producer -> when to resume it
+
+    def tend_stalls(final: bool) -> None:
+        for pid, due in list(stalls.items()):
+            if final or time.monotonic() >= due:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                del stalls[pid]
 
     def tend_zombies(final: bool) -> None:
         """Resume paused old incarnations now and then; a resumed one must end fenced or done."""
@@ -318,10 +338,24 @@ def run_trial(
                     reap(p)
             alive = [p for p in procs if not p.done]
             tend_zombies(final=False)
+            tend_stalls(final=False)
             if kills_left and alive and rng.random() < 0.7:
                 weights = [{"producer": 3, "consumer": 2, "reclaimer": 1}[p.role] for p in alive]
                 victim = rng.choices(alive, weights)[0]
+                producers = [p for p in alive if p.role == "producer" and p.pid not in stalls]
+                if not report.stalled and producers and config.stall:
+                    victim = rng.choice(producers)  # every trial stalls a producer past the grace at least once
+                if victim.role == "producer" and victim.pid not in stalls and (
+                    not report.stalled or rng.random() < config.stall
+                ):
+                    # not dead, not replaced: the same incarnation resumes past the grace period
+                    os.kill(victim.pid, signal.SIGSTOP)
+                    stalls[victim.pid] = time.monotonic() + config.grace * rng.uniform(*config.stall_grace)
+                    report.stalled += 1
+                    kills_left -= 1
+                    continue
                 if victim.role == "producer" and rng.random() < config.pause:
+                    stalls.pop(victim.pid, None)
                     os.kill(victim.pid, signal.SIGSTOP)  # not dead: a zombie that will wake up later
                     zombies.append((victim.pid, victim.name, False))
                     report.paused += 1
@@ -329,6 +363,7 @@ def run_trial(
                     start(victim)
                     report.restarts += 1
                     continue
+                stalls.pop(victim.pid, None)  # SIGKILL ends a stopped process too
                 code = zygote.kill(victim.pid)
                 if code == -9:
                     victim.kills += 1
@@ -344,6 +379,7 @@ def run_trial(
                 time.sleep(rng.uniform(0, 0.1))
                 start(victim)
                 report.restarts += 1
+        tend_stalls(final=True)
         tend_zombies(final=True)
         for p in procs[:2]:  # a zombie may have fenced the main incarnation meanwhile
             while not p.done:

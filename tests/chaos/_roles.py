@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from typing import Any
@@ -27,6 +28,7 @@ import torch_tgb as tgb
 from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, FsspecStore, LocalStore, ObjectStore
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
@@ -104,6 +106,35 @@ def producer(root: str, pi: int, n: int, policy: str, fault_seed: int | None = N
         return FENCED_EXIT
     print(f"producer p{pi} pid={os.getpid()} done", flush=True)
     report_faults(store)
+    return 0
+
+
+def stalling_producer(root: str, marker: str, n: int = 3, options: dict[str, Any] | None = None) -> int:
+    """Commit offset 0, then SIGSTOP itself between the existence check and the create of offset 1.
+
+    The driver (tests/chaos/test_stall_reclaim.py) reclaims while it is stopped, then resumes it.
+    """
+    armed = False
+
+    def hook(point: str) -> None:
+        nonlocal armed
+        if armed and point == "before_commit":
+            armed = False
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, mid-commit
+            time.sleep(0.5)  # a self-sent stop may take effect a moment later: be inside this sleep then
+
+    store = open_ns(root, None, options)
+    config = ProducerConfig(crash_hook=hook)
+    with tgb.Producer(store, producer_id="p0", layout=layout(), commit_policy="naive", config=config) as p:
+        p.append(make_batch(0, 0), offset=0)
+        p.flush()
+        armed = True
+        for offset in range(1, n):
+            p.append(make_batch(0, offset), offset=offset)
+        p.flush()
+    print(f"stalling producer pid={os.getpid()} done", flush=True)
     return 0
 
 
@@ -186,9 +217,10 @@ def consumer(root: str, rank: int, ckpt: str, out: str, every: int, fault_seed: 
 
 
 def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None, interval: float = 0.1,
-              options: dict[str, Any] | None = None) -> int:
+              options: dict[str, Any] | None = None, skew: float = 0.0) -> int:
+    """Reclaim every ``interval`` s; ``skew``: seconds this process's clock runs ahead of the store's."""
     store = open_ns(root, fault_seed, options)
-    rec = tgb.Reclaimer(store, grace_period=grace)
+    rec = tgb.Reclaimer(store, grace_period=grace, clock=lambda: time.time() + skew)
     passes = 0
     while not os.path.exists(stop):
         try:
@@ -202,4 +234,5 @@ def reclaimer(root: str, stop: str, grace: float, fault_seed: int | None = None,
     return 0
 
 
-ROLES = {"producer": producer, "consumer": consumer, "reclaimer": reclaimer, "sealer": sealer}
+ROLES = {"producer": producer, "consumer": consumer, "reclaimer": reclaimer, "sealer": sealer,
+         "stalling_producer": stalling_producer}

@@ -165,19 +165,22 @@ def test_checkpoint_rotation_between_listings_stays_protected(namespace: str) ->
     assert safe <= 3, f"safe boundary {safe}: neither the old (step 2) nor the new (step 3) checkpoint protected"
 
 
-def test_grace_shorter_than_the_commit_delay_fails_loud(tmp_path) -> None:
-    """Misconfiguration (orphan grace < write-to-commit delay) loses the object; readers must say so.
+def test_grace_shorter_than_the_commit_delay_keeps_the_object(tmp_path) -> None:
+    """An orphan grace below the write-to-commit delay no longer loses the object (B11, issue 13 R1).
 
-    The object is written, the Reclaimer (grace 0) deletes it as an orphan before
-    the commit, the commit then names it. Nothing may be skipped silently: the
-    consumer raises ObjectNotFound naming the key (see bugs.md B11).
+    The object is written, a Reclaimer with grace 0 runs before the commit:
+    the object belongs to the live incarnation at its next offset, so it is
+    kept. If it disappears anyway (deleted behind the namespace's back), the
+    reader fails loud naming the key, never skips it.
     """
     ns = str(tmp_path / "ns")
     p = tgb.Producer(ns, producer_id="p0", layout=LAYOUT, commit_policy="fixed:100")
     p.append({"x": torch.zeros(1, 2)}, offset=0)
     key = LocalStore(ns).list("data/")[0]
     report = tgb.Reclaimer(ns, grace_period=0).run_once()
-    assert report.orphans == 1
+    assert report.orphans == 0 and report.live_orphans == 1
+    p.append({"x": torch.ones(1, 2)}, offset=1)
+    LocalStore(ns).delete(key)  # an outside deletion: not the Reclaimer
     p.close(seal=True)
     ds = tgb.TGBDataset(ns, mesh=tgb.Mesh(0, 1), timeout=5)
     with pytest.raises(tgb.TGBError) as info:

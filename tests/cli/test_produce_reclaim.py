@@ -75,3 +75,22 @@ def test_reclaim_text_report(small_ns, capsys):
     assert out.startswith("reclaimed file://")
     assert "safe step            5 (smallest cursor of 1 live checkpoints)" in out
     assert "TGB objects" in out and "bytes freed" in out
+
+
+def test_reclaim_fence_frees_a_vanished_producers_orphans(tmp_path, capsys):
+    from torch_tgb.manifest import Manifest
+    from torch_tgb.manifest.keys import object_name
+    from torch_tgb.storage import LocalStore
+
+    small_ns = str(tmp_path / "ns")
+    with tgb.Producer(small_ns, producer_id="gone", layout=tgb.Layout(dp=1), commit_policy="naive") as p:
+        p.append({"x": torch.zeros(1, 2)}, offset=0)  # not sealed: the producer may come back
+    store = LocalStore(small_ns)
+    pid, state = next(iter(Manifest(store).head().producers.items()))
+    lost = object_name(pid, state.epoch, state.next_offset, "0000dead")  # written, never committed
+    store.put(lost, b"x")
+    code, report = _run_json(capsys, "reclaim", small_ns, "--grace-period", "0", "--json")
+    assert code == 0 and report["orphans"] == 0 and report["live_orphans"] == 1 and store.exists(lost)
+    code, report = _run_json(capsys, "reclaim", small_ns, "--grace-period", "0", "--fence", pid, "--json")
+    assert code == 0 and report["orphans"] == 1 and not store.exists(lost)
+    assert Manifest(store).head().producers[pid].epoch == state.epoch + 1

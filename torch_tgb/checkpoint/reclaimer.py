@@ -5,21 +5,31 @@ removes things that every later state of the namespace no longer needs, so a
 pass killed anywhere leaves a readable namespace and the next pass finishes
 the job (deletes are idempotent, TGB objects immutable):
 
-1. safe step ``S`` = smallest cursor over live checkpoints (0 when none);
-2. boundary version ``vb`` = the version holding step ``S`` (the newest
-   version when every committed step is behind ``S``); the boundary step is
-   ``S`` itself (at most ``stop_step(vb)``): the record of ``vb`` is kept,
-   the objects of its steps below ``S`` are not, so a version holding many
+1. list ``data/``, then read the head state ``S`` (the order matters: every
+   listed object was written before ``S`` was read);
+2. free what the *existing* GC boundary already allows — objects of steps
+   below it, versions and snapshots below it, and uncommitted objects that
+   ``S`` proves can never be committed (:mod:`torch_tgb.checkpoint._orphans`)
+   once older than ``grace_period``. Nothing is written before this, so a
+   pass frees space even on a full disk;
+3. safe step ``T`` = smallest cursor over live checkpoints (0 when none);
+   boundary version ``vb`` = the version holding step ``T`` (the newest
+   version when every committed step is behind ``T``); the boundary step is
+   ``T`` itself (at most ``stop_step(vb)``): the record of ``vb`` is kept,
+   the objects of its steps below ``T`` are not, so a version holding many
    TGBs (DAC batches commits) holds no storage below the safe step;
-3. write the snapshot of ``vb``, then advance ``_tgb/gc_boundary`` to
-   ``(vb, S)`` — readers and committers now start there;
-4. delete the TGB objects of steps below ``S``, then the log versions below
+4. write the snapshot of ``vb``, then advance ``_tgb/gc_boundary`` to
+   ``(vb, T)`` — readers and committers now start there;
+5. delete the TGB objects of steps below ``T``, then the log versions below
    ``vb`` (objects first: a version is the only record of which objects it
    named), then snapshots below the boundary;
-5. delete orphans: objects under ``data/`` that no kept version names and
-   whose age exceeds ``grace_period`` (written but never committed — or not
-   committed *yet*: the grace period must exceed any write-to-commit delay);
 6. drop retired checkpoints: their watermarks, then their markers.
+
+Every object deleted passes the same rule: named by no version at or above
+the boundary, and dead in ``S`` (a committed object below the boundary is
+dead: its offset is below its producer's ``next_offset``). An uncommitted
+object of a live incarnation at or above its ``next_offset`` is never
+deleted, whatever its age or the clocks say.
 
 The boundary never moves back (a pass with fewer live checkpoints only
 deletes what earlier passes already allowed). Run one Reclaimer per
@@ -35,10 +45,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from torch_tgb.checkpoint._orphans import Fate, fate_of
 from torch_tgb.errors import ObjectNotFound
+from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
-from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, TGBEntry
+from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
 from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.storage import ObjectStore, open_store
 
@@ -46,7 +58,7 @@ __all__ = ["DEFAULT_GRACE_PERIOD", "ReclaimReport", "Reclaimer"]
 
 log = logging.getLogger(__name__)
 
-#: far longer than any commit or producer stall; orphans younger than this are kept
+#: dead orphans younger than this are kept (defence in depth: deletion never depends on it)
 DEFAULT_GRACE_PERIOD = 3600.0
 
 
@@ -65,6 +77,7 @@ class ReclaimReport:
     checkpoints_dropped: int  # retired checkpoints whose watermark and marker were deleted
     bytes: int  # TGB + orphan bytes deleted
     seconds: float
+    live_orphans: int = 0  # uncommitted objects their (live) producer may still commit: kept
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,9 +86,12 @@ class ReclaimReport:
 class Reclaimer:
     """Checkpoint-aligned garbage collection of one namespace.
 
-    ``grace_period`` (seconds) protects objects a producer wrote but has not
-    committed yet; set it above the longest write-to-commit delay you allow.
-    ``clock`` (wall-clock seconds, compared with object mtimes) is for tests.
+    An uncommitted object is deleted only when the manifest proves it can
+    never be committed (its producer incarnation is fenced, its offset is
+    committed, or the namespace is sealed) *and* it is older than
+    ``grace_period`` seconds by ``clock`` against the object's mtime. The
+    proof alone makes deletion safe; the grace period is defence in depth, so
+    a skewed clock cannot cause data loss.
     """
 
     def __init__(
@@ -98,20 +114,27 @@ class Reclaimer:
         """One idempotent pass; see the module docstring for the order of effects."""
         started = time.monotonic()
         store, manifest = self.store, self.manifest
-        # data/ is listed before the log is read: an object committed before the
-        # listing is named by a version read below; one committed after it was
-        # uncommitted at listing time and is only a candidate once older than the grace period.
+        # data/ is listed before the head is read: every listed object was written
+        # before that read, so the head decides whether its incarnation may still commit it.
         data_keys = store.list(DATA_PREFIX)
         live = live_checkpoints(store)
         safe_step = min((m.step for m in live), default=0)
         before = manifest.gc_boundary()
-        boundary = self._advance(manifest, safe_step)
-        kept = self._kept_keys(manifest, boundary)
-
-        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, before, boundary, kept)
-        versions = manifest.delete_versions_below(boundary.version)
-        snapshots = self._delete_old_snapshots(boundary)
-        orphans, orphan_bytes = self._delete_orphans(data_keys, kept | deleted_keys)
+        head = manifest.head()
+        # What the existing boundary allows goes first: nothing is written yet, so this
+        # frees space even when the disk is too full for the snapshot and boundary puts.
+        kept = self._kept_keys(manifest, before, head)
+        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, before, before, kept, head)
+        versions = manifest.delete_versions_below(before.version)
+        snapshots = self._delete_old_snapshots(before)
+        orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
+        boundary = self._advance(manifest, safe_step, head)
+        if boundary != before:
+            kept = self._kept_keys(manifest, boundary, head)
+            more_keys, more, more_bytes = self._delete_reclaimed_objects(manifest, before, boundary, kept, head)
+            objects, nbytes = objects + more, nbytes + more_bytes
+            versions += manifest.delete_versions_below(boundary.version)
+            snapshots += self._delete_old_snapshots(boundary)
         dropped = self._drop_retired()
         report = ReclaimReport(
             safe_step=safe_step,
@@ -125,6 +148,7 @@ class Reclaimer:
             checkpoints_dropped=dropped,
             bytes=nbytes + orphan_bytes,
             seconds=time.monotonic() - started,
+            live_orphans=live_orphans,
         )
         log.info("reclaim %s: %s", store.url, report)
         return report
@@ -145,6 +169,20 @@ class Reclaimer:
                 log.exception("reclaim pass on %s failed; retrying in %.1fs", self.store.url, interval)
             stop.wait(interval)
 
+    def fence_producer(self, producer_id: str) -> int:
+        """Commit an epoch bump for ``producer_id`` and return the new epoch.
+
+        For a producer that is gone for good: its uncommitted objects stay
+        committable (and are kept) until a newer incarnation starts; after the
+        bump they are dead and the next pass deletes them. A still-running
+        incarnation of that id fails with ``FencedError`` at its next commit;
+        a later ``Producer`` with the id resumes at its committed offset.
+        """
+        committer = Committer(Manifest(self.store), producer_id)
+        state = committer.start()
+        log.info("%s: fenced producer %r at epoch=%d", self.store.url, producer_id, state.epoch)
+        return state.epoch
+
     def close(self) -> None:
         """Close the store if this Reclaimer opened it (from a URL)."""
         if self._owns_store:
@@ -161,10 +199,9 @@ class Reclaimer:
 
     # --- steps of a pass -------------------------------------------------------
 
-    def _advance(self, manifest: Manifest, safe_step: int) -> GCBoundary:
-        """Move the GC boundary to the version holding ``safe_step`` (never backwards)."""
+    def _advance(self, manifest: Manifest, safe_step: int, head: ManifestState) -> GCBoundary:
+        """Move the GC boundary to the version holding ``safe_step`` (never backwards, never past ``head``)."""
         current = manifest.gc_boundary()
-        head = manifest.head()
         if head.version == 0 or safe_step <= current.step:
             if 0 < safe_step < current.step:  # only a race with record_watermark gets here
                 log.warning("%s: a live checkpoint resumes at step=%d, below the GC boundary step=%d: "
@@ -183,7 +220,7 @@ class Reclaimer:
         return manifest.advance_gc_boundary(version.number, step)
 
     def _delete_reclaimed_objects(
-        self, manifest: Manifest, before: GCBoundary, boundary: GCBoundary, kept: set[str]
+        self, manifest: Manifest, before: GCBoundary, boundary: GCBoundary, kept: set[str], head: ManifestState
     ) -> tuple[set[str], int, int]:
         """Delete objects of steps below the boundary step (and named by no kept entry); (keys, count, bytes).
 
@@ -192,6 +229,12 @@ class Reclaimer:
         later pass neither repeats nor recounts them. If a pass dies between
         moving the boundary and these deletes, the objects left behind are
         named by no kept entry: the orphan sweep removes them after the grace period.
+
+        A version below the boundary may also be one a stalled committer wrote
+        into an already reclaimed slot (it deletes it on seeing the boundary);
+        its objects may be committed on the real chain later, so no key of a
+        live incarnation at or above its ``next_offset`` is deleted — no really
+        committed object is one.
         """
         entries: list[TGBEntry] = []
         for key in manifest.version_keys_below(boundary.version):
@@ -200,10 +243,10 @@ class Reclaimer:
             if version is not None:  # None: deleted by an earlier, interrupted pass
                 entries.extend(version.entries)
         if boundary.version > 0:
-            head = manifest.read_version(boundary.version)
-            start = before.step if before.version == boundary.version else head.first_step
-            entries.extend(head.entries[max(0, start - head.first_step) : max(0, boundary.step - head.first_step)])
-        keys = {e.key for e in entries} - kept
+            last = manifest.read_version(boundary.version)
+            start = before.step if before.version == boundary.version else last.first_step
+            entries.extend(last.entries[max(0, start - last.first_step) : max(0, boundary.step - last.first_step)])
+        keys = {e.key for e in entries if fate_of(head, e.key) is not Fate.LIVE} - kept
         if keys:
             self.store.delete(sorted(keys))
         return keys, len(keys), sum(size for key, size in {e.key: e.size for e in entries}.items() if key in keys)
@@ -216,12 +259,21 @@ class Reclaimer:
             self.store.delete(doomed)
         return len(doomed)
 
-    def _delete_orphans(self, data_keys: list[str], known: set[str]) -> tuple[int, int]:
-        """Delete listed objects that no kept version names, once older than the grace period."""
+    def _delete_orphans(self, data_keys: list[str], known: set[str], head: ManifestState) -> tuple[int, int, int]:
+        """Delete listed objects no kept version names that are dead in ``head``, once past the grace period.
+
+        Returns (deleted, bytes, live orphans kept). Keys no producer writes
+        (``Fate.FOREIGN``) go by age alone.
+        """
         cutoff = self._clock() - self.grace_period
         doomed: dict[str, int] = {}
+        live = 0
         for key in data_keys:
             if key in known:
+                continue
+            fate = fate_of(head, key)
+            if fate is Fate.LIVE:
+                live += 1
                 continue
             try:
                 info = self.store.stat(key)
@@ -231,13 +283,16 @@ class Reclaimer:
                 doomed[key] = info.size
         if doomed:
             self.store.delete(sorted(doomed))
-        return len(doomed), sum(doomed.values())
+        return len(doomed), sum(doomed.values()), live
 
-    def _kept_keys(self, manifest: Manifest, boundary: GCBoundary) -> set[str]:
-        """Object keys of steps at or above the boundary step (read after listing data/)."""
-        latest = manifest.latest_version()
+    def _kept_keys(self, manifest: Manifest, boundary: GCBoundary, head: ManifestState) -> set[str]:
+        """Object keys of steps at or above the boundary step, up to ``head`` (read after listing data/).
+
+        Versions after ``head`` only name offsets at or above ``head``'s
+        ``next_offset`` of live incarnations: objects no pass deletes anyway.
+        """
         kept: set[str] = set()
-        for number in range(max(1, boundary.version), latest + 1):
+        for number in range(max(1, boundary.version), head.version + 1):
             version = manifest.read_version(number)
             skip = max(0, boundary.step - version.first_step) if number == boundary.version else 0
             kept.update(e.key for e in version.entries[skip:])

@@ -1,8 +1,10 @@
 """``tgb reclaim NS``: run the Reclaimer once and report what it deleted.
 
 Deletes TGB objects and log versions strictly below the safe boundary (the
-smallest cursor over live checkpoints) and orphan objects older than the
-grace period. Idempotent; safe to interrupt.
+smallest cursor over live checkpoints) and uncommitted objects the manifest
+proves can never be committed, once older than the grace period. Idempotent;
+safe to interrupt. ``--fence ID`` first commits an epoch bump for a producer
+that is gone for good, so its uncommitted objects become deletable.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="age before an uncommitted (orphan) object may be deleted (default: the Reclaimer's)",
     )
+    p.add_argument(
+        "--fence",
+        action="append",
+        default=[],
+        metavar="PRODUCER_ID",
+        help="commit an epoch bump for this vanished producer first (repeatable); a running one is fenced",
+    )
     add_json_flag(p)
     add_storage_option_flag(p)
     p.set_defaults(run=run)
@@ -41,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if args.grace_period is not None:
         kwargs["grace_period"] = args.grace_period
     reclaimer = Reclaimer(args.ns, **kwargs)
+    for producer_id in args.fence:
+        epoch = reclaimer.fence_producer(producer_id)
+        if not args.json:
+            print(f"fenced producer {producer_id!r}: epoch {epoch}")
     report = reclaimer.run_once()
     fields = (
         dataclasses.asdict(report)

@@ -5,13 +5,19 @@ Numbers are zero-padded to 20 digits so that a lexicographic LIST is numeric ord
 
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 __all__ = [
     "DATASET_KEY",
     "GC_BOUNDARY_KEY",
     "LOG_PREFIX",
+    "ObjectName",
     "SNAPSHOT_HINT_KEY",
     "SNAPSHOT_PREFIX",
     "number_of",
+    "object_name",
+    "parse_object_name",
     "snapshot_key",
     "version_key",
 ]
@@ -36,3 +42,32 @@ def number_of(key: str, prefix: str) -> int | None:
     if not (name.endswith(".json") and len(name) == 25 and name[:20].isdigit()):
         return None  # temporary files of a backend, or foreign objects: not ours
     return int(name[:20])
+
+
+class ObjectName(NamedTuple):
+    """What a TGB object's key says about who wrote it: ``data/<producer>/e<epoch>-o<offset>-<rand>.tgb``."""
+
+    producer: str
+    epoch: int
+    offset: int
+
+
+_OBJECT_NAME = re.compile(r"data/([^/]+)/e([0-9]{6,})-o([0-9]{12,})-[0-9a-f]+\.tgb")
+
+
+def object_name(producer_id: str, epoch: int, offset: int, rand: str) -> str:
+    """The key of the object a producer incarnation writes for ``offset`` (``rand``: unique per write)."""
+    return f"data/{producer_id}/e{epoch:06d}-o{offset:012d}-{rand}.tgb"
+
+
+def parse_object_name(key: str) -> ObjectName | None:
+    """The producer, epoch and offset a key names; ``None`` for a key no producer writes.
+
+    The Reclaimer decides from these fields (and the manifest) whether an
+    uncommitted object can still be committed: see docs/protocol.md,
+    *Reclaiming uncommitted objects*.
+    """
+    match = _OBJECT_NAME.fullmatch(key)
+    if match is None:
+        return None
+    return ObjectName(match.group(1), int(match.group(2)), int(match.group(3)))

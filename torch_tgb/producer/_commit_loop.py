@@ -289,13 +289,20 @@ class CommitLoop:
                 self._cond.notify_all()
 
     def _verify_old_objects(self, batch: list[TGBEntry]) -> None:
-        """Refuse to commit an object that has been waiting so long it may have been reclaimed."""
+        """Refuse to commit an object that has vanished while it waited (defence in depth).
+
+        The Reclaimer never deletes an object this incarnation may still commit
+        (docs/protocol.md, *Reclaiming uncommitted objects*); this check only
+        catches deletions from outside the protocol, for objects that waited
+        longer than ``verify_after_s``.
+        """
         cutoff = time.monotonic() - self.config.verify_after_s
         for entry in batch:
             written = self._written_at.get(entry.offset)
             if written is not None and written <= cutoff and not self.store.exists(entry.key):
                 raise ObjectNotFound(
                     f"{self.store.url}: producer {self.producer_id!r} offset={entry.offset}: object {entry.key!r} "
-                    f"was deleted before its commit (written {time.monotonic() - written:.0f} s ago: is the "
-                    "Reclaimer's grace_period shorter than the commit delay?); not committing a dangling key"
+                    f"was deleted before its commit (written {time.monotonic() - written:.0f} s ago; the Reclaimer "
+                    "keeps objects a live producer may still commit: was it deleted behind the namespace's back?); "
+                    "not committing a dangling key"
                 )

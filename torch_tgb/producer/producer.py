@@ -29,6 +29,7 @@ from torch_tgb.format import write_tgb
 from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
+from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import encode_producer_state
 from torch_tgb.producer._commit_loop import CommitLoop
 from torch_tgb.producer.config import ProducerConfig
@@ -41,7 +42,7 @@ __all__ = ["Producer", "object_key"]
 
 def object_key(producer_id: str, epoch: int, offset: int) -> str:
     """``data/<producer_id>/e<epoch:06d>-o<offset:012d>-<rand>.tgb``: unique per write attempt."""
-    return f"data/{producer_id}/e{epoch:06d}-o{offset:012d}-{secrets.token_hex(4)}.tgb"
+    return object_name(producer_id, epoch, offset, secrets.token_hex(4))
 
 
 class Producer:
