@@ -7,6 +7,7 @@ runs everywhere. Both check the same things.
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from collections.abc import Iterator
@@ -126,3 +127,76 @@ def test_disk_full_injected(tmp_path, op: str) -> None:
     assert committed == 3 or (op == "put" and committed == 3)
     faulty._forced.clear()  # space freed
     _resume_and_read(faulty, 6)
+
+
+# --- the Reclaimer on a full disk (issue 13 item 4) ---------------------------------------------
+
+SMALL = 16 * 1024  # int32 values per batch: 64 KiB objects
+
+
+def _small(offset: int) -> dict[str, torch.Tensor]:
+    return {"x": torch.full((2, SMALL // 2), offset, dtype=torch.int32)}
+
+
+def _namespace_with_a_killed_pass(store: ObjectStore) -> tuple[list[str], str]:
+    """20 steps; a pass that moved the boundary to step 10 and died before deleting; a fenced orphan.
+
+    Returns the object keys of steps 0..9 (deletable under the existing boundary) and the orphan's key.
+    """
+    from torch_tgb.checkpoint import record_watermark
+    from torch_tgb.manifest import Committer
+    from torch_tgb.manifest.keys import object_name
+
+    with tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        for offset in range(20):
+            p.append(_small(offset), offset=offset)
+        epoch = p.epoch
+    orphan = object_name("p0", epoch, 20, "0000beef")
+    store.put(orphan, store.get(Manifest(store).entry(0).key))  # written, never committed
+    Committer(Manifest(store), "p0").start()  # a newer incarnation: the orphan is dead
+    record_watermark(store, "ck", {"tgb_cursor": {"step": 15, "version": 0}})
+    manifest = Manifest(store)
+    below = [e.key for e in manifest.entries(0, 10)]
+    version = manifest.version_of_step(10)
+    manifest.write_snapshot(version.number)
+    manifest.advance_gc_boundary(version.number, 10)  # ... and the pass was killed here
+    return below, orphan
+
+
+def test_reclaimer_frees_space_on_a_full_disk_injected(tmp_path) -> None:
+    """Every put fails with ENOSPC: the pass still deletes what the existing boundary allows, then fails."""
+    from torch_tgb.checkpoint import Reclaimer
+
+    faulty = FaultyStore(LocalStore(str(tmp_path / "ns"), fsync=False))
+    below, orphan = _namespace_with_a_killed_pass(faulty)
+    faulty.fail_next("put", 1000, "enospc")
+    with pytest.raises(StorageFull, match="_tgb/snapshots/"):
+        Reclaimer(faulty, grace_period=0).run_once()
+    left = set(faulty.inner.list("data/"))
+    assert not left & set(below), "objects below the existing GC boundary survived a pass on a full disk"
+    assert orphan not in left, "a dead orphan survived a pass on a full disk"
+    faulty._forced.clear()  # the freed space lets the next pass write its snapshot and boundary
+    report = Reclaimer(faulty, grace_period=0).run_once()
+    assert (report.boundary_step, report.objects) == (15, 5)
+    assert len(faulty.inner.list("data/")) == 5
+    ds = tgb.TGBDataset(faulty.inner, mesh=tgb.Mesh(0, 2), timeout=10)
+    ds.load_state_dict({"tgb_cursor": {"step": 15, "version": 0}})
+    assert [int(b["x"][0, 0]) for b in itertools.islice(ds, 5)] == list(range(15, 20))
+
+
+def test_reclaimer_frees_space_on_a_full_tmpfs(tmpfs: str) -> None:
+    from torch_tgb.checkpoint import Reclaimer
+
+    store = LocalStore(os.path.join(tmpfs, "ns"))
+    below, orphan = _namespace_with_a_killed_pass(store)
+    ballast = _fill(tmpfs, leave=0)
+    try:
+        report = Reclaimer(store, grace_period=0).run_once()  # the deletes come first: room for the snapshot
+        assert report.boundary_step == 15
+    except StorageFull as e:  # not even then: the deletes must still have happened
+        print(f"second phase still refused: {e}")
+    left = set(store.list("data/"))
+    assert not left & set(below) and orphan not in left
+    os.unlink(ballast)
+    report = Reclaimer(store, grace_period=0).run_once()
+    assert report.boundary_step == 15 and len(store.list("data/")) == 5
