@@ -21,6 +21,7 @@ import torch
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
+from torch_tgb.storage.local import open_regular
 
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
@@ -110,7 +111,7 @@ def decode_slice(
 
 def _open_mmap(path: str, key: str) -> mmap.mmap:
     try:
-        with open(path, "rb") as f:
+        with open(open_regular(path, key), "rb") as f:  # never blocks on a FIFO, refuses non-files
             # copy-on-write: tensors are writable, writes never reach the file
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     except ValueError as e:  # empty file
