@@ -8,13 +8,16 @@ Pure and at the bottom of the package: it imports nothing from torch_tgb but
 - ``plan_reads`` -> ``ReadPlan`` (``_projection.py``): a reader's mesh projected onto a written layout.
 """
 
-from torch_tgb.layout._layout import Layout
+from torch_tgb.layout._layout import MAX_CP, MAX_DP, MAX_SLICES, Layout
 from torch_tgb.layout._mesh import Mesh, resolve_rank_world
 from torch_tgb.layout._projection import CP_ORDERS, Piece, ReadPlan, Segment, StepReads, cp_ranges, plan_reads
 from torch_tgb.layout._slices import SliceData
 
 __all__ = [
     "CP_ORDERS",
+    "MAX_CP",
+    "MAX_DP",
+    "MAX_SLICES",
     "Layout",
     "Mesh",
     "Piece",

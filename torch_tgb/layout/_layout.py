@@ -23,7 +23,14 @@ from torch_tgb.errors import LayoutError
 from torch_tgb.layout._projection import CP_ORDERS, cp_ranges
 from torch_tgb.layout._slices import SliceData
 
-__all__ = ["Layout"]
+__all__ = ["MAX_CP", "MAX_DP", "MAX_SLICES", "Layout"]
+
+#: Upper bounds of a layout. A TGB object holds one footer entry per slice and
+#: a consumer plans its reads per slice, so an absurd ``dp`` (say 2**40, read
+#: from a tampered dataset.json) must be refused before anything is built.
+MAX_DP = 2**16
+MAX_CP = 2**16
+MAX_SLICES = 2**20  # dp * cp
 
 @dataclass(frozen=True)
 class Layout:
@@ -39,6 +46,11 @@ class Layout:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise LayoutError(f"Layout.{name} must be an int >= 1, got {value!r}")
+        for name, value, limit in (("dp", self.dp, MAX_DP), ("cp", self.cp, MAX_CP)):
+            if value > limit:
+                raise LayoutError(f"Layout.{name}={value} exceeds the maximum {limit}")
+        if self.dp * self.cp > MAX_SLICES:
+            raise LayoutError(f"Layout dp*cp={self.dp * self.cp} slices exceeds the maximum {MAX_SLICES}")
         if isinstance(self.seq_keys, str):
             raise LayoutError(f"Layout.seq_keys must be a tuple of names, got the string {self.seq_keys!r}")
         keys = tuple(self.seq_keys)

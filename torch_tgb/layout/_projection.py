@@ -175,17 +175,16 @@ class ReadPlan:
         else:
             k = w.dp // m.dp_size
             dp_parts = [(step // k, (step % k) * m.dp_size + m.dp_rank)]
-        pieces: list[Piece] = []
+        # O(pieces read): a dict keeps first-seen order and gives each piece its index
+        # (the layout's bounds keep dp_parts at most MAX_DP long, in merge mode only).
+        index: dict[Piece, int] = {}
         parts = []
         for tgb, dp in dp_parts:
             segments = []
             for cp, lo, hi in self._cp_segments:
-                piece = Piece(tgb, dp, cp)
-                if piece not in pieces:
-                    pieces.append(piece)
-                segments.append(Segment(pieces.index(piece), lo, hi))
+                segments.append(Segment(index.setdefault(Piece(tgb, dp, cp), len(index)), lo, hi))
             parts.append(tuple(segments))
-        return StepReads(tuple(pieces), tuple(parts), self.written.seq_keys)
+        return StepReads(tuple(index), tuple(parts), self.written.seq_keys)
 
     @property
     def seq_amplification(self) -> float:

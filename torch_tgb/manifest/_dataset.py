@@ -6,12 +6,37 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, ManifestError, SchemaMismatch
+from torch_tgb.errors import AmbiguousWriteError, CorruptObject, LayoutError, ManifestError, SchemaMismatch
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.manifest.records import DatasetInfo
 from torch_tgb.storage import ObjectStore
 
-__all__ = ["ensure_dataset"]
+__all__ = ["check_dataset", "ensure_dataset"]
+
+
+def check_dataset(info: DatasetInfo, *, what: str) -> None:
+    """Refuse a dataset.json whose layout is out of bounds or whose fingerprint does not match its content.
+
+    Every reader checks this before using the layout: an edited ``dp`` (say
+    2**40) is refused here, by the layout's bounds or by the fingerprint,
+    instead of making a consumer plan 2**40 reads.
+    """
+    from torch_tgb.format import schema_fingerprint
+    from torch_tgb.layout import Layout
+
+    try:
+        layout = Layout.from_json(info.layout)
+    except LayoutError as e:
+        raise CorruptObject(f"{what}: invalid layout {dict(info.layout)}: {e}") from e
+    try:
+        actual = schema_fingerprint(layout, info.schema, info.metadata)
+    except (TypeError, ValueError) as e:  # not JSON-serialisable after all
+        raise CorruptObject(f"{what}: cannot fingerprint its content: {e}") from e
+    if actual != info.fingerprint:
+        raise CorruptObject(
+            f"{what}: stored fingerprint {info.fingerprint} does not match its layout/schema/metadata "
+            f"(fingerprint {actual}): the file was edited or damaged"
+        )
 
 
 def ensure_dataset(

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torch_tgb.errors import ManifestError, ObjectNotFound
-from torch_tgb.manifest._dataset import ensure_dataset
+from torch_tgb.manifest._dataset import check_dataset, ensure_dataset
 from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, load_json
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.keys import (
@@ -94,7 +94,10 @@ class LogReader:
             data = self._get_bounded(DATASET_KEY)
         except ObjectNotFound:
             return None
-        return DatasetInfo.decode(data, what=f"{self.where}{DATASET_KEY}")
+        what = f"{self.where}{DATASET_KEY}"
+        info = DatasetInfo.decode(data, what=what)
+        check_dataset(info, what=what)
+        return info
 
     def ensure_dataset(
         self, layout: Any, schema: Mapping[str, Any], metadata: Mapping[str, Any] | None = None
