@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Callable
 
 import pytest
 from _tamper import Tamper
+from _watchdog import within
 
 import torch_tgb as tgb
 from torch_tgb.errors import CorruptObject, LayoutError
@@ -22,24 +22,6 @@ from torch_tgb.layout import MAX_CP, MAX_DP, MAX_SLICES, Layout, Mesh, plan_read
 from torch_tgb.manifest.keys import DATASET_KEY
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _within(seconds: float, action: Callable[[], object]) -> object:
-    """Run ``action`` in a watchdog thread; fail if it has not finished after ``seconds``."""
-    out: list[object] = []
-
-    def run() -> None:
-        try:
-            out.append(action())
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            out.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        pytest.fail(f"{action} still running after {seconds}s")
-    return out[0]
 
 
 @pytest.mark.parametrize("dp", [2**40, 2**62, MAX_DP + 1])
@@ -75,21 +57,21 @@ def _consume(tamper: Tamper) -> Callable[[], object]:
 @pytest.mark.parametrize("dp", [2**40, 2**62, 2])
 def test_edited_dp_without_its_fingerprint_is_refused(tamper: Tamper, dp: int) -> None:
     _edit_dataset(tamper, dp=dp, refingerprint=False)
-    error = _within(60, _consume(tamper))
+    error = within(60, _consume(tamper))
     assert isinstance(error, CorruptObject) and DATASET_KEY in str(error), error
 
 
 @pytest.mark.parametrize("dp", [2**40, 2**62])
 def test_absurd_dp_with_a_matching_fingerprint_is_refused(tamper: Tamper, dp: int) -> None:
     _edit_dataset(tamper, dp=dp, refingerprint=True)
-    error = _within(60, _consume(tamper))
+    error = within(60, _consume(tamper))
     assert isinstance(error, CorruptObject) and DATASET_KEY in str(error) and "maximum" in str(error), error
 
 
 def test_read_plan_is_linear_in_the_pieces_read() -> None:
     """A rank merging all MAX_DP written slices reads MAX_DP pieces, planned without an O(k²) scan."""
     plan = plan_reads(Layout(dp=MAX_DP), Mesh(0, 1), dp_split="merge")
-    reads = _within(60, lambda: plan.reads(3))
+    reads = within(60, lambda: plan.reads(3))
     assert len(reads.pieces) == MAX_DP and len(set(reads.pieces)) == MAX_DP
     assert [seg.piece for part in reads.parts for seg in part] == list(range(MAX_DP))
     one = plan_reads(Layout(dp=MAX_DP), Mesh(5, MAX_DP)).reads(7)

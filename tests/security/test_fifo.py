@@ -10,12 +10,12 @@ writing so the stuck thread can finish).
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _tamper import LAYOUT, Tamper
+from _watchdog import within
 
 import torch_tgb as tgb
 from torch_tgb.errors import InvalidKey, TGBError
@@ -29,27 +29,17 @@ HANG_S = 30.0
 
 
 def _outcome(action: Callable[[], object], fifos: list[Path]) -> BaseException | None:
-    """Run ``action`` with a watchdog; returns what it raised (None if it returned)."""
-    result: list[BaseException | None] = []
+    """What ``action`` raised (None if it returned); a hang fails the test."""
 
-    def run() -> None:
-        try:
-            action()
-            result.append(None)
-        except BaseException as e:  # noqa: BLE001 - handed to the test
-            result.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(HANG_S)
-    if thread.is_alive():
-        for fifo in fifos:  # let the stuck open() return
+    def release() -> None:  # let the stuck open() return
+        for fifo in fifos:
             try:
                 os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
             except OSError:
                 pass
-        pytest.fail(f"{action} hung for {HANG_S}s on a FIFO in the namespace")
-    return result[0]
+
+    result = within(HANG_S, action, release)
+    return result if isinstance(result, BaseException) else None
 
 
 def _fifo_at(path: Path) -> Path:
