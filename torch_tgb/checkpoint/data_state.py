@@ -126,8 +126,11 @@ def decode_state(tensor: torch.Tensor, *, what: str = "data state") -> Any:
         raise CorruptObject(f"DataState: {what} has a bad header (magic={magic!r}, {length=})")
     try:
         return _untag(json.loads(raw[_HEADER.size : _HEADER.size + length]))
-    except ValueError as e:
-        raise CorruptObject(f"DataState: {what} is not valid JSON: {e}") from e
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        # ValueError covers bad JSON and UnicodeDecodeError; TypeError/KeyError come from
+        # tags holding the wrong shapes (an unhashable key, a tuple tag over a number);
+        # RecursionError from nesting deeper than the interpreter allows.
+        raise CorruptObject(f"DataState: {what} is not a valid data state ({type(e).__name__}: {str(e)[:200]})") from e
 
 
 # JSON turns tuples into lists and int keys into strings; loader states round-trip
