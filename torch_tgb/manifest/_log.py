@@ -62,6 +62,7 @@ class LogReader:
         self._known_latest = 0
         self._hint: int | None = None  # last hint read (a starting point only)
         self._boundary_seen = GCBoundary()  # last boundary read (a starting point only)
+        self._gc_highest = GCBoundary()  # highest boundary ever read or written: gc_boundary() never goes below
         self._state: ManifestState | None = None
 
     @property
@@ -322,9 +323,33 @@ class LogReader:
     # --- GC boundary -------------------------------------------------------
 
     def gc_boundary(self) -> GCBoundary:
-        """The current boundary (``GCBoundary(0, 0)`` before the first reclamation)."""
+        """The current boundary (``GCBoundary(0, 0)`` before the first reclamation); never goes back.
+
+        The boundary only ever moves forward, so a stored value below one this
+        Manifest already read (or wrote) is a stale write that landed late (a
+        delayed retry): the higher one is returned, and the Reclaimer's next
+        pass writes it back (:meth:`repair_gc_boundary`).
+        """
+        stored = self.stored_gc_boundary()
+        with self._lock:
+            if _order(stored) < _order(self._gc_highest):
+                return self._gc_highest
+            self._gc_highest = stored
+        return stored
+
+    def stored_gc_boundary(self) -> GCBoundary:
+        """What ``_tgb/gc_boundary.json`` holds now (may be stale: see :meth:`gc_boundary`)."""
         try:
             data = self._get_bounded(GC_BOUNDARY_KEY)
         except ObjectNotFound:
             return GCBoundary()
         return GCBoundary.decode(data, what=f"{self.where}{GC_BOUNDARY_KEY}")
+
+    def _saw_gc_boundary(self, boundary: GCBoundary) -> None:
+        with self._lock:
+            if _order(boundary) > _order(self._gc_highest):
+                self._gc_highest = boundary
+
+
+def _order(boundary: GCBoundary) -> tuple[int, int]:
+    return boundary.version, boundary.step

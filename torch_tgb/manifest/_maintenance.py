@@ -8,6 +8,8 @@ objects of steps below ``step`` (which may lie inside B).
 
 from __future__ import annotations
 
+import logging
+
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._json import dump_json
 from torch_tgb.manifest._log import LogReader
@@ -15,6 +17,8 @@ from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, LOG_PREFIX, SNAPSHOT_HINT_K
 from torch_tgb.manifest.records import FORMAT, GCBoundary, ManifestState
 
 __all__ = ["LogMaintenance"]
+
+log = logging.getLogger(__name__)
 
 
 class LogMaintenance(LogReader):
@@ -69,8 +73,41 @@ class LogMaintenance(LogReader):
                 f"step={stop_step}; a later version must be the boundary; pass step <= {stop_step}"
             )
         boundary = GCBoundary(version, step)
-        self.store.put(GC_BOUNDARY_KEY, dump_json(boundary.to_json()))
+        self._put_gc_boundary(boundary)
         return boundary
+
+    def repair_gc_boundary(self) -> GCBoundary:
+        """The boundary, after writing back the highest one seen if a stale write moved the stored one back.
+
+        The Reclaimer calls this first in every pass, before it deletes anything.
+        """
+        current = self.gc_boundary()
+        if self.stored_gc_boundary() != current:
+            log.warning("%sGC boundary went back to a stale value; writing version=%d, step=%d again",
+                        self.where, current.version, current.step)
+            self._put_gc_boundary(current)
+        return current
+
+    def _put_gc_boundary(self, boundary: GCBoundary) -> None:
+        """Write ``boundary`` and read it back until the store holds it (or a higher one).
+
+        A delayed retry of an older boundary write may land right after ours; the
+        read-back sees it and writes ours again, so nothing is deleted on the
+        strength of a boundary the store no longer holds. (One landing even later
+        is undone by the next pass's :meth:`repair_gc_boundary`; every Manifest
+        that read the higher boundary ignores it meanwhile.)
+        """
+        self._saw_gc_boundary(boundary)
+        data = dump_json(boundary.to_json())
+        for _ in range(8):
+            self.store.put(GC_BOUNDARY_KEY, data)
+            stored = self.stored_gc_boundary()
+            if (stored.version, stored.step) >= (boundary.version, boundary.step):
+                return
+        raise ManifestError(
+            f"{self.where}{GC_BOUNDARY_KEY} keeps going back below version={boundary.version}, step={boundary.step} "
+            "after writing it 8 times (stale writes landing, or two Reclaimers on one namespace?)"
+        )
 
     def version_keys_below(self, version: int) -> list[str]:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
