@@ -11,7 +11,8 @@ Checks, in order:
    snapshot agrees with the replayed log.
 3. Every referenced object exists with the recorded size, its footer parses
    at the recorded location with the namespace's dp/cp, and (unless
-   ``crc=False``) every tensor of every slice matches its CRC32C.
+   ``crc=False``) every tensor of every slice matches its CRC32C and every
+   padding byte is zero (padding is covered by no CRC).
 4. Watermarks parse and no live checkpoint points below the GC boundary.
 
 Objects under ``data/`` that no kept version references are counted as
@@ -263,7 +264,7 @@ def _check_objects(
 ) -> None:
     """Step 3: every referenced object exists with its size, footer and (optionally) CRCs."""
     from torch_tgb._progress import progress
-    from torch_tgb.format import decode_slice, read_footer
+    from torch_tgb.format import check_padding, decode_slice, read_footer
 
     want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
     for number, step, entry in progress(entries, desc="verify", unit="step"):
@@ -300,6 +301,7 @@ def _check_objects(
                 warnings.simplefilter("ignore", UserWarning)
                 for s in slices:
                     decode_slice(data, s, base_offset=0, verify=True, key=entry.key)
+            check_padding(data, footer, key=entry.key)  # padding has no CRC: it must be zeros
         except TGBError as e:
             problem(f"{type(e).__name__}: {e}", **where)
 

@@ -33,6 +33,7 @@ from torch_tgb.format._footer import (
     TensorInfo,
     parse_footer,
 )
+from torch_tgb.format._padding import check_padding, padding_ranges
 from torch_tgb.format._reader import SliceReader, decode_slice, read_footer, read_slice
 from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
@@ -51,9 +52,11 @@ __all__ = [
     "SliceReader",
     "TGBObject",
     "TensorInfo",
+    "check_padding",
     "check_schema",
     "decode_slice",
     "encode_tgb",
+    "padding_ranges",
     "parse_footer",
     "read_footer",
     "read_slice",
