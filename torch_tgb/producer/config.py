@@ -19,13 +19,14 @@ class ProducerConfig:
     ``before_commit``, ``after_version_put``, ``after_commit``); tests use it
     to kill the process at exact points.
 
-    The Reclaimer deletes uncommitted objects older than its ``grace_period``
-    (default 1 h), so a write-to-commit delay must stay well below it:
-    ``max_commit_delay_s`` makes the committer attempt at once, whatever the
-    policy's gap, when the oldest pending entry has waited that long; and
-    before committing an entry older than ``verify_after_s`` the committer
-    checks that its object still exists, failing loud (``ObjectNotFound``)
-    instead of committing a dangling key.
+    The Reclaimer never deletes an uncommitted object this incarnation may
+    still commit (docs/protocol.md, *Reclaiming uncommitted objects*), so no
+    write-to-commit delay can lose data. ``max_commit_delay_s`` bounds how long
+    an entry waits anyway (the committer attempts at once, whatever the
+    policy's gap, when the oldest pending entry has waited that long); and, as
+    defence in depth, before committing an entry older than ``verify_after_s``
+    the committer checks that its object still exists, failing loud
+    (``ObjectNotFound``) instead of committing a dangling key.
     """
 
     max_pending: int = 256
