@@ -142,3 +142,25 @@ def test_fate_rule() -> None:
     sealed = ManifestState(3, 10, True, state.producers)
     assert fate_of(sealed, object_name("p", 4, 7, "ab")) is Fate.DEAD
     assert parse_object_name(object_name("p-1.x", 12, 345, "deadbeef")) == ("p-1.x", 12, 345)
+
+
+def test_fenced_zombie_cannot_commit_the_object_the_reclaimer_deleted(tmp_path) -> None:
+    """Epoch e stalled before its create; e+1 starts; the Reclaimer deletes e's object (dead); e resumes: fenced."""
+    store = LocalStore(tmp_path / "ns", fsync=False)
+    stall = Stall()
+    zombie = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive",
+                          config=ProducerConfig(crash_hook=stall))
+    stall.armed = True
+    zombie.append(batch(0), offset=0)
+    assert stall.reached.wait(30)
+    doomed = store.list("data/")
+    successor = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive")  # epoch bump
+    report = tgb.Reclaimer(store, grace_period=0).run_once()
+    assert report.orphans == 1 and not any(store.exists(k) for k in doomed)
+    stall.release.set()
+    with pytest.raises(tgb.FencedError):
+        zombie.close()
+    successor.append(batch(0), offset=0)
+    successor.close(seal=True)
+    named = {e.key for e in Manifest(store).entries(0, 1)}
+    assert not named & set(doomed) and read_all(store) == [0.0]
