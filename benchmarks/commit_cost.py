@@ -22,6 +22,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -31,7 +32,8 @@ from torch_tgb.manifest import Committer, Manifest, TGBEntry
 from torch_tgb.storage import LatencyStore, LocalStore, MemoryStore, ObjectStore
 from torch_tgb.testing.counting import CountingStore
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, results_dir, save
 
 
 def entry(producer: str, offset: int) -> TGBEntry:
@@ -175,14 +177,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller histories and fewer samples")
     parser.add_argument("--rtt-ms", type=float, default=20.0)
+    add_results_arg(parser)
     args = parser.parse_args()
     if args.quick:
         result = run([1_000, 10_000, 100_000], per_version=500, commits=10, probes=3, rtt_ms=args.rtt_ms)
     else:
         result = run([1_000, 10_000, 100_000], per_version=100, commits=40, probes=10, rtt_ms=args.rtt_ms)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "commit_cost.json").write_text(json.dumps(result, indent=2))
-    plot(result, RESULTS / "commit_cost.png")
+    out = results_dir(args)
+    save(out, "commit_cost", {"quick": args.quick, **result})
+    plot(result, out / "commit_cost.png")
     print(json.dumps(result["ratios"], indent=2))
 
 

@@ -26,7 +26,6 @@ import argparse
 import json
 import mmap
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -48,7 +47,9 @@ from torch_tgb.manifest import Manifest
 from torch_tgb.producer import Producer
 from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, machine, results_dir
+
 KB = 1000
 
 
@@ -311,8 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="hot path: best of this many runs")
     parser.add_argument("--only", choices=["amplification", "requests", "hot_path"], default=None)
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
-    parser.add_argument("--out", type=Path, default=RESULTS / "consumer_read.json")
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/consumer_read.json)")
+    add_results_arg(parser)
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = results_dir(args) / "consumer_read.json"
     if args.steps is None:
         args.steps = 3 if args.quick else 5
     s3 = None
@@ -324,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "benchmark": "consumer_read",
             "quick": args.quick,
-            "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+            "machine": machine(),
             "latency_model": {"rtt_s": args.rtt, "bandwidth_Bps_per_stream": args.bandwidth,
                               "link_Bps_world": args.link, "ranks_sampled": args.ranks},
             "amplification": amplification(args, s3) if args.only in (None, "amplification") else None,

@@ -24,9 +24,8 @@ Writes benchmarks/results/lifecycle.json and lifecycle.png.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
+import sys
 import tempfile
 import threading
 import time
@@ -42,7 +41,9 @@ from torch_tgb.producer import Producer
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.storage import LocalStore
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, results_dir, save
+
 MIB = 1024 * 1024
 
 
@@ -180,6 +181,7 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=5.0)
     parser.add_argument("--sample-every", type=int, default=5)
     parser.add_argument("--small", action="store_true", help="210 steps of 64 KiB (a quick check)")
+    add_results_arg(parser)
     args = parser.parse_args()
     if args.small:
         args.steps, args.tgb_bytes = 210, 64 * 1024
@@ -191,16 +193,15 @@ def main() -> None:
     summary = {
         "config": {k: getattr(args, k) for k in ("steps", "ckpt_every", "max_lag", "tgb_bytes", "producers", "policy",
                                                  "step_ms")},
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count()},
         "bound_bytes": (args.ckpt_every + args.max_lag) * args.tgb_bytes,
         "peak_reduction": round(1 - on["peak_bytes"] / off["peak_bytes"], 4),
         "final_reduction": round(1 - on["final_bytes"] / off["final_bytes"], 4),
         "paper": {"without_gib": 34.85, "with_gib": 9.76, "reduction": 0.72},
         "runs": results,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "lifecycle.json").write_text(json.dumps(summary, indent=1))
-    plot(results, args, RESULTS / "lifecycle.png")
+    out = results_dir(args)
+    save(out, "lifecycle", summary)
+    plot(results, args, out / "lifecycle.png")
     for r in results:
         print(f"reclaim={r['reclaim']!s:5} {r['policy']:6} peak {r['peak_bytes'] / MIB:8.1f} MiB ({r['peak_tgbs']} TGBs)  "
               f"final {r['final_bytes'] / MIB:8.1f} MiB  steady mean {r['steady_mean_bytes'] / MIB:8.1f} MiB  "

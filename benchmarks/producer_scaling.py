@@ -34,13 +34,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from commit_cost import build_history  # noqa: E402
+from _common import add_results_arg, results_dir, save
+from commit_cost import build_history
 
-from torch_tgb.layout import Layout  # noqa: E402
-from torch_tgb.producer import Producer, ProducerConfig  # noqa: E402
-from torch_tgb.storage import ForwardingStore, LatencyStore, MemoryStore, ObjectStore  # noqa: E402
+from torch_tgb.layout import Layout
+from torch_tgb.producer import Producer, ProducerConfig
+from torch_tgb.storage import ForwardingStore, LatencyStore, MemoryStore, ObjectStore
 
-RESULTS = Path(__file__).parent / "results"
 POLICIES = ("naive", "fixed:10", "fixed:100", "incr", "aimd", "dac")
 ENTRY_BYTES = 200  # one TGB entry in a JSON manifest
 _FIRST_STEP = re.compile(rb'"first_step":(\d+)')
@@ -233,9 +233,11 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=20_000, help="pre-built steps for the delta/full comparison")
     parser.add_argument("--rate", type=float, default=50.0, help="TGBs per second each producer offers")
     parser.add_argument("--replot", action="store_true", help="only redraw the PNGs from the saved JSON")
+    add_results_arg(parser)
     args = parser.parse_args()
     if args.replot:
-        plot(json.loads((RESULTS / "producer_scaling.json").read_text())["rows"], RESULTS / "producer_scaling.png")
+        out = results_dir(args)
+        plot(json.loads((out / "producer_scaling.json").read_text())["rows"], out / "producer_scaling.png")
         return
     if args.quick:
         counts, payloads, warmup, window, long_window = (1, 8, 32), (100_000,), 1.0, 4.0, 10.0
@@ -270,9 +272,9 @@ def main() -> None:
         "elapsed_s": time.time() - t0,
         "rows": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "producer_scaling.json").write_text(json.dumps(result, indent=2))
-    plot(rows, RESULTS / "producer_scaling.png")
+    out = results_dir(args)
+    save(out, "producer_scaling", {"quick": args.quick, **result})
+    plot(rows, out / "producer_scaling.png")
     print(f"done in {result['elapsed_s']:.0f} s")
 
 

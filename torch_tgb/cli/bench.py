@@ -1,8 +1,11 @@
 """``tgb bench [NAME] [ARGS...]``: list or run the benchmark scripts under ``benchmarks/``.
 
 Without NAME, lists the scripts (``benchmarks/<name>.py``, excluding
-pytest-benchmark files). With NAME, runs that script with the current Python
-and passes every following argument through; the exit code is the script's.
+pytest-benchmark files) and the suites. With NAME, runs that script with the
+current Python and passes every following argument through; the exit code is
+the script's. ``quick`` and ``all`` run a suite of scripts into one results
+directory (``--results-dir``, default ``./tgb-bench-results``); ``report``
+writes docs/benchmarks.md from a results directory.
 """
 
 from __future__ import annotations
@@ -11,11 +14,35 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from torch_tgb.cli._common import CommandError, add_storage_option_flag
 
-__all__ = ["add_parser", "find_benchmarks", "run"]
+__all__ = ["SUITES", "add_parser", "find_benchmarks", "run"]
+
+# (script, arguments) in run order. "quick" needs no peer installs and no
+# redis-server and finishes in a few minutes on 2 cores; "all" is the report's.
+SUITES: dict[str, list[tuple[str, list[str]]]] = {
+    "quick": [
+        ("commit_cost", ["--quick"]),
+        ("consumer_read", ["--quick", "--only", "hot_path", "--repeats", "1"]),
+        ("lifecycle", ["--small", "--also-policy", ""]),  # "": one policy only
+        ("peers", ["--quick", "--peers", "builtin"]),
+        ("getbatch", ["--quick"]),
+        ("end_to_end", ["--quick"]),
+    ],
+    "all": [
+        ("peers", []),
+        ("getbatch", ["--s3"]),
+        ("redis_queue", []),
+        ("end_to_end", []),
+        ("commit_cost", ["--quick"]),
+        ("consumer_read", ["--quick", "--s3"]),
+        ("lifecycle", []),
+        # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
+    ],
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,16 +109,51 @@ def run(args: argparse.Namespace) -> int:
         print(f"benchmarks in {directory}:")
         for name, path in scripts.items():
             print(f"  {name:<{width}}  {_summary(path)}")
-        print("run one with: tgb bench NAME [ARGS...]")
+        print("suites: quick (no peer installs, no redis; a few minutes), all (the report's full set)")
+        print("run one with: tgb bench NAME [ARGS...]; tgb bench quick|all [--results-dir DIR]; "
+              "tgb bench report [--results-dir DIR]")
         return 0
     name = args.name[:-3] if args.name.endswith(".py") else args.name
+    if name in SUITES:
+        return _run_suite(name, scripts, directory, _passthrough(args))
     if name not in scripts:
         known = ", ".join(scripts) or "none"
         raise CommandError(f"no benchmark named {name!r} in {directory} (available: {known})")
-    passthrough = list(args.args)
-    if passthrough[:1] == ["--"]:
-        passthrough = passthrough[1:]
+    passthrough = _passthrough(args)
     for item in args.storage_option:
         passthrough += ["--storage-option", item]
     completed = subprocess.run([sys.executable, str(scripts[name]), *passthrough], check=False)
     return completed.returncode
+
+
+def _passthrough(args: argparse.Namespace) -> list[str]:
+    passthrough = list(args.args)
+    return passthrough[1:] if passthrough[:1] == ["--"] else passthrough
+
+
+def _run_suite(suite: str, scripts: dict[str, Path], directory: Path, argv: list[str]) -> int:
+    """Run every script of ``suite`` into one results directory; exit 1 if any failed."""
+    parser = argparse.ArgumentParser(prog=f"tgb bench {suite}")
+    parser.add_argument("--results-dir", type=Path, default=Path.cwd() / "tgb-bench-results")
+    parser.add_argument("--skip", action="append", default=[], help="script to leave out (repeatable)")
+    opts = parser.parse_args(argv)
+    out = opts.results_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"tgb bench {suite}: results go to {out}", flush=True)
+    failed = []
+    started = time.monotonic()
+    for name, extra in SUITES[suite]:
+        if name in opts.skip:
+            continue
+        if name not in scripts:
+            raise CommandError(f"suite {suite!r} needs benchmarks/{name}.py, not found in {directory}")
+        t0 = time.monotonic()
+        print(f"--- {name} {' '.join(extra)}", flush=True)
+        rc = subprocess.run([sys.executable, str(scripts[name]), *extra, "--results-dir", str(out)],
+                            check=False).returncode
+        print(f"--- {name}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
+        if rc:
+            failed.append(name)
+    print(f"tgb bench {suite}: {len(SUITES[suite]) - len(failed)} ok, failed: {failed or 'none'}; "
+          f"{time.monotonic() - started:.0f} s; results in {out}")
+    return 1 if failed else 0

@@ -1,0 +1,301 @@
+"""Report: docs/benchmarks.md and its plots, generated from the result JSONs of one results directory.
+
+Reads NAME.json from ``--results-dir`` (default the committed
+``benchmarks/results/``), writes ``--out`` (default docs/benchmarks.md) and
+PNGs under ``--plots`` (default docs/benchmarks/). Every number in the page
+comes from those files; the papers' numbers are quoted beside ours. A result
+file that is missing is named as missing, not filled in.
+
+Usage: python benchmarks/report.py [--results-dir DIR] [--out PATH] [--plots DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import COMMITTED
+
+ROOT = Path(__file__).resolve().parents[1]
+# issue 15 "Measured": one process, warm cache, 16M uint32 tokens, quiet 16-core machine (not this run)
+REFERENCE_16CORE = {"floor": "1,385–1,698 M", "dataloader_memmap": "104–108 M", "torch_tgb": "46–71 M",
+                    "litdata": "31–50 M", "webdataset": "3.5 M", "mosaicml_streaming": "2.4–2.5 M"}
+PAPER_DAC = {"dac": 431.9, "incr": 110.5, "fixed:100": 107.5, "aimd": 79.0, "fixed:10": 50.0, "naive": 7.1}
+
+
+def load(directory: Path) -> dict[str, Any]:
+    out = {}
+    for path in sorted(directory.glob("*.json")):
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def m(x: float, unit: float = 1e6, digits: int = 1) -> str:
+    return f"{x / unit:,.{digits}f}"
+
+
+def _rng(s: dict[str, float], unit: float = 1e6, digits: int = 1) -> str:
+    if not s or s.get("n", 1) == 0:
+        return "–"
+    return f"{m(s['median'], unit, digits)} ({m(s['min'], unit, digits)}–{m(s['max'], unit, digits)})"
+
+
+def machine_line(results: dict[str, Any]) -> str:
+    mach = next((r["machine"] for r in results.values() if isinstance(r.get("machine"), dict)
+                 and "cores" in r["machine"]), None)
+    if mach is None:
+        return "Machine: not recorded in these result files."
+    ram = f"{mach['ram_bytes'] / 2**30:.0f} GiB" if mach.get("ram_bytes") else "?"
+    return (f"Machine: {mach['cores']} cores ({mach['cpu_model']}), {ram} RAM, Python {mach['python']}, "
+            f"torch {mach['torch']}, {mach['platform']}, run {mach['date_utc']}.")
+
+
+def peers_section(r: dict[str, Any], plots: Path) -> list[str]:
+    out = ["## 1. Against the loaders people use (`peers.py`)", "",
+           f"Corpus: {r['tokens']:,} uint32 tokens; batches of 32×512 delivered as int64; every loader in its own "
+           f"fresh process, {r['rounds']} interleaved rounds (min–max in brackets), at most "
+           f"{r.get('max_seconds_per_pass', '?')} s per pass. {r.get('partitioning', '')}.", ""]
+    for name, pip in r.get("not_installed", {}).items():
+        out.append(f"- **{name}: not installed** (`{pip}`)")
+    for world in map(str, r["worlds"]):
+        out += [f"### {world} rank process{'es' if world != '1' else ''}", "",
+                "| loader | M tok/s per rank | × floor | p50 / p95 / p99 µs | first batch ms | peak RSS MB |"
+                + (" 16-core reference (issue 15) |" if world == "1" else ""),
+                "|---|---|---|---|---|---|" + ("---|" if world == "1" else "")]
+        for name, p in r["peers"].items():
+            w = p["worlds"].get(world)
+            if w is None or not w["tokens_per_s_per_rank"].get("n"):
+                out.append(f"| {name} | failed: {w and w['errors']} |")
+                continue
+            ref = f" {REFERENCE_16CORE.get(name, '–')} |" if world == "1" else ""
+            out.append(f"| {name} | {_rng(w['tokens_per_s_per_rank'])} | {_rng(w['ratio_to_floor'], 1, 3)} | "
+                       f"{w['p50_us']['median']:.0f} / {w['p95_us']['median']:.0f} / {w['p99_us']['median']:.0f} | "
+                       f"{w['ttfb_s']['median'] * 1e3:.0f} | {w['peak_rss_mb']['median']:.0f} |{ref}")
+        out.append("")
+    out += ["### Resume", "", f"Resume at step {r['resume_step']} (construct + load state + first batch); "
+            "`exact`: the next 8 batches equal the uninterrupted run's.", "",
+            "| loader | method | resume ms | exact |", "|---|---|---|---|"]
+    for name, p in r["peers"].items():
+        res = p["resume"]
+        if isinstance(res, str):
+            out.append(f"| {name} | failed: {res} | | |")
+        else:
+            method = {"state_dict": "state_dict / load_state_dict", "offset": "index / sampler offset",
+                      "replay": "no state: replays N batches"}[res["method"]]
+            out.append(f"| {name} | {method} | {res['resume_s'] * 1e3:.1f} | {res['exact']} |")
+    out.append("")
+    ratio_plot(r, plots / "peers.png")
+    out += ["![peers](benchmarks/peers.png)", ""]
+    peers = r["peers"]
+
+    def med(name: str, world: str = "1") -> float | None:
+        try:
+            return peers[name]["worlds"][world]["tokens_per_s_per_rank"]["median"]
+        except (KeyError, TypeError):
+            return None
+
+    tgb, dl, floor = med("torch_tgb"), med("dataloader_memmap"), med("floor")
+    reading = ["**Reading.**"]
+    if tgb and floor:
+        reading.append(f"torch_tgb delivers {tgb / floor:.3f}× the raw memmap floor (issue 15's goal is ≥ 0.67×).")
+    if tgb and dl:
+        word = "faster than" if tgb > dl else "slower than"
+        reading.append(f"It is {max(tgb, dl) / min(tgb, dl):.2f}× {word} a plain DataLoader over np.memmap.")
+    faster = [n for n in peers if n not in ("floor", "torch_tgb") and med(n) and tgb and med(n) > tgb]
+    if faster:
+        reading.append(f"Loaders faster than torch_tgb here: {', '.join(faster)} — torch_tgb loses to them on "
+                       "this static, local, single-node corpus, where its transactional log buys nothing.")
+    slower = [n for n in peers if n not in ("floor", "torch_tgb") and med(n) and tgb and med(n) < tgb]
+    if slower:
+        reading.append(f"Slower: {', '.join(slower)}.")
+    reading.append("First-batch time includes construction (torch_tgb reads its manifest log).")
+    return [*out, " ".join(reading), ""]
+
+
+def ratio_plot(r: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    names = [n for n in r["peers"] if n != "floor"]
+    width = 0.8 / max(1, len(r["worlds"]))
+    for k, world in enumerate(map(str, r["worlds"])):
+        vals = [r["peers"][n]["worlds"][world]["tokens_per_s_per_rank"].get("median") or 0 for n in names]
+        ax.bar([i + k * width for i in range(len(names))], [v / 1e6 for v in vals], width, label=f"{world} rank(s)")
+    ax.set_xticks([i + width * (len(r["worlds"]) - 1) / 2 for i in range(len(names))], names, rotation=20,
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("M tokens/s per rank (log)")
+    ax.set_title("Same corpus, 32×512 int64 batches (floor omitted)")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def getbatch_section(r: dict[str, Any], plots: Path) -> list[str]:
+    out = ["## 2. GetBatch analogue (seed 003 Table 1) (`getbatch.py`)", "",
+           "Ordered batched `get_ranges` vs individual `get_range` calls one after another.", "",
+           "| store | object | batch | individual GiB/s | batched GiB/s | speed-up | paper |", "|---|---|---|---|---|---|---|"]
+    for store, s in r["stores"].items():
+        for row in s["rows"]:
+            out.append(f"| {store} | {row['object_bytes'] // 1024} KiB | {row['batch']} | "
+                       f"{row['individual_gib_s']['median']:.3f} | {row['batched_gib_s']['median']:.3f} | "
+                       f"{_rng(row['speedup'], 1, 1)}× | {row['paper_speedup']}× |")
+    out += ["", "Stores: " + "; ".join(f"{k}: {v['describe']}" for k, v in r["stores"].items()), "",
+            "**Reading.** The paper's GET baseline is itself concurrent (aisloader workers) and its large-object "
+            "ratio is bound by the cluster's bandwidth, so its speed-up falls from 9–15× to 1.5–1.7× as objects "
+            "grow. Our individual baseline is strictly sequential and the latency model gives every stream its own "
+            "100 MB/s, so our ratio stays near min(batch, streams in flight) at every size: it shows that "
+            "`get_ranges` overlaps round trips, not that we match AIStore's server-side batching. On moto the "
+            "server is the bottleneck (one Python process), so the ratio there is about 1×.", ""]
+    return out
+
+
+def e2e_section(r: dict[str, Any]) -> list[str]:
+    def agg(runs: list[dict[str, Any]], key: str) -> str:
+        vals = sorted(x[key] for x in runs)
+        return f"{vals[len(vals) // 2]:.2f} ({vals[0]:.2f}–{vals[-1]:.2f})"
+
+    st, cr = r["steady"], r["crash"]
+    d = cr["disaggregated"]
+    out = ["## 3. End to end (seed 000 §7.2 analogue) (`end_to_end.py`)", "",
+           f"Per batch {r['batch'][0]}×{r['batch'][1]} tokens: generated text tokenised with a locally trained BPE "
+           f"({r['transform_ms_per_batch']:.0f} ms of CPU per batch), a small torch model's training step. CPU split: "
+           f"{r['cpu_split']}.", "",
+           "| setup | steps/s | step p50 ms | step p95 ms |", "|---|---|---|---|",
+           f"| (a) colocated DataLoader workers | {agg(st['colocated'], 'steps_per_s')} | "
+           f"{agg(st['colocated'], 'step_p50_ms')} | {agg(st['colocated'], 'step_p95_ms')} |",
+           f"| (b) producer processes → TGBs → tgb.DataLoader | {agg(st['disaggregated'], 'steps_per_s')} | "
+           f"{agg(st['disaggregated'], 'step_p50_ms')} | {agg(st['disaggregated'], 'step_p95_ms')} |", "",
+           "Paper (GR00T, 8 nodes): BatchWeave 3.09 steps/s vs Local 1.15 (2.68×), P50/P95 172/367 ms vs "
+           "457/4,113 ms. Their gain comes from moving preprocessing onto other nodes; here both setups share the "
+           "same 2 cores, so (b) can only match (a), and pays serialisation and a file-system round trip.", "",
+           f"**Producer crash** (SIGKILL one data process at step {cr['killed_at_step']}, replacement after "
+           f"{cr['outage_s']} s): (a) survived: {cr['colocated']['survived']} — {cr['colocated']['error'] or 'no error'} "
+           f"after {cr['colocated']['steps']} steps. (b) survived: {d['survived']}, {d['steps']} steps, "
+           f"{d['steps_during_outage']} steps taken during the outage, longest wait {d['longest_wait_s']:.2f} s; "
+           f"exactly once: {d['exactly_once']}.", ""]
+    return out
+
+
+def redis_section(r: dict[str, Any], amp: list[dict[str, Any]] | None) -> list[str]:
+    if "skipped" in r:
+        return ["## 4. Message-queue baseline: Redis Streams (`redis_queue.py`)", "", f"Skipped: {r['skipped']}", ""]
+    out = ["## 4. Message-queue baseline: Redis Streams (`redis_queue.py`)", "",
+           f"One stream message = one global batch of {r['batch_bytes'] / 2**20:.0f} MiB; {r['server']}; {r['tgb']}.",
+           "", "| producers | Redis XADD MB/s | tgb.Producer MB/s |", "|---|---|---|"]
+    for row in r["producers"]:
+        out.append(f"| {row['producers']} | {_rng(row['redis_MBps'], 1, 0)} | {_rng(row['tgb_MBps'], 1, 0)} |")
+    out += ["", "| consumers | read amplification | delivery p50 ms | p95 ms |", "|---|---|---|---|"]
+    for row in r["consumers"]:
+        out.append(f"| {row['consumers']} | {row['read_amplification']:.1f}× | {row['latency_p50_ms']:.1f} | "
+                   f"{row['latency_p95_ms']:.1f} |")
+    tgb_amp = ""
+    if amp:
+        vals = {(a["world"], a["mode"]): a["read_amplification"] for a in amp if a.get("mode") == "range"}
+        if vals:
+            tgb_amp = " torch_tgb's range reads in consumer_read: " + ", ".join(
+                f"world {w}: {v:.2f}×" for (w, _), v in sorted(vals.items())) + "."
+    out += ["", "**Reading.** Redis on loopback ingests far faster than torch_tgb's producers on this box (an "
+            "in-memory server with no durability against a file-system commit log), so on producer throughput "
+            "torch_tgb loses. A stream delivers whole messages, so each of C consumers reads the whole batch: "
+            f"amplification C, as the paper says of Kafka.{tgb_amp} Paper (Kafka): 0.11 steps/s end to end and "
+            "0.061 MB/s per rank at 128 consumers.", ""]
+    return out
+
+
+def collected_sections(results: dict[str, Any]) -> list[str]:
+    out = ["## 5. Producer scaling, consumer reads, lifecycle, commit cost (collected)", ""]
+    ps = results.get("producer_scaling")
+    if ps:
+        top = max(r["producers"] for r in ps["rows"])
+        rows = [r for r in ps["rows"] if r["producers"] == top and r.get("mode", "delta") == "delta"
+                and r.get("history_steps", 0) == 0]
+        out += [f"**Producer scaling and DAC** (seed 000 §7.3; {ps['model']}). At {top} producers:", "",
+                "| policy | payload KB | MB/s | success | paper MB/s at 32 |", "|---|---|---|---|---|"]
+        for r in rows:
+            out.append(f"| {r['policy']} | {r['payload_kb']} | {r['mb_per_s']:.1f} | {r['success_rate']:.1%} | "
+                       f"{PAPER_DAC.get(r['policy'], '–')} |")
+        out += ["", "![producer scaling](benchmarks/producer_scaling.png)", ""]
+    cr = results.get("consumer_read")
+    if cr and cr.get("amplification"):
+        out += ["**Read amplification and latency** (seed 000 §7.4: ~1.0× for BatchWeave, W× for dense and Kafka; "
+                "1.61 MB/s per rank at 128 consumers and 100 KB):", "",
+                "| store | world | slice KB | mode | amplification | MB/s per rank | p50 / p95 ms |",
+                "|---|---|---|---|---|---|---|"]
+        for a in cr["amplification"]:
+            out.append(f"| {a['store']} | {a['world']} | {a['slice_KB']} | {a['mode']} | "
+                       f"{a['read_amplification']:.2f} | {a.get('per_rank_MBps_steady', 0):.2f} | "
+                       f"{a['fetch_p50_ms']:.0f} / {a['fetch_p95_ms']:.0f} |")
+        out.append("")
+    if cr and cr.get("hot_path"):
+        h = cr["hot_path"]
+        out += [f"**Hot path** (seed 002 ZeroBatch: ~17 µs per batch, 914 M tok/s on an M2): raw floor "
+                f"{h.get('raw_us_per_step', float('nan')):.1f} µs/step; TGBDataset "
+                f"{h.get('dataset_crc_us_per_step', float('nan')):.1f} µs/step with CRC "
+                f"({h.get('dataset_crc_tokens_per_s', 0) / 1e6:.1f} M tok/s). torch_tgb is far from ZeroBatch's "
+                "figure today: every step opens and checks a fresh object (issue 15).", ""]
+    lc = results.get("lifecycle")
+    if lc:
+        out += [f"**Lifecycle** (seed 000 §7.5: −72%, 34.85 → 9.76 GiB): peak bytes reduced by "
+                f"{lc['peak_reduction']:.0%} with reclamation here ({lc['config']['steps']} steps of "
+                f"{lc['config']['tgb_bytes'] // 1024} KiB).", "", "![lifecycle](benchmarks/lifecycle.png)", ""]
+    cc = results.get("commit_cost")
+    if cc:
+        out += ["**Commit cost vs history** (delta manifest): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in cc["ratios"].items()) + " (1.0 = commit cost independent of history).", ""]
+    return out
+
+
+def copy_plots(src: Path, plots: Path) -> None:
+    for name in ("producer_scaling.png", "lifecycle.png", "commit_cost.png"):
+        if (src / name).exists():
+            plots.mkdir(parents=True, exist_ok=True)
+            (plots / name).write_bytes((src / name).read_bytes())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results-dir", type=Path, default=COMMITTED)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--plots", type=Path, default=None, help="PNG folder (default: benchmarks/ beside --out)")
+    args = parser.parse_args(argv)
+    plots = args.plots or args.out.parent / "benchmarks"
+    results = load(args.results_dir)
+    lines = ["# Benchmarks", "",
+             f"Generated by `tgb bench report` from `{os.path.relpath(args.results_dir.resolve(), ROOT)}`; "
+             "re-run with `tgb bench all --results-dir benchmarks/results && tgb bench report`.", "",
+             machine_line(results), "",
+             "This machine is a shared 2-core box with other jobs running while these figures were taken: absolute "
+             "numbers are noisy and low; compare the ratios, which were measured side by side in one run "
+             "(interleaved rounds).", ""]
+    sections = [("peers", lambda r: peers_section(r, plots)), ("getbatch", lambda r: getbatch_section(r, plots)),
+                ("end_to_end", e2e_section),
+                ("redis_queue", lambda r: redis_section(r, (results.get("consumer_read") or {}).get("amplification")))]
+    for name, fn in sections:
+        if name in results:
+            lines += fn(results[name])
+        else:
+            lines += [f"## {name}", "", f"No `{name}.json` in the results directory: not run.", ""]
+    lines += collected_sections(results)
+    copy_plots(args.results_dir, plots)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out} and plots in {plots}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
