@@ -55,3 +55,7 @@ def test_bench_quick_completes_and_writes_valid_json(tmp_path, capfd):
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
         assert data["machine"]["cores"] >= 1
+    page = tmp_path / "docs" / "benchmarks.md"
+    assert cli_main.main(["bench", "--dir", str(bench_dir), "report", "--results-dir", str(out), "--out",
+                          str(page)]) == 0
+    assert "torch_tgb" in page.read_text() and (tmp_path / "docs" / "benchmarks" / "peers.png").exists()
