@@ -29,25 +29,25 @@ backbone and is not comparable to it.
 
 Run:  python benchmarks/balance.py            (100 global batches)
       python benchmarks/balance.py --quick    (10 global batches)
-Writes benchmarks/results/balance.json.
+Writes balance.json into --results-dir (default ./tgb-bench-results).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from torch_tgb.transforms import balance, pack, packing_efficiency, part_costs, row_costs
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, machine, results_dir
+
 METHODS = ("none", "round_robin", "greedy", "kk")
 
 #: a 7B-class dense decoder (Llama-2-7B shape); alpha = N / (L·d)
@@ -90,7 +90,8 @@ def main() -> None:
     ap.add_argument("--median", type=float, default=1500.0, help="median document length (tokens)")
     ap.add_argument("--sigma", type=float, default=1.4, help="log-normal sigma of document lengths")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "balance.json")
+    ap.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/balance.json)")
+    add_results_arg(ap)
     args = ap.parse_args()
     batches = 10 if args.quick else args.batches
     gbs, dp, seq_len = args.global_batch_size, args.dp, args.seq_len
@@ -177,12 +178,7 @@ def main() -> None:
         "slices": summary,
         "ideal_step_time_s_mean": ideal,
         "note": "compute-only simulation of the slowest dp slice; OVERLORD's up to 4.54x is end-to-end on real clusters",
-        "machine": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-        },
+        "machine": machine(),
     }
     print(f"{len(lengths)} documents (mean {lengths.mean():.0f} tokens), seq_len {seq_len}, window {args.window}")
     for name, p in packing.items():
@@ -201,6 +197,8 @@ def main() -> None:
             f"{s['step_time_s_mean']:>8.3f} {s['speedup_vs_none']:>8.3f} {s['balance_ms_per_batch']:>9.3f}"
         )
     print(f"perfect balance would give {ideal:.3f} s per step")
+    if args.out is None:
+        args.out = results_dir(args) / "balance.json"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")

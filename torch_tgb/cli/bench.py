@@ -31,6 +31,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("peers", ["--quick", "--peers", "builtin"]),
         ("getbatch", ["--quick"]),
         ("end_to_end", ["--quick"]),
+        ("balance", ["--quick"]),
     ],
     "all": [
         ("peers", []),
@@ -40,6 +41,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("commit_cost", ["--quick"]),
         ("consumer_read", ["--quick", "--s3"]),
         ("lifecycle", []),
+        ("balance", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],
 }
