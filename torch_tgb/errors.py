@@ -17,6 +17,7 @@ __all__ = [
     "CorruptObject",
     "DataTimeout",
     "FencedError",
+    "FleetError",
     "InvalidKey",
     "LayoutError",
     "ManifestError",
@@ -126,3 +127,10 @@ class FencedError(TGBError):
 
 class DataTimeout(TGBError, TimeoutError):
     """No new step became visible within the consumer's timeout."""
+
+
+# --- fleets ---------------------------------------------------------------------
+
+
+class FleetError(TGBError):
+    """A producer fleet (``torch_tgb.integrations``) cannot start or cannot finish; names the shard."""

@@ -1,0 +1,192 @@
+"""Producer fleets on Ray: exactly-once under actor kills, elastic pools, zombies, bad input.
+
+One local Ray (2 CPUs) for the module. Every test produces a token-file corpus
+(one document per row, zero-padded) through a fleet and checks the namespace:
+every document's tokens exactly once, in whole global batches, and a reader
+with 2 data-parallel ranks sees every step once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torchdata.nodes import BaseNode
+
+try:
+    import ray
+except ImportError as e:  # CI installs the [ray] extra; elsewhere say why nothing ran
+    print(f"skipping the Ray fleet tests: import ray failed: {e}", file=sys.stderr)
+    pytest.skip(f"Ray is not installed ({e}): pip install 'torch-tgb[ray]'", allow_module_level=True)
+
+import torch_tgb as tgb
+from torch_tgb.errors import FleetError
+from torch_tgb.integrations.ray import Fleet, FleetConfig, produce_on_ray, shard_producer_id
+from torch_tgb.manifest import Manifest
+from torch_tgb.producer import ProducerConfig
+from torch_tgb.storage import open_store
+
+pytestmark = pytest.mark.timeout(300)
+
+ROWS, SEQ_LEN = 4, 16
+LAYOUT = tgb.Layout(dp=2)
+
+# Ray workers cannot import this test module: ship its functions and classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # workers inherit PYTHONPATH
+    yield
+    ray.shutdown()
+
+
+# --- the corpus and its pipeline ---------------------------------------------------------------
+
+
+def write_corpus(path: Path, num_docs: int, seed: int = 0) -> None:
+    """``tokens.npy`` (flat, ids >= 1) and ``offsets.npy``: documents of 1..SEQ_LEN tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, SEQ_LEN + 1, size=num_docs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    np.save(path / "tokens.npy", rng.integers(1, 60000, size=int(offsets[-1]), dtype=np.int32))
+    np.save(path / "offsets.npy", offsets)
+
+
+def documents(path: Path) -> list[tuple[int, ...]]:
+    tokens, offsets = np.load(path / "tokens.npy"), np.load(path / "offsets.npy")
+    return [tuple(tokens[offsets[d] : offsets[d + 1]].tolist()) for d in range(len(offsets) - 1)]
+
+
+class ShardRows(BaseNode[dict[str, torch.Tensor]]):
+    """Documents ``shard, shard + count, ...`` of the corpus, one per row, ROWS rows per global batch.
+
+    ``delay_s`` per batch keeps the fleet running long enough to be disturbed;
+    ``pause`` = (directory, shard, position): the first incarnation of that
+    shard to reach that position waits until a later incarnation starts (a
+    zombie), see ``test_zombie_is_fenced``.
+    """
+
+    def __init__(self, path: str, shard: int, count: int, *, delay_s: float = 0.0,
+                 pause: tuple[str, int, int] | None = None) -> None:
+        super().__init__()
+        self.path, self.shard, self.delay_s, self.pause = path, shard, delay_s, pause
+        self.offsets = np.load(os.path.join(path, "offsets.npy"))
+        self.docs = list(range(shard, len(self.offsets) - 1, count))
+        self._pos = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._pos = 0 if initial_state is None else int(initial_state["pos"])
+        if self.pause is not None and self.pause[1] == self.shard:
+            paused = os.path.join(self.pause[0], "paused")
+            if os.path.exists(paused) and open(paused).read() != str(os.getpid()):
+                open(os.path.join(self.pause[0], "release"), "w").close()  # our epoch bump is committed
+
+    def next(self) -> dict[str, torch.Tensor]:
+        if self._pos >= len(self.docs):
+            raise StopIteration
+        if self.pause is not None and self.pause[1] == self.shard and self._pos == self.pause[2]:
+            self._maybe_pause(self.pause[0])
+        tokens = np.load(os.path.join(self.path, "tokens.npy"), mmap_mode="r")
+        out = np.zeros((ROWS, SEQ_LEN), dtype=np.int32)
+        for r, d in enumerate(self.docs[self._pos : self._pos + ROWS]):
+            doc = tokens[self.offsets[d] : self.offsets[d + 1]]
+            out[r, : len(doc)] = doc
+        self._pos += ROWS
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return {"input_ids": torch.from_numpy(out)}
+
+    def _maybe_pause(self, directory: str) -> None:
+        try:
+            os.unlink(os.path.join(directory, "armed"))  # exactly one incarnation wins this
+        except FileNotFoundError:
+            return
+        with open(os.path.join(directory, "paused"), "w") as f:
+            f.write(str(os.getpid()))
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(directory, "release")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def get_state(self) -> dict[str, Any]:
+        return {"pos": self._pos}
+
+
+def make_factory(path: Path, **kwargs: Any):
+    def make_pipeline(shard: int, count: int) -> ShardRows:
+        return ShardRows(str(path), shard, count, **kwargs)
+
+    return make_pipeline
+
+
+def read_rows(ns: str, *, dp: int = 2) -> list[tuple[int, ...]]:
+    """Every row of the sealed namespace, read by ``dp`` ranks; checks each rank sees every step once."""
+    per_rank = []
+    for rank in range(dp):
+        ds = tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=rank, dp_size=dp), timeout=60)
+        per_rank.append([batch["input_ids"] for batch in ds])
+    steps = Manifest(open_store(ns)).head().num_steps
+    assert [len(r) for r in per_rank] == [steps] * dp, "every rank sees every step exactly once"
+    rows = []
+    for step in range(steps):
+        global_batch = torch.cat([per_rank[r][step] for r in range(dp)])
+        assert global_batch.shape == (ROWS, SEQ_LEN), f"{step=} is a whole global batch"
+        for row in global_batch.tolist():
+            doc = tuple(t for t in row if t != 0)
+            if doc:
+                rows.append(doc)
+    return rows
+
+
+def assert_exactly_once(ns: str, corpus: Path) -> None:
+    rows = read_rows(ns)
+    expected = documents(corpus)
+    assert len(rows) == len(expected)
+    assert sorted(rows) == sorted(expected), "every document's tokens exactly once"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "corpus"
+    path.mkdir()
+    write_corpus(path, num_docs=480)
+    return path
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+
+def test_three_actors_killed_three_times_exactly_once(tmp_path: Path, corpus: Path) -> None:
+    ns = str(tmp_path / "ns")
+    fleet = Fleet(ns, make_factory(corpus, delay_s=0.05), num_producers=3, num_shards=6, layout=LAYOUT,
+                  max_restarts=3, seal=True, progress=False, config=FleetConfig(poll_interval_s=0.2))
+    fleet.start()
+    rng = random.Random(0)
+    total_steps = 480 // ROWS
+    kills = 0
+    for threshold in sorted(rng.sample(range(5, total_steps - 30), 3)):
+        deadline = time.monotonic() + 120
+        while sum(s.committed for s in fleet.stats()) < threshold and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while not fleet.actors(running=True) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim = rng.choice(fleet.actors(running=True))
+        ray.kill(victim, no_restart=False)
+        kills += 1
+    report = fleet.wait(timeout=240)
+    assert kills == 3
+    assert 1 <= report.worker_deaths <= 3  # a kill can land as its shard ends: then no attempt is lost
+    assert report.sealed
+    assert sorted(p.producer_id for p in report.producers) == [shard_producer_id("fleet", i, 6) for i in range(6)]
+    assert all(p.state == "done" for p in report.producers)
+    assert sum(p.committed for p in report.producers) == report.steps == total_steps
+    assert_exactly_once(ns, corpus)

@@ -1,0 +1,441 @@
+"""``Fleet``: a driver that runs the shards of a namespace on an elastic pool of Ray actors.
+
+The unit of work is a shard with a stable producer id (``_shards.py``);
+workers (Ray actors running :class:`~torch_tgb.integrations._worker.ShardWorker`)
+claim whichever shard waits. The driver thread owns all the state:
+
+- a worker that dies (``ray.kill``, a lost node, a crash) loses its in-flight
+  shard back to the queue; Ray restarts the actor (``max_restarts``), or the
+  driver starts a fresh one once those are spent;
+- ``scale(n)`` adds actors, or kills surplus ones (idle first) and requeues
+  their shards;
+- a shard that shows no progress for ``stall_timeout_s`` goes to a fresh
+  worker; the stalled attempt is awaited (``drain_timeout_s``) and, if it comes
+  back, is fenced by its replacement's epoch bump.
+
+Whoever runs a shard, it resumes at its last commit, so none of this loses or
+duplicates a TGB (docs/protocol.md, exactly-once and fencing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch_tgb.errors import FleetError
+from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
+from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome
+from torch_tgb.integrations._ray_connect import connect
+from torch_tgb.integrations._shards import ShardBoard, check_shard_count
+from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
+from torch_tgb.layout import Layout
+from torch_tgb.manifest import Manifest
+from torch_tgb.producer import Producer, ProducerConfig
+from torch_tgb.storage import open_store
+
+__all__ = ["Fleet"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Worker:
+    name: str
+    handle: Any
+    deaths: int = 0
+    shard: int | None = None
+    ref: Any = None
+    progress_ref: Any = None
+    probe_ref: Any = None  # after a failure: a no-op call; the worker gets work once it answers
+    probe_at: float = 0.0
+    last_progress: tuple[float, ...] = ()
+    last_change: float = field(default_factory=time.monotonic)
+
+
+class Fleet:
+    """Produces every shard of ``make_pipeline`` into ``ns`` on ``num_producers`` Ray actors.
+
+    ``make_pipeline(shard_index, shard_count)`` returns the shard's
+    ``torchdata`` node of global batches; it runs inside the actors (it must be
+    picklable). ``num_shards`` defaults to ``num_producers``; choose more
+    shards than the most workers you will ever run, since it cannot change for
+    a namespace. ``max_lag``, ``commit_policy``, ``storage_options`` and
+    ``producer_config`` go to every producer; ``max_steps_per_shard`` caps each
+    shard's offsets. ``actor_options`` go to ``ray.remote`` (e.g.
+    ``{"num_cpus": 1}``, ``runtime_env``); ``max_restarts`` is each actor's Ray
+    restart budget (a worker past it is replaced by a fresh actor).
+    ``address``: ``None`` (the running Ray, or ``ray.init()``), ``"local"``,
+    ``"auto"`` or ``host:port`` (an unreachable one fails within
+    ``config.connect_timeout_s``). ``seal=True`` seals the namespace once every
+    shard is done. ``progress``: a bar on a terminal (``None``: if stderr is
+    one), log lines otherwise. ``prefix`` names the shards' producer ids.
+
+    ``start()``, then ``scale(n)``, ``stats()`` while it runs, ``wait()`` for
+    the :class:`FleetReport`; or ``run()`` for all of it.
+    """
+
+    def __init__(
+        self,
+        ns: str,
+        make_pipeline: Callable[[int, int], Any],
+        *,
+        num_producers: int,
+        layout: Layout,
+        num_shards: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        commit_policy: str = "dac",
+        max_lag: int | None = None,
+        max_steps_per_shard: int | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        max_restarts: int = 3,
+        progress: bool | None = None,
+        address: str | None = None,
+        seal: bool = False,
+        prefix: str = "fleet",
+        producer_config: ProducerConfig | None = None,
+        config: FleetConfig | None = None,
+    ) -> None:
+        if not isinstance(ns, str):
+            raise TypeError(f"ns must be a namespace URL or path (workers open it themselves), got {type(ns).__name__}")
+        if not callable(make_pipeline):
+            raise TypeError(f"make_pipeline must be callable (shard_index, shard_count) -> node, got {make_pipeline!r}")
+        _check_count("num_producers", num_producers)
+        num_shards = num_producers if num_shards is None else num_shards
+        _check_count("num_shards", num_shards)
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts={max_restarts} must be >= 0")
+        if not isinstance(commit_policy, str):
+            raise TypeError("a fleet's commit_policy is a name ('dac', 'fixed:10', ...): each producer builds its own")
+        self.ns = ns
+        self.config = config or FleetConfig()
+        self.num_shards = num_shards
+        self.layout = layout
+        self.prefix = prefix
+        self.seal = seal
+        self.address = address
+        self.progress = progress
+        self.storage_options = dict(storage_options or {})
+        self._spec = WorkerSpec(ns, make_pipeline, layout, self.storage_options or None, commit_policy, max_lag,
+                                max_steps_per_shard, producer_config)
+        self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
+        self.max_restarts = max_restarts
+        self._board = ShardBoard(prefix=prefix, count=num_shards)
+        self._lock = threading.Lock()
+        self._target = num_producers
+        self._workers: list[_Worker] = []
+        self._abandoned: list[_Worker] = []
+        self._tally = ShardTally(self._board)
+        self._monitor: FleetMonitor | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._report: FleetReport | None = None
+        self._ray: Any = None
+        self._owns_ray = False
+        self._remote_cls: Any = None
+        self._spawned = 0
+
+    # --- the caller's side ------------------------------------------------------
+
+    def start(self) -> Fleet:
+        """Connect to Ray, check the namespace, start the actors and the driver thread."""
+        if self._thread is not None:
+            raise FleetError(f"{self.ns}: fleet {self.prefix!r} was already started")
+        try:
+            import ray
+        except ImportError as e:
+            raise ImportError("producer fleets need Ray: pip install 'torch-tgb[ray]'") from e
+        self._ray = ray
+        self._owns_ray = connect(ray, self.address, timeout_s=self.config.connect_timeout_s)
+        try:
+            store = open_store(self.ns, self.storage_options)
+            manifest = Manifest(store)
+            head = manifest.head()
+            if head.sealed:
+                raise FleetError(f"{store.url} is sealed: a fleet cannot produce into it")
+            check_shard_count(head.producers, prefix=self.prefix, count=self.num_shards, where=store.url)
+            per_shard = self._spec.max_steps_per_shard
+            self._monitor = FleetMonitor(
+                ns=store.url, prefix=self.prefix, manifest=manifest, head=head, tally=self._tally,
+                board=self._board, config=self.config, enabled=self.progress,
+                total_steps=None if per_shard is None else per_shard * self.num_shards,
+            )
+            self._remote_cls = ray.remote(ShardWorker).options(**self._actor_options)
+        except BaseException:
+            self._shutdown_ray()
+            raise
+        self._thread = threading.Thread(target=self._drive, name=f"tgb-fleet-{self.prefix}", daemon=True)
+        self._thread.start()
+        return self
+
+    def scale(self, num_producers: int) -> None:
+        """Run on ``num_producers`` actors from now on (surplus ones are killed, their shards requeued)."""
+        _check_count("num_producers", num_producers)
+        with self._lock:
+            self._target = num_producers
+
+    @property
+    def num_producers(self) -> int:
+        with self._lock:
+            return self._target
+
+    def actors(self, *, running: bool = False) -> list[Any]:
+        """Handles of the live actors (only those running a shard with ``running=True``); for ``ray.kill`` in tests."""
+        with self._lock:
+            return [w.handle for w in self._workers if w.shard is not None or not running]
+
+    def stats(self) -> tuple[Any, ...]:
+        """Per-shard :class:`~torch_tgb.integrations.ray.ShardStats`, as of the driver's last poll."""
+        return self._tally.snapshot()
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._monitor.metrics_port if self._monitor is not None else None
+
+    def wait(self, timeout: float | None = None) -> FleetReport:
+        """Block until every shard is produced (and sealed); re-raises the fleet's error."""
+        if self._thread is None:
+            raise FleetError(f"{self.ns}: fleet {self.prefix!r} was not started")
+        try:
+            self._thread.join(timeout)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        if self._thread.is_alive():
+            raise TimeoutError(f"{self.ns}: fleet {self.prefix!r} still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._report is not None  # the thread ends with an error or a report
+        return self._report
+
+    def run(self) -> FleetReport:
+        """``start()`` then ``wait()``."""
+        return self.start().wait()
+
+    def stop(self) -> None:
+        """Stop early: kill the actors; what they committed stays, the rest is redone by the next run."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    # --- the driver thread --------------------------------------------------------
+
+    def _drive(self) -> None:
+        assert self._monitor is not None
+        try:
+            while not self._board.all_done:
+                if self._stop.is_set():
+                    raise FleetError(f"{self.ns}: fleet {self.prefix!r} stopped with "
+                                     f"{self._board.count - self._board.done} shards unfinished")
+                self._apply_scale()
+                self._assign()
+                self._collect(self.config.poll_interval_s)
+                self._poll_progress()
+                self._monitor.tick()
+            self._drain()
+            sealed = self._seal() if self.seal else False
+            self._report = self._monitor.report(workers=len(self._workers), sealed=sealed)
+            log.info("fleet %s", self._report.summary())
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            self._error = e
+        finally:
+            for w in self._workers + self._abandoned:
+                self._kill(w)
+            self._monitor.close()
+            self._shutdown_ray()
+
+    def _spawn(self) -> _Worker:
+        self._spawned += 1
+        worker = _Worker(f"{self.prefix}-w{self._spawned}", self._remote_cls.remote(self._spec))
+        return worker
+
+    def _kill(self, worker: _Worker) -> None:
+        try:
+            self._ray.kill(worker.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    def _apply_scale(self) -> None:
+        with self._lock:
+            target = self._target
+            while len(self._workers) < target:
+                self._workers.append(self._spawn())
+            surplus = len(self._workers) - target
+            if surplus > 0:
+                # idle workers go first; a busy one's shard is requeued (it resumes at its last commit)
+                victims = sorted(self._workers, key=lambda w: w.shard is not None)[:surplus]
+                self._workers = [w for w in self._workers if w not in victims]
+        for w in victims if surplus > 0 else []:
+            if w.shard is not None:
+                self._release(w, reason="removed by scale()")
+            self._kill(w)
+
+    def _release(self, worker: _Worker, *, reason: str) -> None:
+        shard = worker.shard
+        assert shard is not None
+        log.info("fleet %s: shard %d (%s) leaves %s: %s", self.prefix, shard, self._board.producer_id(shard),
+                 worker.name, reason)
+        self._board.requeue(shard)
+        self._tally.detached(shard, died=False)
+        self._tally.reassigned += 1
+        worker.shard = worker.ref = worker.progress_ref = None
+
+    def _assign(self) -> None:
+        now = time.monotonic()
+        for w in self._workers:
+            if w.probe_ref is None and w.probe_at and now >= w.probe_at:
+                w.probe_ref, w.probe_at = w.handle.where.remote(), 0.0
+            if w.shard is None and w.probe_ref is None and not w.probe_at:
+                shard = self._board.claim(w.name)
+                if shard is None:
+                    return
+                w.shard, w.last_progress, w.last_change = shard, (), time.monotonic()
+                w.ref = w.handle.run_shard.remote(shard, self._board.count, self._board.producer_id(shard))
+                self._tally.started(shard, w.name)
+
+    def _collect(self, timeout: float) -> None:
+        by_ref = {w.ref: w for w in self._workers + self._abandoned if w.ref is not None}
+        probes = {w.probe_ref: w for w in self._workers if w.probe_ref is not None}
+        if not by_ref and not probes:
+            time.sleep(timeout)
+            return
+        ready, _ = self._ray.wait([*by_ref, *probes], num_returns=len(by_ref) + len(probes), timeout=timeout)
+        for ref in ready:
+            if ref in probes:
+                self._probed(probes[ref])
+                continue
+            worker = by_ref[ref]
+            try:
+                outcome: ShardOutcome | None = self._ray.get(ref)
+            except self._ray.exceptions.RayError as e:
+                outcome = None
+                died = e
+            if worker in self._abandoned:
+                self._abandoned.remove(worker)
+                self._tally.abandoned_ended(worker.shard or 0, outcome)
+                self._kill(worker)
+                continue
+            shard = worker.shard
+            assert shard is not None
+            worker.ref = worker.progress_ref = None
+            if outcome is None:
+                self._worker_died(worker, died)
+                continue
+            worker.shard = None
+            self._tally.ended(outcome)
+            if outcome.status == "done":
+                self._board.finish(shard)
+            elif outcome.status == "fenced":
+                raise FleetError(
+                    f"{self.ns}: shard {shard} producer {outcome.producer_id!r} was fenced by an incarnation "
+                    f"outside this fleet (is another fleet with prefix {self.prefix!r} running?): {outcome.error}"
+                )
+            else:
+                raise FleetError(
+                    f"{self.ns}: shard {shard} producer {outcome.producer_id!r} failed on {worker.name}: "
+                    f"{outcome.error}"
+                )
+
+    def _worker_died(self, worker: _Worker, error: BaseException) -> None:
+        shard = worker.shard
+        assert shard is not None
+        worker.shard = None
+        worker.deaths += 1
+        self._tally.detached(shard, died=True)
+        pid = self._board.producer_id(shard)
+        log.warning("fleet %s: worker %s died running shard %d (%s): %s; requeued", self.prefix, worker.name,
+                    shard, pid, type(error).__name__)
+        self._board.requeue(shard)
+        if self._board.attempts(shard) >= self.config.max_shard_attempts:
+            raise FleetError(
+                f"{self.ns}: shard {shard} producer {pid!r}: its worker died {self._board.attempts(shard)} times "
+                f"(max_shard_attempts={self.config.max_shard_attempts}); last: {error}"
+            ) from error
+        if worker.deaths > self.max_restarts:  # Ray will not restart it again: replace it
+            self._replace(worker)
+        else:  # Ray restarts it; calls sent meanwhile fail (ActorUnavailableError): probe first
+            worker.probe_at = time.monotonic()
+
+    def _probed(self, worker: _Worker) -> None:
+        try:
+            self._ray.get(worker.probe_ref)
+            worker.probe_ref = None
+        except self._ray.exceptions.ActorUnavailableError:  # still restarting
+            worker.probe_ref, worker.probe_at = None, time.monotonic() + self.config.poll_interval_s
+        except self._ray.exceptions.RayError as e:
+            log.warning("fleet %s: worker %s is gone (%s); starting another", self.prefix, worker.name,
+                        type(e).__name__)
+            self._replace(worker)
+
+    def _replace(self, worker: _Worker) -> None:
+        """Drop a worker Ray will not bring back; ``_apply_scale`` starts a fresh one."""
+        with self._lock:
+            if worker in self._workers:
+                self._workers.remove(worker)
+        self._kill(worker)
+
+    def _poll_progress(self) -> None:
+        now = time.monotonic()
+        for w in list(self._workers):
+            if w.shard is None:
+                continue
+            if w.progress_ref is None:
+                w.progress_ref = w.handle.progress.remote()
+                continue
+            ready, _ = self._ray.wait([w.progress_ref], timeout=0)
+            if ready:
+                try:
+                    snap = self._ray.get(w.progress_ref)
+                except self._ray.exceptions.RayError:
+                    snap = None
+                w.progress_ref = None
+                if snap is not None and int(snap["shard"]) == w.shard:
+                    self._tally.live(w.shard, snap)
+                    key = (snap["appended"], snap["bytes"], snap["commit_attempts"])
+                    if key != w.last_progress:
+                        w.last_progress, w.last_change = key, now
+            stall = self.config.stall_timeout_s
+            if stall is not None and now - w.last_change > stall:
+                self._abandon(w)
+
+    def _abandon(self, worker: _Worker) -> None:
+        shard = worker.shard
+        assert shard is not None
+        log.warning("fleet %s: shard %d (%s) made no progress on %s for %.0f s; giving it to a fresh worker "
+                    "(the stalled one is fenced if it comes back)", self.prefix, shard,
+                    self._board.producer_id(shard), worker.name, self.config.stall_timeout_s)
+        with self._lock:
+            self._workers.remove(worker)
+        self._board.requeue(shard)
+        self._tally.detached(shard, died=False)
+        self._tally.reassigned += 1
+        worker.progress_ref = None
+        self._abandoned.append(worker)  # keeps .shard and .ref: its outcome is still collected
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        while self._abandoned and time.monotonic() < deadline:
+            self._collect(self.config.poll_interval_s)
+        for w in self._abandoned:
+            log.warning("fleet %s: stalled worker %s (shard %s) did not come back; killed", self.prefix, w.name,
+                        w.shard)
+
+    def _seal(self) -> bool:
+        producer = Producer(self.ns, producer_id=f"{self.prefix}-seal", layout=self.layout,
+                            storage_options=self.storage_options or None)
+        producer.close(seal=True)
+        return True
+
+    def _shutdown_ray(self) -> None:
+        if self._owns_ray and self._ray is not None:
+            self._ray.shutdown()
+            self._owns_ray = False
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an int >= 1")

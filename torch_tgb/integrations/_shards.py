@@ -1,0 +1,127 @@
+"""Shards, the unit of work of a producer fleet: stable producer ids and their bookkeeping.
+
+A fleet cuts its input into ``shard_count`` shards. Shard ``i`` is produced
+by ``make_pipeline(i, shard_count)`` under the producer id
+``f"{prefix}-shard{i:05d}-of{shard_count:05d}"``, whichever worker runs it.
+The id never depends on the number of workers, so workers may come and go:
+a shard started again anywhere resumes at the offset and pipeline state its
+last commit recorded (exactly-once, docs/protocol.md), and an older
+incarnation still running somewhere is fenced by the epoch bump.
+
+:class:`ShardBoard` is the driver's pure bookkeeping (no Ray): which shards
+wait, which run where, which are done, and how often each was started.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from torch_tgb.errors import FleetError
+
+__all__ = ["ShardBoard", "check_shard_count", "parse_shard_producer_id", "shard_producer_id"]
+
+_SHARD_ID = re.compile(r"^(?P<prefix>.+)-shard(?P<index>\d{5,})-of(?P<count>\d{5,})$")
+
+
+def shard_producer_id(prefix: str, index: int, count: int) -> str:
+    """The stable producer id of shard ``index`` of ``count``: ``<prefix>-shard00003-of00008``."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is outside 0..{count - 1}")
+    return f"{prefix}-shard{index:05d}-of{count:05d}"
+
+
+def parse_shard_producer_id(producer_id: str) -> tuple[str, int, int] | None:
+    """``(prefix, index, count)`` of a shard producer id, or ``None`` for any other id."""
+    m = _SHARD_ID.match(producer_id)
+    if m is None:
+        return None
+    return m["prefix"], int(m["index"]), int(m["count"])
+
+
+def check_shard_count(producer_ids: Iterable[str], *, prefix: str, count: int, where: str) -> None:
+    """Refuse a shard count other than the one the namespace was produced with under ``prefix``.
+
+    The shard -> producer id mapping is what makes restarts exactly-once; a
+    different count would re-cut the input into other shards under new ids and
+    produce every document again.
+    """
+    counts = sorted({parsed[2] for pid in producer_ids if (parsed := parse_shard_producer_id(pid)) and parsed[0] == prefix})
+    others = [c for c in counts if c != count]
+    if others:
+        raise FleetError(
+            f"{where}: producer prefix {prefix!r} was produced with num_shards={others[0]}, not {count}; "
+            "the shard count of a namespace is fixed (pass num_shards="
+            f"{others[0]}, or use another prefix for a new stream)"
+        )
+
+
+@dataclass
+class _Shard:
+    index: int
+    producer_id: str
+    state: str = "pending"  # pending | running | done
+    attempts: int = 0
+    worker: str | None = None
+
+
+class ShardBoard:
+    """Pending, running and finished shards of one fleet run; pure and single-threaded."""
+
+    def __init__(self, *, prefix: str, count: int) -> None:
+        if count < 1:
+            raise ValueError(f"num_shards={count} must be >= 1")
+        self.count = count
+        self._shards = [_Shard(i, shard_producer_id(prefix, i, count)) for i in range(count)]
+        self._pending: deque[int] = deque(range(count))
+
+    def producer_id(self, index: int) -> str:
+        return self._shards[index].producer_id
+
+    def claim(self, worker: str) -> int | None:
+        """The next pending shard, now running on ``worker`` (``None`` if nothing waits)."""
+        if not self._pending:
+            return None
+        shard = self._shards[self._pending.popleft()]
+        shard.state, shard.worker = "running", worker
+        shard.attempts += 1
+        return shard.index
+
+    def requeue(self, index: int) -> None:
+        """Put a running shard back in front of the queue (its worker died, was removed or hung)."""
+        shard = self._shards[index]
+        if shard.state != "running":
+            raise ValueError(f"shard {index} ({shard.producer_id}) is {shard.state}, not running")
+        shard.state, shard.worker = "pending", None
+        self._pending.appendleft(index)
+
+    def finish(self, index: int) -> None:
+        shard = self._shards[index]
+        shard.state, shard.worker = "done", None
+
+    def attempts(self, index: int) -> int:
+        return self._shards[index].attempts
+
+    def state(self, index: int) -> str:
+        return self._shards[index].state
+
+    def worker(self, index: int) -> str | None:
+        return self._shards[index].worker
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def running(self) -> int:
+        return sum(1 for s in self._shards if s.state == "running")
+
+    @property
+    def done(self) -> int:
+        return sum(1 for s in self._shards if s.state == "done")
+
+    @property
+    def all_done(self) -> bool:
+        return all(s.state == "done" for s in self._shards)

@@ -1,0 +1,197 @@
+"""The worker of a producer fleet: runs one shard at a time through ``tgb.produce``.
+
+:class:`ShardWorker` is a plain class; the fleet turns it into a Ray actor
+(``ray.remote``), so this module needs no Ray. A worker holds no state that
+matters: the shard's offsets and pipeline state live in the namespace's log,
+which is why a restarted or re-scheduled worker (or any other) can take the
+shard over. It reports progress while it runs (``progress()`` is served on a
+second actor thread) from two meters: the batches it pulls from the pipeline
+(:class:`MeteredNode`) and the producer's hook points (:class:`ShardMeter`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_tgb.errors import FencedError
+from torch_tgb.integrations._fleet_types import ShardOutcome
+from torch_tgb.layout import Layout
+from torch_tgb.producer import ProducerConfig, produce
+
+__all__ = ["MeteredNode", "ShardMeter", "ShardWorker", "WorkerSpec"]
+
+
+class ShardMeter:
+    """Counts one producer incarnation's writes and commit attempts through its hook points.
+
+    Hooks run on the appending thread (``after_object_write``) and the commit
+    thread (``before_commit``, ``after_commit``), hence the lock. A successful
+    attempt commits every TGB written before it started (the commit loop takes
+    all pending entries), which gives the visibility lag of each TGB (write ->
+    commit) and the TGBs still waiting (``lag``).
+    """
+
+    def __init__(self, user_hook: Callable[[str], None] | None = None) -> None:
+        self._user_hook = user_hook
+        self._lock = threading.Lock()
+        self._written_at: list[float] = []
+        self._attempt_covers = 0
+        self._committed_writes = 0
+        self.bytes = 0
+        self.commit_attempts = 0
+        self.commit_successes = 0
+        self.visibility_lag_sum_s = 0.0
+        self.visibility_lag_max_s = 0.0
+
+    def __call__(self, point: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if point == "after_object_write":
+                self._written_at.append(now)
+            elif point == "before_commit":
+                self.commit_attempts += 1
+                self._attempt_covers = len(self._written_at)
+            elif point == "after_commit":
+                self.commit_successes += 1
+                for written in self._written_at[self._committed_writes : self._attempt_covers]:
+                    self.visibility_lag_sum_s += now - written
+                    self.visibility_lag_max_s = max(self.visibility_lag_max_s, now - written)
+                self._committed_writes = max(self._committed_writes, self._attempt_covers)
+        if self._user_hook is not None:
+            self._user_hook(point)
+
+    def add_bytes(self, n: int) -> None:
+        with self._lock:
+            self.bytes += n
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            written = len(self._written_at)
+            return {
+                "appended": written,
+                "bytes": self.bytes,
+                "commit_attempts": self.commit_attempts,
+                "commit_successes": self.commit_successes,
+                "lag": written - self._committed_writes,
+                "committed_writes": self._committed_writes,
+                "visibility_lag_sum_s": self.visibility_lag_sum_s,
+                "visibility_lag_max_s": self.visibility_lag_max_s,
+            }
+
+
+class MeteredNode(BaseNode[Any]):
+    """Passes ``source``'s items through, counting their tensor bytes; its state *is* the source's.
+
+    Transparent to checkpointing: ``get_state``/``reset`` hand the source's own
+    state through, so a shard's committed pipeline state is the same whether or
+    not it ran under a fleet.
+    """
+
+    def __init__(self, source: BaseNode[Any], meter: ShardMeter) -> None:
+        super().__init__()
+        self.source = source
+        self.meter = meter
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(initial_state)
+
+    def next(self) -> Any:
+        item = next(self.source)
+        if isinstance(item, Mapping):
+            self.meter.add_bytes(sum(int(v.nbytes) for v in item.values() if hasattr(v, "nbytes")))
+        return item
+
+    def get_state(self) -> dict[str, Any]:
+        return self.source.state_dict()
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker of a fleet needs; shipped once to each actor."""
+
+    ns: str
+    make_pipeline: Callable[[int, int], Any]
+    layout: Layout
+    storage_options: Mapping[str, Any] | None
+    commit_policy: str
+    max_lag: int | None
+    max_steps_per_shard: int | None
+    producer_config: ProducerConfig | None
+
+
+class ShardWorker:
+    """Runs shards of one fleet, one at a time (the fleet wraps it in ``ray.remote``)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.spec = spec
+        self._meter: ShardMeter | None = None
+        self._shard: int | None = None
+
+    def where(self) -> str:
+        """``host:pid``, for reports and logs."""
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def progress(self) -> dict[str, float] | None:
+        """The running shard's counters, or ``None`` when idle (served while ``run_shard`` runs)."""
+        meter, shard = self._meter, self._shard
+        if meter is None or shard is None:
+            return None
+        return {"shard": shard, **meter.snapshot()}
+
+    def run_shard(self, shard: int, count: int, producer_id: str) -> ShardOutcome:
+        """Produce shard ``shard`` of ``count`` under ``producer_id`` until its pipeline ends.
+
+        Resumes where the shard's last commit left it. Errors come back as a
+        ``failed``/``fenced`` outcome (with the remote traceback's message)
+        rather than as an exception, so the driver can name the shard.
+        """
+        spec = self.spec
+        base = spec.producer_config or ProducerConfig()
+        meter = ShardMeter(base.crash_hook)
+        started = time.monotonic()
+        self._meter, self._shard = meter, shard
+
+        def outcome(status: str, error: BaseException | None = None, what: str = "") -> ShardOutcome:
+            snap = meter.snapshot()
+            text = ""
+            if error is not None:
+                text = what + "".join(traceback.format_exception_only(type(error), error)).strip()
+            return ShardOutcome(
+                shard=shard, producer_id=producer_id, status=status, appended=int(snap["appended"]),
+                bytes=int(snap["bytes"]), commit_attempts=int(snap["commit_attempts"]),
+                commit_successes=int(snap["commit_successes"]), elapsed_s=time.monotonic() - started,
+                visibility_lag_sum_s=snap["visibility_lag_sum_s"], visibility_lag_max_s=snap["visibility_lag_max_s"],
+                committed_writes=int(snap["committed_writes"]),
+                error=text, error_type=type(error).__name__ if error is not None else "",
+            )
+
+        try:
+            try:
+                pipeline = spec.make_pipeline(shard, count)
+            except Exception as e:  # noqa: BLE001 - reported to the driver, which names the shard
+                return outcome("failed", e, what=f"make_pipeline({shard}, {count}) raised ")
+            try:
+                produce(
+                    spec.ns, MeteredNode(pipeline, meter), producer_id=producer_id, layout=spec.layout,
+                    storage_options=spec.storage_options, commit_policy=spec.commit_policy,
+                    max_lag=spec.max_lag, max_steps=spec.max_steps_per_shard, seal=False, progress=False,
+                    config=replace(base, crash_hook=meter),
+                )
+            except FencedError as e:
+                return outcome("fenced", e)
+            except Exception as e:  # noqa: BLE001 - reported to the driver, which names the shard
+                return outcome("failed", e)
+            return outcome("done")
+        finally:
+            self._meter, self._shard = None, None
+

@@ -1,0 +1,55 @@
+"""Producer fleets on Ray: elastic, fault-tolerant preprocessing that feeds a namespace exactly once.
+
+``produce_on_ray(ns, make_pipeline, num_producers=N, layout=...)`` cuts the
+input into shards (``num_shards``, fixed for a namespace); shard ``i`` is the
+pipeline ``make_pipeline(i, num_shards)`` run through :func:`torch_tgb.produce`
+as producer ``<prefix>-shard<i>-of<n>`` by whichever of the N Ray actors is
+free. Because a shard's id and its committed pipeline state do not depend on
+which worker runs it or how many workers there are:
+
+- a killed actor's shard resumes on a restarted or another actor at its last
+  commit; a stalled one that comes back is fenced by the producer epoch;
+- ``Fleet.scale(n)`` grows or shrinks the pool while it runs, and a rerun
+  with another ``num_producers`` continues where the last run stopped.
+
+See docs/operations.md, "Producer fleets on Ray". Needs the ``ray`` extra.
+"""
+
+from __future__ import annotations
+
+try:
+    import ray as _ray  # noqa: F401 - fail here, with the extra to install, rather than deep inside a fleet
+except ImportError as e:  # pragma: no cover - exercised where ray is not installed
+    raise ImportError(
+        "torch_tgb.integrations.ray needs Ray: pip install 'torch-tgb[ray]'"
+    ) from e
+
+from collections.abc import Callable
+from typing import Any
+
+from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome, ShardStats
+from torch_tgb.integrations._ray_fleet import Fleet
+from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
+
+__all__ = [
+    "Fleet",
+    "FleetConfig",
+    "FleetReport",
+    "ShardOutcome",
+    "ShardStats",
+    "parse_shard_producer_id",
+    "produce_on_ray",
+    "shard_producer_id",
+]
+
+
+def produce_on_ray(ns: str, make_pipeline: Callable[[int, int], Any], **options: Any) -> FleetReport:
+    """Produce every shard of ``make_pipeline`` into ``ns`` on a fleet of Ray actors; block until done.
+
+    ``options`` are :class:`Fleet`'s keyword arguments (``num_producers`` and
+    ``layout`` required); this is ``Fleet(ns, make_pipeline, **options).run()``.
+    Raises :class:`~torch_tgb.errors.FleetError` naming the shard when a
+    pipeline fails (its factory raising included): what was committed stays
+    committed, whole TGBs only, and a rerun resumes.
+    """
+    return Fleet(ns, make_pipeline, **options).run()
