@@ -190,3 +190,115 @@ def test_three_actors_killed_three_times_exactly_once(tmp_path: Path, corpus: Pa
     assert all(p.state == "done" for p in report.producers)
     assert sum(p.committed for p in report.producers) == report.steps == total_steps
     assert_exactly_once(ns, corpus)
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def committed(fleet: Fleet) -> int:
+    return sum(s.committed for s in fleet.stats())
+
+
+def test_elastic_two_to_four_to_one_exactly_once(tmp_path: Path, corpus: Path) -> None:
+    ns = str(tmp_path / "ns")
+    fleet = Fleet(ns, make_factory(corpus, delay_s=0.15), num_producers=2, num_shards=8, layout=LAYOUT, seal=True,
+                  progress=False, config=FleetConfig(poll_interval_s=0.2))
+    fleet.start()
+    wait_for(lambda: committed(fleet) >= 5, "5 committed steps on 2 workers")
+    fleet.scale(4)
+    wait_for(lambda: len(fleet.actors(running=True)) == 4, "4 workers running shards")
+    fleet.scale(1)
+    report = fleet.wait(timeout=240)
+    assert report.workers == 1
+    assert report.reassigned >= 1  # shards of the removed workers went back to the queue
+    assert all(p.state == "done" for p in report.producers)
+    assert report.steps == 480 // ROWS
+    assert_exactly_once(ns, corpus)
+
+
+def test_zombie_is_fenced(tmp_path: Path, corpus: Path) -> None:
+    """Shard 0's first incarnation pauses mid-shard; its replacement starts (epoch bump), then it resumes."""
+    ctl = tmp_path / "zombie"
+    ctl.mkdir()
+    (ctl / "armed").touch()
+    ns = str(tmp_path / "ns")
+    report = produce_on_ray(
+        ns, make_factory(corpus, delay_s=0.01, pause=(str(ctl), 0, 8)), num_producers=2, num_shards=2,
+        layout=LAYOUT, seal=True, progress=False,
+        config=FleetConfig(poll_interval_s=0.2, stall_timeout_s=3.0, drain_timeout_s=90),
+    )
+    assert not (ctl / "armed").exists() and (ctl / "release").exists(), "the zombie paused and was released"
+    assert report.fenced >= 1 and report.producers[0].fenced >= 1
+    assert report.reassigned >= 1
+    assert_exactly_once(ns, corpus)
+
+
+def test_rerun_with_other_worker_count_resumes(tmp_path: Path, corpus: Path) -> None:
+    ns = str(tmp_path / "ns")
+    first = produce_on_ray(ns, make_factory(corpus), num_producers=1, num_shards=3, layout=LAYOUT,
+                           max_steps_per_shard=4, progress=False)
+    assert first.steps == 12 and [p.committed for p in first.producers] == [4, 4, 4]
+    with pytest.raises(FleetError, match="num_shards=3"):
+        produce_on_ray(ns, make_factory(corpus), num_producers=2, num_shards=4, layout=LAYOUT, progress=False)
+    second = produce_on_ray(ns, make_factory(corpus), num_producers=2, num_shards=3, layout=LAYOUT, seal=True,
+                            progress=False)
+    assert second.steps == 480 // ROWS - 12 and second.sealed
+    assert_exactly_once(ns, corpus)
+    with pytest.raises(FleetError, match="sealed"):
+        produce_on_ray(ns, make_factory(corpus), num_producers=1, num_shards=3, layout=LAYOUT, progress=False)
+
+
+def test_stats_and_prometheus_endpoint(tmp_path: Path, corpus: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    import urllib.request
+
+    ns = str(tmp_path / "ns")
+    fleet = Fleet(ns, make_factory(corpus, delay_s=0.05), num_producers=2, num_shards=2, layout=LAYOUT,
+                  progress=False, config=FleetConfig(poll_interval_s=0.2, metrics_port=0))
+    fleet.start()
+    wait_for(lambda: committed(fleet) >= 4, "4 committed steps")
+    with urllib.request.urlopen(f"http://127.0.0.1:{fleet.metrics_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    assert 'tgb_committed{id="fleet-shard00000-of00002"' in text and "tgb_mb_per_s" in text
+    report = fleet.wait(timeout=240)
+    for p in report.producers:
+        assert p.committed == p.appended == 480 // ROWS // 2
+        assert p.bytes == p.appended * ROWS * SEQ_LEN * 4 and p.mb_per_s > 0
+        assert 0 < p.commit_success_rate <= 1 and p.lag == 0 and p.visibility_lag_s > 0
+
+
+# --- bad input: one clear error, nothing half-committed -------------------------------------------
+
+
+def test_unreachable_address_fails_fast(tmp_path: Path, corpus: Path) -> None:
+    with pytest.raises(FleetError, match="cannot reach the Ray cluster at '127.0.0.1:1'"):
+        produce_on_ray(str(tmp_path / "ns"), make_factory(corpus), num_producers=1, layout=LAYOUT,
+                       address="127.0.0.1:1", config=FleetConfig(connect_timeout_s=2))
+    assert not (tmp_path / "ns").exists()
+
+
+@pytest.mark.parametrize("bad", [{"num_producers": 0}, {"num_producers": -1}, {"num_producers": 1, "num_shards": 0}])
+def test_bad_counts_are_refused(tmp_path: Path, corpus: Path, bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=">= 1"):
+        produce_on_ray(str(tmp_path / "ns"), make_factory(corpus), layout=LAYOUT, **bad)
+    assert not (tmp_path / "ns").exists()
+
+
+def failing_factory(shard: int, count: int) -> ShardRows:
+    raise RuntimeError(f"no corpus for shard {shard}")
+
+
+def test_failing_pipeline_factory_is_one_clear_error(tmp_path: Path) -> None:
+    ns = str(tmp_path / "ns")
+    with pytest.raises(FleetError) as info:
+        produce_on_ray(ns, failing_factory, num_producers=2, num_shards=2, layout=LAYOUT, progress=False)
+    message = str(info.value)
+    assert "make_pipeline(" in message and "RuntimeError: no corpus for shard" in message
+    assert "fleet-shard0000" in message
+    head = Manifest(open_store(ns)).head()
+    assert head.num_steps == 0 and not head.producers  # no producer even started

@@ -41,7 +41,14 @@ def connect(ray: Any, address: str | None, *, timeout_s: float) -> bool:
     cluster; ``"auto"``: the cluster on this machine; ``host:port`` or
     ``ray://host:port``: that cluster, checked first.
     """
+    if address is not None and address not in ("local", "auto"):
+        check_reachable(address, timeout_s=timeout_s)
     if ray.is_initialized():
+        if address is not None:
+            raise FleetError(
+                f"Ray is already initialised in this process; pass address=None to use that connection, "
+                f"not address={address!r}"
+            )
         return False
     if address is None:
         ray.init(include_dashboard=False)
@@ -49,8 +56,6 @@ def connect(ray: Any, address: str | None, *, timeout_s: float) -> bool:
     if address == "local":
         ray.init(address="local", include_dashboard=False)
         return True
-    if address != "auto":
-        check_reachable(address, timeout_s=timeout_s)
     try:
         ray.init(address=address)
     except (ConnectionError, RuntimeError) as e:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch_tgb.errors import FleetError
@@ -53,7 +53,7 @@ class _Worker:
     probe_ref: Any = None  # after a failure: a no-op call; the worker gets work once it answers
     probe_at: float = 0.0
     last_progress: tuple[float, ...] = ()
-    last_change: float = field(default_factory=time.monotonic)
+    last_change: float | None = None  # when its counters last moved; None until the attempt reports
 
 
 class Fleet:
@@ -293,7 +293,7 @@ class Fleet:
                 shard = self._board.claim(w.name)
                 if shard is None:
                     return
-                w.shard, w.last_progress, w.last_change = shard, (), time.monotonic()
+                w.shard, w.last_progress, w.last_change = shard, (), None
                 w.ref = w.handle.run_shard.remote(shard, self._board.count, self._board.producer_id(shard))
                 self._tally.started(shard, w.name)
 
@@ -396,10 +396,11 @@ class Fleet:
                 if snap is not None and int(snap["shard"]) == w.shard:
                     self._tally.live(w.shard, snap)
                     key = (snap["appended"], snap["bytes"], snap["commit_attempts"])
-                    if key != w.last_progress:
+                    if key != w.last_progress or w.last_change is None:
                         w.last_progress, w.last_change = key, now
+            # the clock starts at the attempt's first report: starting an actor may take long
             stall = self.config.stall_timeout_s
-            if stall is not None and now - w.last_change > stall:
+            if stall is not None and w.last_change is not None and now - w.last_change > stall:
                 self._abandon(w)
 
     def _abandon(self, worker: _Worker) -> None:
