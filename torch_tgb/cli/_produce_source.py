@@ -8,7 +8,7 @@ from typing import Any
 from torch_tgb.cli._common import CommandError, print_json, storage_options
 from torch_tgb.errors import TGBError
 
-__all__ = ["SOURCE_KINDS", "open_source", "parse_shard", "produce_source"]
+__all__ = ["SOURCE_KINDS", "open_source", "parse_shard", "produce_source", "source_layout", "source_pipeline"]
 
 SOURCE_KINDS = ("token-file", "webdataset", "lance", "parquet")
 
@@ -63,27 +63,44 @@ def open_source(args: argparse.Namespace, shard: tuple[int, int]) -> Any:
     return sources.Parquet(_paths(where), column=args.column or "input_ids", tokenizer=tokenizer, **common)
 
 
-def produce_source(args: argparse.Namespace) -> int:
-    """Pack ``--source`` into global batches and append them with ``tgb.produce``; print a summary."""
+def source_layout(args: argparse.Namespace) -> Any:
+    """The layout of ``--source`` batches: ``--dp``/``--cp`` over the packed tensors."""
+    from torch_tgb.layout import Layout
+
+    keys = ("input_ids", "labels", "document_ids", "position_ids") if args.packing == "bfd" else ("input_ids", "labels")
+    return Layout(dp=args.dp, cp=args.cp, seq_keys=keys)
+
+
+def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int) -> Any:
+    """Shard ``shard_index`` of ``shard_count`` of ``--source``, packed into global batches.
+
+    A module-level function of picklable arguments, so that ``tgb produce
+    --ray`` can build it inside each Ray actor.
+    """
     import torch
 
-    from torch_tgb.layout import Layout
     from torch_tgb.offline._stream import document_batches
-    from torch_tgb.producer import produce
 
-    shard = parse_shard(args.shard)
+    shard = (shard_index, shard_count)
     try:
         docs = open_source(args, shard)
     except (ValueError, TypeError, ImportError) as e:
         if isinstance(e, TGBError):
             raise
         raise CommandError(f"--source {args.source!r}: {e}") from e
-    keys = ("input_ids", "labels", "document_ids", "position_ids") if args.packing == "bfd" else ("input_ids", "labels")
-    layout = Layout(dp=args.dp, cp=args.cp, seq_keys=keys)
-    pipeline = document_batches(
+    return document_batches(
         docs, seq_len=args.seq_len, global_batch_size=args.global_batch, packing=args.packing,
         token_dtype=torch.int32, info={"source": args.source, "shard": list(shard)},
     )
+
+
+def produce_source(args: argparse.Namespace) -> int:
+    """Pack ``--source`` into global batches and append them with ``tgb.produce``; print a summary."""
+    from torch_tgb.producer import produce
+
+    shard = parse_shard(args.shard)
+    layout = source_layout(args)
+    pipeline = source_pipeline(args, *shard)
     try:
         report = produce(
             args.ns, pipeline, producer_id=args.producer_id, layout=layout, storage_options=storage_options(args),

@@ -80,6 +80,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="PORT",
         help="serve Prometheus metrics on 127.0.0.1:PORT while producing (needs prometheus_client)",
     )
+    fleet = p.add_argument_group("producer fleets on Ray (needs --source and the ray extra)")
+    fleet.add_argument("--ray", default=None, metavar="ADDRESS",
+                       help="run --source as a fleet of Ray actors: 'local' (a local Ray), 'auto' or HOST:PORT; "
+                       "shard i of --shards is producer '<--producer-id>-shard<i>-of<n>'")
+    fleet.add_argument("--producers", type=int, default=None, metavar="N", help="Ray actors (default 2)")
+    fleet.add_argument("--shards", type=int, default=None, metavar="M",
+                       help="shards, fixed for a namespace (default --producers); more than the most actors you "
+                       "will ever run")
     add_json_flag(p)
     add_storage_option_flag(p)
     p.set_defaults(run=run)
