@@ -179,6 +179,11 @@ class Fleet:
             self._target = num_producers
 
     @property
+    def running(self) -> bool:
+        """True from ``start()`` until every shard is done or the fleet failed (then ``wait()`` returns at once)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def num_producers(self) -> int:
         with self._lock:
             return self._target
