@@ -23,13 +23,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from torch_tgb.errors import FleetError
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome
 from torch_tgb.integrations._ray_connect import connect
+from torch_tgb.integrations._ray_pool import Worker, WorkerPool
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
@@ -40,20 +40,6 @@ from torch_tgb.storage import open_store
 __all__ = ["Fleet"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Worker:
-    name: str
-    handle: Any
-    deaths: int = 0
-    shard: int | None = None
-    ref: Any = None
-    progress_ref: Any = None
-    probe_ref: Any = None  # after a failure: a no-op call; the worker gets work once it answers
-    probe_at: float = 0.0
-    last_progress: tuple[float, ...] = ()
-    last_change: float | None = None  # when its counters last moved; None until the attempt reports
 
 
 class Fleet:
@@ -124,10 +110,9 @@ class Fleet:
         self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
         self.max_restarts = max_restarts
         self._board = ShardBoard(prefix=prefix, count=num_shards)
-        self._lock = threading.Lock()
         self._target = num_producers
-        self._workers: list[_Worker] = []
-        self._abandoned: list[_Worker] = []
+        self._pool: WorkerPool | None = None
+        self._abandoned: list[Worker] = []
         self._tally = ShardTally(self._board)
         self._monitor: FleetMonitor | None = None
         self._thread: threading.Thread | None = None
@@ -136,8 +121,7 @@ class Fleet:
         self._report: FleetReport | None = None
         self._ray: Any = None
         self._owns_ray = False
-        self._remote_cls: Any = None
-        self._spawned = 0
+        self._store: Any = None
 
     # --- the caller's side ------------------------------------------------------
 
@@ -152,7 +136,7 @@ class Fleet:
         self._ray = ray
         self._owns_ray = connect(ray, self.address, timeout_s=self.config.connect_timeout_s)
         try:
-            store = open_store(self.ns, self.storage_options)
+            self._store = store = open_store(self.ns, self.storage_options)
             manifest = Manifest(store)
             head = manifest.head()
             if head.sealed:
@@ -164,8 +148,12 @@ class Fleet:
                 board=self._board, config=self.config, enabled=self.progress,
                 total_steps=None if per_shard is None else per_shard * self.num_shards,
             )
-            self._remote_cls = ray.remote(ShardWorker).options(**self._actor_options)
+            remote_cls = ray.remote(ShardWorker).options(**self._actor_options)
+            self._pool = WorkerPool(ray, remote_cls, self._spec, prefix=self.prefix, target=self._target,
+                                    retry_s=self.config.poll_interval_s)
         except BaseException:
+            if self._store is not None:
+                self._store.close()
             self._shutdown_ray()
             raise
         self._thread = threading.Thread(target=self._drive, name=f"tgb-fleet-{self.prefix}", daemon=True)
@@ -175,8 +163,9 @@ class Fleet:
     def scale(self, num_producers: int) -> None:
         """Run on ``num_producers`` actors from now on (surplus ones are killed, their shards requeued)."""
         _check_count("num_producers", num_producers)
-        with self._lock:
-            self._target = num_producers
+        self._target = num_producers
+        if self._pool is not None:
+            self._pool.scale(num_producers)
 
     @property
     def running(self) -> bool:
@@ -185,13 +174,11 @@ class Fleet:
 
     @property
     def num_producers(self) -> int:
-        with self._lock:
-            return self._target
+        return self._target
 
     def actors(self, *, running: bool = False) -> list[Any]:
         """Handles of the live actors (only those running a shard with ``running=True``); for ``ray.kill`` in tests."""
-        with self._lock:
-            return [w.handle for w in self._workers if w.shard is not None or not running]
+        return self._pool.handles(running=running) if self._pool is not None else []
 
     def stats(self) -> tuple[Any, ...]:
         """Per-shard :class:`~torch_tgb.integrations.ray.ShardStats`, as of the driver's last poll."""
@@ -230,56 +217,33 @@ class Fleet:
     # --- the driver thread --------------------------------------------------------
 
     def _drive(self) -> None:
-        assert self._monitor is not None
+        assert self._monitor is not None and self._pool is not None
+        pool = self._pool
         try:
             while not self._board.all_done:
                 if self._stop.is_set():
                     raise FleetError(f"{self.ns}: fleet {self.prefix!r} stopped with "
                                      f"{self._board.count - self._board.done} shards unfinished")
-                self._apply_scale()
+                for busy in pool.apply_scale():
+                    self._release(busy, reason="removed by scale()")
                 self._assign()
                 self._collect(self.config.poll_interval_s)
                 self._poll_progress()
                 self._monitor.tick()
             self._drain()
             sealed = self._seal() if self.seal else False
-            self._report = self._monitor.report(workers=len(self._workers), sealed=sealed)
+            self._report = self._monitor.report(workers=len(pool.workers), sealed=sealed)
             log.info("fleet %s", self._report.summary())
         except BaseException as e:  # noqa: BLE001 - handed to wait()
             self._error = e
         finally:
-            for w in self._workers + self._abandoned:
-                self._kill(w)
+            for w in pool.workers + self._abandoned:
+                pool.kill(w)
             self._monitor.close()
+            self._store.close()
             self._shutdown_ray()
 
-    def _spawn(self) -> _Worker:
-        self._spawned += 1
-        worker = _Worker(f"{self.prefix}-w{self._spawned}", self._remote_cls.remote(self._spec))
-        return worker
-
-    def _kill(self, worker: _Worker) -> None:
-        try:
-            self._ray.kill(worker.handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-
-    def _apply_scale(self) -> None:
-        with self._lock:
-            target = self._target
-            while len(self._workers) < target:
-                self._workers.append(self._spawn())
-            surplus = len(self._workers) - target
-            if surplus > 0:
-                # idle workers go first; a busy one's shard is requeued (it resumes at its last commit)
-                victims = sorted(self._workers, key=lambda w: w.shard is not None)[:surplus]
-                self._workers = [w for w in self._workers if w not in victims]
-        for w in victims if surplus > 0 else []:
-            if w.shard is not None:
-                self._release(w, reason="removed by scale()")
-            self._kill(w)
-
-    def _release(self, worker: _Worker, *, reason: str) -> None:
+    def _release(self, worker: Worker, *, reason: str) -> None:
         shard = worker.shard
         assert shard is not None
         log.info("fleet %s: shard %d (%s) leaves %s: %s", self.prefix, shard, self._board.producer_id(shard),
@@ -290,11 +254,10 @@ class Fleet:
         worker.shard = worker.ref = worker.progress_ref = None
 
     def _assign(self) -> None:
-        now = time.monotonic()
-        for w in self._workers:
-            if w.probe_ref is None and w.probe_at and now >= w.probe_at:
-                w.probe_ref, w.probe_at = w.handle.where.remote(), 0.0
-            if w.shard is None and w.probe_ref is None and not w.probe_at:
+        assert self._pool is not None
+        self._pool.send_probes()
+        for w in self._pool.workers:
+            if w.ready:
                 shard = self._board.claim(w.name)
                 if shard is None:
                     return
@@ -303,15 +266,16 @@ class Fleet:
                 self._tally.started(shard, w.name)
 
     def _collect(self, timeout: float) -> None:
-        by_ref = {w.ref: w for w in self._workers + self._abandoned if w.ref is not None}
-        probes = {w.probe_ref: w for w in self._workers if w.probe_ref is not None}
+        assert self._pool is not None
+        by_ref = {w.ref: w for w in self._pool.workers + self._abandoned if w.ref is not None}
+        probes = self._pool.probes()
         if not by_ref and not probes:
             time.sleep(timeout)
             return
         ready, _ = self._ray.wait([*by_ref, *probes], num_returns=len(by_ref) + len(probes), timeout=timeout)
         for ref in ready:
             if ref in probes:
-                self._probed(probes[ref])
+                self._pool.probed(probes[ref])
                 continue
             worker = by_ref[ref]
             try:
@@ -322,7 +286,7 @@ class Fleet:
             if worker in self._abandoned:
                 self._abandoned.remove(worker)
                 self._tally.abandoned_ended(worker.shard or 0, outcome)
-                self._kill(worker)
+                self._pool.kill(worker)
                 continue
             shard = worker.shard
             assert shard is not None
@@ -345,7 +309,7 @@ class Fleet:
                     f"{outcome.error}"
                 )
 
-    def _worker_died(self, worker: _Worker, error: BaseException) -> None:
+    def _worker_died(self, worker: Worker, error: BaseException) -> None:
         shard = worker.shard
         assert shard is not None
         worker.shard = None
@@ -360,32 +324,16 @@ class Fleet:
                 f"{self.ns}: shard {shard} producer {pid!r}: its worker died {self._board.attempts(shard)} times "
                 f"(max_shard_attempts={self.config.max_shard_attempts}); last: {error}"
             ) from error
-        if worker.deaths > self.max_restarts:  # Ray will not restart it again: replace it
-            self._replace(worker)
-        else:  # Ray restarts it; calls sent meanwhile fail (ActorUnavailableError): probe first
-            worker.probe_at = time.monotonic()
-
-    def _probed(self, worker: _Worker) -> None:
-        try:
-            self._ray.get(worker.probe_ref)
-            worker.probe_ref = None
-        except self._ray.exceptions.ActorUnavailableError:  # still restarting
-            worker.probe_ref, worker.probe_at = None, time.monotonic() + self.config.poll_interval_s
-        except self._ray.exceptions.RayError as e:
-            log.warning("fleet %s: worker %s is gone (%s); starting another", self.prefix, worker.name,
-                        type(e).__name__)
-            self._replace(worker)
-
-    def _replace(self, worker: _Worker) -> None:
-        """Drop a worker Ray will not bring back; ``_apply_scale`` starts a fresh one."""
-        with self._lock:
-            if worker in self._workers:
-                self._workers.remove(worker)
-        self._kill(worker)
+        assert self._pool is not None
+        if worker.deaths > self.max_restarts:  # Ray will not restart it again: a fresh actor takes its place
+            self._pool.replace(worker)
+        else:
+            self._pool.probe_later(worker)
 
     def _poll_progress(self) -> None:
+        assert self._pool is not None
         now = time.monotonic()
-        for w in list(self._workers):
+        for w in list(self._pool.workers):
             if w.shard is None:
                 continue
             if w.progress_ref is None:
@@ -408,14 +356,14 @@ class Fleet:
             if stall is not None and w.last_change is not None and now - w.last_change > stall:
                 self._abandon(w)
 
-    def _abandon(self, worker: _Worker) -> None:
+    def _abandon(self, worker: Worker) -> None:
         shard = worker.shard
         assert shard is not None
         log.warning("fleet %s: shard %d (%s) made no progress on %s for %.0f s; giving it to a fresh worker "
                     "(the stalled one is fenced if it comes back)", self.prefix, shard,
                     self._board.producer_id(shard), worker.name, self.config.stall_timeout_s)
-        with self._lock:
-            self._workers.remove(worker)
+        assert self._pool is not None
+        self._pool.remove(worker)
         self._board.requeue(shard)
         self._tally.detached(shard, died=False)
         self._tally.reassigned += 1

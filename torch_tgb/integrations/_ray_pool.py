@@ -1,0 +1,129 @@
+"""The actors of a fleet: starting, probing after a restart, replacing, scaling (``WorkerPool``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Worker", "WorkerPool"]
+
+log = logging.getLogger("torch_tgb.integrations.ray")
+
+
+@dataclass
+class Worker:
+    """One actor and what the driver knows of it; only the driver thread changes it."""
+
+    name: str
+    handle: Any
+    deaths: int = 0
+    shard: int | None = None
+    ref: Any = None
+    progress_ref: Any = None
+    probe_ref: Any = None  # after a failure: a no-op call; the worker gets work once it answers
+    probe_at: float = 0.0
+    last_progress: tuple[float, ...] = ()
+    last_change: float | None = None  # when its counters last moved; None until the attempt reports
+
+    @property
+    def ready(self) -> bool:
+        """Idle and not waiting for a restart."""
+        return self.shard is None and self.probe_ref is None and not self.probe_at
+
+
+class WorkerPool:
+    """The live actors of one fleet and the number wanted (``scale``); thread-safe where it says so.
+
+    ``ray`` is the imported module, ``remote_cls`` the actor class with its
+    options, ``spec`` what each actor is built with.
+    """
+
+    def __init__(self, ray: Any, remote_cls: Any, spec: Any, *, prefix: str, target: int, retry_s: float) -> None:
+        self._ray, self._remote_cls, self._spec = ray, remote_cls, spec
+        self.prefix = prefix
+        self.retry_s = retry_s
+        self._lock = threading.Lock()
+        self._target = target
+        self._spawned = 0
+        self.workers: list[Worker] = []
+
+    # --- any thread -------------------------------------------------------------------
+
+    def scale(self, target: int) -> None:
+        with self._lock:
+            self._target = target
+
+    @property
+    def target(self) -> int:
+        with self._lock:
+            return self._target
+
+    def handles(self, *, running: bool = False) -> list[Any]:
+        with self._lock:
+            return [w.handle for w in self.workers if w.shard is not None or not running]
+
+    # --- the driver thread ------------------------------------------------------------
+
+    def apply_scale(self) -> list[Worker]:
+        """Start or kill actors to match the target; returns the killed ones that held a shard.
+
+        Idle workers go first; a busy one's shard must be requeued by the
+        caller (it resumes at its last commit).
+        """
+        victims: list[Worker] = []
+        with self._lock:
+            while len(self.workers) < self._target:
+                self._spawned += 1
+                self.workers.append(Worker(f"{self.prefix}-w{self._spawned}", self._remote_cls.remote(self._spec)))
+            surplus = len(self.workers) - self._target
+            if surplus > 0:
+                victims = sorted(self.workers, key=lambda w: w.shard is not None)[:surplus]
+                self.workers = [w for w in self.workers if w not in victims]
+        for w in victims:
+            self.kill(w)
+        return [w for w in victims if w.shard is not None]
+
+    def kill(self, worker: Worker) -> None:
+        try:
+            self._ray.kill(worker.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    def remove(self, worker: Worker) -> None:
+        """Take ``worker`` out of the pool (``apply_scale`` starts another); it is not killed."""
+        with self._lock:
+            if worker in self.workers:
+                self.workers.remove(worker)
+
+    def replace(self, worker: Worker) -> None:
+        """Drop a worker Ray will not bring back, and kill it."""
+        self.remove(worker)
+        self.kill(worker)
+
+    def probe_later(self, worker: Worker) -> None:
+        """Ray restarts it; calls sent meanwhile fail (``ActorUnavailableError``): probe before new work."""
+        worker.probe_at = time.monotonic()
+
+    def send_probes(self) -> None:
+        now = time.monotonic()
+        for w in self.workers:
+            if w.probe_ref is None and w.probe_at and now >= w.probe_at:
+                w.probe_ref, w.probe_at = w.handle.where.remote(), 0.0
+
+    def probes(self) -> dict[Any, Worker]:
+        return {w.probe_ref: w for w in self.workers if w.probe_ref is not None}
+
+    def probed(self, worker: Worker) -> None:
+        """The probe of ``worker`` answered: ready, still restarting (probe again), or gone (replace)."""
+        try:
+            self._ray.get(worker.probe_ref)
+            worker.probe_ref = None
+        except self._ray.exceptions.ActorUnavailableError:  # still restarting
+            worker.probe_ref, worker.probe_at = None, time.monotonic() + self.retry_s
+        except self._ray.exceptions.RayError as e:
+            log.warning("fleet %s: worker %s is gone (%s); starting another", self.prefix, worker.name,
+                        type(e).__name__)
+            self.replace(worker)
