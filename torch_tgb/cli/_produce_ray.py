@@ -7,7 +7,7 @@ import functools
 from dataclasses import asdict
 
 from torch_tgb.cli._common import CommandError, print_json, storage_options
-from torch_tgb.cli._produce_source import source_layout, source_pipeline
+from torch_tgb.cli._produce_source import source_layout, source_metadata, source_pipeline
 
 __all__ = ["produce_fleet"]
 
@@ -31,7 +31,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
     report = produce_on_ray(
         args.ns, make_pipeline, num_producers=producers, num_shards=args.shards, layout=source_layout(args),
         storage_options=storage_options(args), commit_policy=args.commit_policy, max_lag=args.max_lag,
-        max_steps_per_shard=args.steps, seal=args.seal, prefix=args.producer_id,
+        max_steps_per_shard=args.steps, seal=args.seal, prefix=args.producer_id, metadata=source_metadata(args),
         address=args.ray,
         config=FleetConfig(metrics_port=args.metrics_port),
     )

@@ -8,7 +8,7 @@ from typing import Any
 from torch_tgb.cli._common import CommandError, print_json, storage_options
 from torch_tgb.errors import TGBError
 
-__all__ = ["SOURCE_KINDS", "open_source", "parse_shard", "produce_source", "source_layout", "source_pipeline"]
+__all__ = ["SOURCE_KINDS", "open_source", "parse_shard", "produce_source", "source_layout", "source_metadata", "source_pipeline"]
 
 SOURCE_KINDS = ("token-file", "webdataset", "lance", "parquet")
 
@@ -71,6 +71,11 @@ def source_layout(args: argparse.Namespace) -> Any:
     return Layout(dp=args.dp, cp=args.cp, seq_keys=keys)
 
 
+def source_metadata(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``dataset.json`` records of ``--source`` batches (every producer of a namespace passes the same)."""
+    return {"packing": args.packing, "seq_len": args.seq_len}
+
+
 def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int) -> Any:
     """Shard ``shard_index`` of ``shard_count`` of ``--source``, packed into global batches.
 
@@ -79,7 +84,7 @@ def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int
     """
     import torch
 
-    from torch_tgb.offline._stream import document_batches
+    from torch_tgb.offline import document_batches
 
     shard = (shard_index, shard_count)
     try:
@@ -105,7 +110,7 @@ def produce_source(args: argparse.Namespace) -> int:
         report = produce(
             args.ns, pipeline, producer_id=args.producer_id, layout=layout, storage_options=storage_options(args),
             commit_policy=args.commit_policy, max_lag=args.max_lag, max_steps=args.steps, seal=args.seal,
-            metadata={"packing": args.packing, "seq_len": args.seq_len},
+            metadata=source_metadata(args),
         )
     except (ValueError, TypeError) as e:  # a bad --producer-id, --commit-policy or --max-lag
         if isinstance(e, TGBError):

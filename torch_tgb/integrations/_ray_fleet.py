@@ -59,6 +59,7 @@ class Fleet:
     ``config.connect_timeout_s``). ``seal=True`` seals the namespace once every
     shard is done. ``progress``: a bar on a terminal (``None``: if stderr is
     one), log lines otherwise. ``prefix`` names the shards' producer ids.
+    ``metadata`` goes into ``dataset.json`` (as for ``tgb.produce``).
 
     ``start()``, then ``scale(n)``, ``stats()`` while it runs, ``wait()`` for
     the :class:`FleetReport`; or ``run()`` for all of it.
@@ -83,6 +84,7 @@ class Fleet:
         seal: bool = False,
         prefix: str = "fleet",
         producer_config: ProducerConfig | None = None,
+        metadata: Mapping[str, Any] | None = None,
         config: FleetConfig | None = None,
     ) -> None:
         if not isinstance(ns, str):
@@ -106,7 +108,7 @@ class Fleet:
         self.progress = progress
         self.storage_options = dict(storage_options or {})
         self._spec = WorkerSpec(ns, make_pipeline, layout, self.storage_options or None, commit_policy, max_lag,
-                                max_steps_per_shard, producer_config)
+                                max_steps_per_shard, producer_config, dict(metadata or {}))
         self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
         self.max_restarts = max_restarts
         self._board = ShardBoard(prefix=prefix, count=num_shards)
@@ -380,7 +382,7 @@ class Fleet:
 
     def _seal(self) -> bool:
         producer = Producer(self.ns, producer_id=f"{self.prefix}-seal", layout=self.layout,
-                            storage_options=self.storage_options or None)
+                            storage_options=self.storage_options or None, metadata=self._spec.metadata)
         producer.close(seal=True)
         return True
 

@@ -127,6 +127,7 @@ class WorkerSpec:
     max_lag: int | None
     max_steps_per_shard: int | None
     producer_config: ProducerConfig | None
+    metadata: Mapping[str, Any] | None = None
 
 
 class ShardWorker:
@@ -185,7 +186,7 @@ class ShardWorker:
                     spec.ns, MeteredNode(pipeline, meter), producer_id=producer_id, layout=spec.layout,
                     storage_options=spec.storage_options, commit_policy=spec.commit_policy,
                     max_lag=spec.max_lag, max_steps=spec.max_steps_per_shard, seal=False, progress=False,
-                    config=replace(base, crash_hook=meter),
+                    config=replace(base, crash_hook=meter), metadata=spec.metadata,
                 )
             except FencedError as e:
                 return outcome("fenced", e)
