@@ -101,7 +101,7 @@ def make_corpus(workdir: Path, *, docs: int, shards: int, vocab_size: int) -> tu
 
 
 class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
-    """Stacks ``size`` packed rows into one global batch; pads the last one. State: the rows' source's."""
+    """Stacks ``size`` packed rows (their SEQ_KEYS tensors) into one global batch; pads the last one."""
 
     def __init__(self, rows: BaseNode[dict[str, torch.Tensor]], size: int) -> None:
         super().__init__()
@@ -120,7 +120,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         if not batch:
             raise StopIteration
         while len(batch) < self.size:
-            batch.append({k: torch.full_like(v, PADDING[k]) for k, v in batch[0].items()})
+            batch.append({k: torch.full_like(batch[0][k], PADDING[k]) for k in SEQ_KEYS})
         return {k: torch.stack([row[k] for row in batch]).to(torch.int32) for k in SEQ_KEYS}
 
     def get_state(self) -> dict[str, Any]:
@@ -230,14 +230,18 @@ def run(args: argparse.Namespace) -> int:
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
     killed_at = None
-    while trainer.poll() is None and killed_at is None:
-        running = fleet.actors(running=True)
-        if trained(workdir) >= args.kill_after and running:
-            ray.kill(running[0], no_restart=False)  # Ray restarts it; its shard resumes at its last commit
-            killed_at = trained(workdir)
-            print(f"killed a producer actor while the job was at step {killed_at}", flush=True)
-        time.sleep(0.1)
-    report = fleet.wait()
+    try:
+        while trainer.poll() is None and killed_at is None and fleet.running:
+            running = fleet.actors(running=True)
+            if trained(workdir) >= args.kill_after and running:
+                ray.kill(running[0], no_restart=False)  # Ray restarts it; its shard resumes at its last commit
+                killed_at = trained(workdir)
+                print(f"killed a producer actor while the job was at step {killed_at}", flush=True)
+            time.sleep(0.1)
+        report = fleet.wait()
+    except BaseException:
+        trainer.terminate()  # the fleet failed: the job would wait for steps that never come
+        raise
     print(report.summary(), flush=True)
     code = trainer.wait()
     ray.shutdown()
