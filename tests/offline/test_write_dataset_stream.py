@@ -7,12 +7,12 @@ import pytest
 import torch
 from torchdata.nodes import BaseNode, IterableWrapper
 
-from torch_tgb.datapipes import Pack
+from torch_tgb.datapipes import GlobalBatches, Pack
 from torch_tgb.errors import ManifestError
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
 from torch_tgb.offline import write_dataset
-from torch_tgb.offline._stream import ArrayDocuments, Chunk, RowBatches, packed_row
+from torch_tgb.offline._stream import ArrayDocuments, Chunk
 from torch_tgb.storage import open_store
 from torch_tgb.testing.resume import run_resume_test
 
@@ -39,12 +39,10 @@ def test_stream_nodes_resume_exactly(packing: str) -> None:
     def make() -> BaseNode:
         docs = ArrayDocuments(flat, offsets, order, piece=16)
         if packing == "bfd":
-            from torchdata.nodes import Mapper
-
-            rows: BaseNode = Mapper(Pack(docs, 8, window=5), lambda r: packed_row(r, torch.int64))
+            rows: BaseNode = Pack(docs, 8, window=5)
         else:
             rows = Chunk(docs, 8, token_dtype=torch.int64)
-        return RowBatches(rows, 3, info={"x": 1})
+        return GlobalBatches(rows, global_batch_size=3, layout=Layout(dp=1), info={"x": 1})
 
     for k in (0, 1, 4, 9):
         run_resume_test(make, stop_after=k)

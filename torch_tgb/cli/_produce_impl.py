@@ -107,6 +107,10 @@ def produce(args: argparse.Namespace) -> int:
         raise CommandError(f"--global-batch {args.global_batch} is not divisible by --dp {args.dp}")
     if args.seq_len % args.cp:
         raise CommandError(f"--seq-len {args.seq_len} is not divisible by --cp {args.cp}")
+    if not getattr(args, "source", None):
+        for flag in ("mix", "balance"):
+            if getattr(args, flag, None) is not None:
+                raise CommandError(f"--{flag} applies to --source corpora; give --source")
     if getattr(args, "ray", None):
         from torch_tgb.cli._produce_ray import produce_fleet
 

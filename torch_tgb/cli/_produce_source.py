@@ -1,4 +1,10 @@
-"""``tgb produce --source KIND:WHERE``: a corpus source, packed into global batches, run by ``tgb.produce``."""
+"""``tgb produce --source KIND:WHERE``: a corpus source, packed into global batches, run by ``tgb.produce``.
+
+Several named sources (``--source NAME=KIND:WHERE``, repeated) are mixed by
+``--mix NAME=W,...`` (``datapipes.Mix``, one step = ``--global-batch`` x
+``--seq-len`` tokens), packed (``--pack``) and assembled into global batches,
+cost-balanced over the dp slices with ``--balance`` (``datapipes.GlobalBatches``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,10 @@ from typing import Any
 from torch_tgb.cli._common import CommandError, print_json, storage_options
 from torch_tgb.errors import TGBError
 
-__all__ = ["SOURCE_KINDS", "open_source", "parse_shard", "produce_source", "source_layout", "source_metadata", "source_pipeline"]
+__all__ = [
+    "SOURCE_KINDS", "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",
+    "source_metadata", "source_pipeline",
+]
 
 SOURCE_KINDS = ("token-file", "webdataset", "lance", "parquet")
 
@@ -43,13 +52,58 @@ def _paths(where: str) -> str | list[str]:
     return where.split(",") if "," in where else where
 
 
-def open_source(args: argparse.Namespace, shard: tuple[int, int]) -> Any:
-    """The source node that ``--source`` names, reading shard ``shard``."""
+def _specs(args: argparse.Namespace) -> list[str]:
+    return [args.source] if isinstance(args.source, str) else list(args.source or [])
+
+
+def named_sources(args: argparse.Namespace) -> dict[str, str]:
+    """``--source [NAME=]KIND:WHERE`` (repeatable) -> ``{name: "KIND:WHERE"}``, checked against ``--mix``.
+
+    One unnamed source gets the name ``""``; several sources must be named,
+    uniquely, and need ``--mix``; ``--mix`` needs two or more and must name
+    only known sources.
+    """
+    out: dict[str, str] = {}
+    for spec in _specs(args):
+        head, sep, _ = spec.partition(":")
+        name, eq, kind = head.rpartition("=") if "=" in head else ("", "", head)
+        if eq and not name:
+            raise CommandError(f"--source {spec!r}: the name before '=' is empty")
+        if name in out:
+            raise CommandError(f"--source names {name!r} twice" if name else "several --source need names: NAME=KIND:WHERE")
+        out[name] = spec[len(name) + 1 :] if eq else spec
+    mix = getattr(args, "mix", None)
+    if len(out) > 1 and "" in out:
+        raise CommandError("several --source need names: --source NAME=KIND:WHERE, one per source")
+    if len(out) > 1 and mix is None:
+        raise CommandError(f"{len(out)} sources ({', '.join(out)}) need --mix NAME=WEIGHT,... to mix them")
+    if mix is not None:
+        if len(out) < 2:
+            raise CommandError("--mix needs two or more named sources: --source NAME=KIND:WHERE, repeated")
+        unknown = sorted(set(_weights(mix)) - set(out))
+        if unknown:
+            raise CommandError(f"--mix names unknown source(s) {', '.join(unknown)}; sources are {', '.join(out)}")
+    return out
+
+
+def _weights(text: str) -> dict[str, float]:
+    from torch_tgb.transforms import parse_weights
+
+    try:
+        return parse_weights(text)
+    except TGBError as e:
+        raise CommandError(f"--mix {text!r}: {e}") from e
+
+
+def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | None = None) -> Any:
+    """The source node that ``spec`` (default: the one ``--source``) names, reading shard ``shard``."""
     from torch_tgb import sources
 
-    kind, sep, where = args.source.partition(":")
+    if spec is None:
+        (spec,) = named_sources(args).values()
+    kind, sep, where = spec.partition(":")
     if not sep or not where or kind not in SOURCE_KINDS:
-        raise CommandError(f"--source {args.source!r} must be KIND:WHERE with KIND one of {', '.join(SOURCE_KINDS)}")
+        raise CommandError(f"--source {spec!r} must be KIND:WHERE with KIND one of {', '.join(SOURCE_KINDS)}")
     tokenizer = _tokenizer(args.tokenizer)
     common: dict[str, Any] = {"shard": shard, "seed": args.seed}
     if kind == "token-file":
@@ -67,13 +121,27 @@ def source_layout(args: argparse.Namespace) -> Any:
     """The layout of ``--source`` batches: ``--dp``/``--cp`` over the packed tensors."""
     from torch_tgb.layout import Layout
 
-    keys = ("input_ids", "labels", "document_ids", "position_ids") if args.packing == "bfd" else ("input_ids", "labels")
-    return Layout(dp=args.dp, cp=args.cp, seq_keys=keys)
+    from torch_tgb.offline import batch_keys
+
+    # cu_seqlens/max_seqlen ([B, L + 1], [B, 1]) are not cut along the sequence
+    return Layout(dp=args.dp, cp=args.cp, seq_keys=batch_keys(args.packing))
 
 
 def source_metadata(args: argparse.Namespace) -> dict[str, Any]:
     """What ``dataset.json`` records of ``--source`` batches (every producer of a namespace passes the same)."""
-    return {"packing": args.packing, "seq_len": args.seq_len}
+    out: dict[str, Any] = {"packing": args.packing, "seq_len": args.seq_len}
+    if getattr(args, "mix", None) is not None:
+        out["mix"] = _weights(args.mix)
+    if getattr(args, "balance", None) is not None:
+        out.update(balance=args.balance, alpha=args.alpha)
+    return out
+
+
+def _check_pipeline_flags(args: argparse.Namespace) -> None:
+    if getattr(args, "balance", None) is not None and args.packing == "none":
+        raise CommandError(f"--balance {args.balance} needs packed rows: --pack bfd or concat, not none")
+    if getattr(args, "alpha", 0.0) < 0:
+        raise CommandError(f"--alpha must be >= 0, got {args.alpha}")
 
 
 def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int) -> Any:
@@ -86,16 +154,33 @@ def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int
 
     from torch_tgb.offline import document_batches
 
+    from torch_tgb.datapipes import Mix
+    from torch_tgb.layout import Layout
+
+    _check_pipeline_flags(args)
     shard = (shard_index, shard_count)
-    try:
-        docs = open_source(args, shard)
-    except (ValueError, TypeError, ImportError) as e:
-        if isinstance(e, TGBError):
-            raise
-        raise CommandError(f"--source {args.source!r}: {e}") from e
+    named = named_sources(args)
+    nodes = {}
+    for name, spec in named.items():
+        try:
+            nodes[name] = open_source(args, shard, spec)
+        except (ValueError, TypeError, ImportError) as e:
+            if isinstance(e, TGBError):
+                raise
+            raise CommandError(f"--source {spec!r}: {e}") from e
+    info: dict[str, Any]
+    if len(nodes) == 1:
+        (docs,) = nodes.values()
+        info = {"source": next(iter(named.values())), "shard": list(shard)}
+    else:
+        weights = _weights(args.mix)
+        docs = Mix(nodes, weights, seed=args.seed, exhausted=getattr(args, "mix_exhausted", "renormalize"),
+                   tokens_per_step=args.global_batch * args.seq_len)
+        info = {"sources": named, "mix": weights, "shard": list(shard)}
     return document_batches(
         docs, seq_len=args.seq_len, global_batch_size=args.global_batch, packing=args.packing,
-        token_dtype=torch.int32, info={"source": args.source, "shard": list(shard)},
+        layout=Layout(dp=args.dp), balance=getattr(args, "balance", None), alpha=getattr(args, "alpha", 0.0),
+        attention_metadata=getattr(args, "attention_metadata", False), token_dtype=torch.int32, info=info,
     )
 
 
@@ -120,7 +205,7 @@ def produce_source(args: argparse.Namespace) -> int:
     summary = {
         "ns": args.ns,
         "producer_id": args.producer_id,
-        "source": args.source,
+        "source": ",".join(_specs(args)),
         "shard": f"{shard[0]}/{shard[1]}",
         "resumed_at": report.start_offset,
         "written": report.batches,

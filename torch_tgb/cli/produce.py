@@ -2,7 +2,9 @@
 
 Writes global batches of ``input_ids``/``labels`` (next-token shifted) into
 NS as producer ``--producer-id``: from a corpus (``--source
-token-file:PATH|webdataset:URLS|lance:URI|parquet:PATHS``, packed into rows
+token-file:PATH|webdataset:URLS|lance:URI|parquet:PATHS``, or several
+``--source NAME=KIND:WHERE`` mixed by ``--mix NAME=W,...``; packed into rows
+(``--pack``), optionally cost-balanced over the dp slices (``--balance``),
 and committed with its reading position, so a rerun after a crash reads on
 from the last committed batch), from a synthetic token stream (default) or
 from a flat token file cut into rows (``--tokens FILE``, a ``.npy`` array or
@@ -37,10 +39,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--source",
         default=None,
-        metavar="KIND:WHERE",
+        action="append",
+        metavar="[NAME=]KIND:WHERE",
         help="read documents from token-file:PATH (.npy or raw --dtype .bin), webdataset:URLS (tar shards, "
-        "{a..b} ranges or comma-separated), lance:URI or parquet:PATHS (files or directories, comma-separated)",
+        "{a..b} ranges or comma-separated), lance:URI or parquet:PATHS (files or directories, comma-separated); "
+        "repeat as NAME=KIND:WHERE with --mix to mix several (--offsets/--column/--tokenizer apply to all)",
     )
+    p.add_argument("--mix", default=None, metavar="NAME=W,...",
+                   help="mix the named --source by these relative weights, drawn per document "
+                   "(deterministic given --seed; one step = --global-batch x --seq-len tokens)")
+    p.add_argument("--mix-exhausted", choices=("stop", "renormalize", "cycle"), default="renormalize",
+                   help="--mix: when a source ends, renormalize over the rest and read every source to its end "
+                   "(default), stop the stream, or cycle the source")
     p.add_argument("--offsets", default=None, metavar="FILE", help="token-file: document offsets (.npy/.idx of int64)")
     p.add_argument(
         "--column",
@@ -51,8 +61,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
     p.add_argument("--shard", default="0/1", metavar="I/N", help="read shard I of N of the source (default 0/1)")
-    p.add_argument("--packing", choices=("bfd", "none"), default="bfd",
-                   help="--source: best-fit-decreasing packing with document ids (default) or concat-and-chunk")
+    p.add_argument("--pack", "--packing", dest="packing", choices=("bfd", "concat", "none"), default="bfd",
+                   help="--source: best-fit-decreasing packing with document ids (default), concat (documents in "
+                   "order, cut at row ends, with document ids) or none (concat-and-chunk, input_ids/labels only)")
+    p.add_argument("--balance", choices=("greedy", "kk"), default=None,
+                   help="--source: permute the rows of every global batch over the --dp slices to even out their "
+                   "cost (sum of len^2 + alpha*len per document; greedy or Karmarkar-Karp); batches then also "
+                   "carry row_index and row_cost (default: no balancing)")
+    p.add_argument("--alpha", type=float, default=0.0,
+                   help="--balance: weight of the token-linear cost next to attention's len^2 (default 0)")
+    p.add_argument("--attention-metadata", action="store_true",
+                   help="--source with --pack bfd/concat: rows also carry cu_seqlens and max_seqlen for varlen attention")
     p.add_argument("--global-batch", type=int, default=8, help="sequences per global batch (default 8)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel slices (default 1)")

@@ -4,9 +4,15 @@ Reads ``global_batch_size`` rows (dicts of equally shaped tensors, as ``Pack``
 yields them) and stacks them into one ``dict[str, Tensor]`` with dim 0 = the
 global batch. ``Layout.cut`` gives dp slice ``d`` the contiguous block of
 rows ``[d * B/dp, (d + 1) * B/dp)``. A short last batch is filled with
-padding rows (``input_ids``/``position_ids`` 0, ``labels`` -100,
-``document_ids`` -1, ``cu_seqlens`` one padding segment, ``max_seqlen`` =
-seq_len; any other tensor zeros), so no token is dropped.
+padding rows (``input_ids`` ``pad_id``, ``position_ids`` 0, ``labels``
+-100, ``document_ids`` -1, ``cu_seqlens`` one padding segment,
+``max_seqlen`` = seq_len; any other tensor zeros), so no token is dropped.
+``keys`` (default: all) picks the row fields that go into the batch, so a
+row stage may carry ``document_ids`` for counting and costs only.
+
+**Tokens.** Real tokens are counted from ``document_ids >= 0`` (every row
+stage of torch_tgb carries them: ``Pack``, ``offline.Chunk``); a row without
+``document_ids`` counts all of its ``input_ids``.
 
 **Balance.** With ``balance="greedy"`` or ``"kk"`` (``transforms.balance``)
 rows are permuted so every dp slice gets ``B/dp`` rows and the largest slice
@@ -24,12 +30,17 @@ documents of a row (lengths from ``document_ids``); or any callable
 and the mean imbalance (max/mean slice cost) so far.
 
 State: the rows source's state after the last batch (nothing is buffered
-between batches) and the number of batches yielded.
+between batches; once the source has ended, its final state, and it is not
+reset again), the counters (``batches``, ``rows``, ``padding_rows``,
+``tokens``, restored with the state so a resumed run reports totals), a
+``done`` flag and ``info`` (a small JSON object stored unchanged, e.g. what
+produced a namespace). ``state_dict()`` taken right after batch ``k`` is the
+state to resume at batch ``k + 1`` (``tgb.produce`` commits it with offset ``k``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +67,8 @@ class BatchStats:
     batches: int = 0
     rows: int = 0
     padding_rows: int = 0
+    #: real tokens (``document_ids >= 0``) in the rows so far
+    tokens: int = 0
     #: cost of each dp slice of the last batch, in slice order
     slice_costs: list[float] = field(default_factory=list)
     #: max / mean slice cost of the last batch (1.0 = perfect balance)
@@ -64,10 +77,12 @@ class BatchStats:
     mean_imbalance: float = 1.0
 
 
-def _pad_row(like: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for name, t in like.items():
-        if name == "labels":
+        if name == "input_ids":
+            out[name] = torch.full_like(t, pad_id)
+        elif name == "labels":
             out[name] = torch.full_like(t, IGNORE_INDEX)
         elif name == "document_ids":
             out[name] = torch.full_like(t, -1)
@@ -90,11 +105,20 @@ def attention_cost(row: Mapping[str, torch.Tensor], *, alpha: float) -> float:
     return float(row_costs([lengths], alpha=alpha)[0])
 
 
+def _real_tokens(row: Mapping[str, torch.Tensor]) -> int:
+    if "document_ids" in row:
+        return int((row["document_ids"] >= 0).sum())
+    return int(row["input_ids"].numel()) if "input_ids" in row else 0
+
+
 class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
     """Stacks ``global_batch_size`` rows into one global batch; see the module docstring."""
 
     SOURCE_KEY = "source"
     BATCHES_KEY = "batches"
+    COUNTS = ("batches", "rows", "padding_rows", "tokens")
+    DONE_KEY = "done"
+    INFO_KEY = "info"
 
     def __init__(
         self,
@@ -105,6 +129,9 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         balance: str | None = None,
         cost: RowCost = "attention",
         alpha: float = 0.0,
+        pad_id: int = 0,
+        keys: Sequence[str] | None = None,
+        info: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(global_batch_size, int) or global_batch_size < 1:
@@ -126,28 +153,31 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self.balance = balance
         self.cost = cost
         self.alpha = alpha
-        self._batches = 0
-        self._rows = 0
-        self._padding = 0
+        self.pad_id = pad_id
+        self.keys = None if keys is None else tuple(keys)
+        self.info = dict(info or {})
+        self._counts = dict.fromkeys(self.COUNTS, 0)
+        self._done = False
+        self._final: Any = None  # the source's state once it ended
         self._slice_costs: list[float] = []
         self._imbalance_sum = 0.0
         self._counted = 0  # batches since the last reset, for mean_imbalance
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
-        self._rows = self._padding = 0
+        state = initial_state or {}
         self._slice_costs = []
         self._imbalance_sum = 0.0
-        if initial_state is None:
-            self.source.reset(None)
-            self._batches = 0
-        else:
-            self.source.reset(initial_state[self.SOURCE_KEY])
-            self._batches = int(initial_state[self.BATCHES_KEY])
         self._counted = 0
+        self._counts = {k: int(state.get(k, 0)) for k in self.COUNTS}
+        self._done = bool(state.get(self.DONE_KEY, False))
+        self._final = state.get(self.SOURCE_KEY) if self._done else None
+        if not self._done:  # a finished source is not reset again: nothing is left to read
+            self.source.reset(state.get(self.SOURCE_KEY))
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict(), self.BATCHES_KEY: self._batches}
+        source = self._final if self._done else self.source.state_dict()
+        return {self.SOURCE_KEY: source, **self._counts, self.DONE_KEY: self._done, self.INFO_KEY: self.info}
 
     def _row_cost(self, row: Mapping[str, torch.Tensor]) -> float:
         if callable(self.cost):
@@ -155,15 +185,21 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         return attention_cost(row, alpha=self.alpha)
 
     def next(self) -> dict[str, torch.Tensor]:
+        if self._done:
+            raise StopIteration
         rows: list[Mapping[str, torch.Tensor]] = []
-        for row in self.source:
-            rows.append(row)
-            if len(rows) == self.global_batch_size:
+        while len(rows) < self.global_batch_size:
+            try:
+                rows.append(next(self.source))
+            except StopIteration:
+                self._done = True
+                self._final = self.source.state_dict()
                 break
         if not rows:
             raise StopIteration
         real = len(rows)
-        rows.extend(_pad_row(rows[0]) for _ in range(self.global_batch_size - real))
+        tokens = sum(_real_tokens(r) for r in rows)
+        rows.extend(_pad_row(rows[0], self.pad_id) for _ in range(self.global_batch_size - real))
         costs = np.array([self._row_cost(r) if i < real else 0.0 for i, r in enumerate(rows)], dtype=np.float64)
         dp = self.layout.dp
         size = self.global_batch_size // dp
@@ -172,7 +208,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         else:
             partition = balance(costs, dp, self.balance)
         order = [i for part in partition for i in part]
-        batch = {name: torch.stack([rows[i][name] for i in order]) for name in rows[0]}
+        names = list(rows[0]) if self.keys is None else self.keys
+        batch = {name: torch.stack([rows[i][name] for i in order]) for name in names}
         if self.balance is not None:
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
             batch["row_cost"] = torch.from_numpy(costs[order])
@@ -180,19 +217,21 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         mean = sum(slice_costs) / dp
         self._slice_costs = slice_costs
         self._imbalance_sum += max(slice_costs) / mean if mean > 0 else 1.0
-        self._batches += 1
         self._counted += 1
-        self._rows += real
-        self._padding += self.global_batch_size - real
+        self._counts["batches"] += 1
+        self._counts["rows"] += real
+        self._counts["padding_rows"] += self.global_batch_size - real
+        self._counts["tokens"] += tokens
         return batch
 
     def stats(self) -> BatchStats:
         last = self._slice_costs
         mean = sum(last) / len(last) if last else 0.0
         return BatchStats(
-            batches=self._batches,
-            rows=self._rows,
-            padding_rows=self._padding,
+            batches=self._counts["batches"],
+            rows=self._counts["rows"],
+            padding_rows=self._counts["padding_rows"],
+            tokens=self._counts["tokens"],
             slice_costs=list(last),
             imbalance=max(last) / mean if mean > 0 else 1.0,
             mean_imbalance=self._imbalance_sum / self._counted if self._counted else 1.0,

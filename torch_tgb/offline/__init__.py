@@ -9,7 +9,7 @@ re-exported here.
 """
 
 from torch_tgb.format.llmbatch import LLMBatchReader, write_llmbatch
-from torch_tgb.offline._stream import document_batches
+from torch_tgb.offline._stream import batch_keys, document_batches
 from torch_tgb.offline.convert import convert_llmbatch
 from torch_tgb.offline.dataset import as_documents, build_rows, write_dataset
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows, packing_efficiency
@@ -19,6 +19,7 @@ __all__ = [
     "IGNORE_INDEX",
     "LLMBatchReader",
     "as_documents",
+    "batch_keys",
     "block_shuffle_order",
     "build_rows",
     "convert_llmbatch",

@@ -11,9 +11,11 @@ producer commits with every offset stays a few hundred bytes:
 - :class:`Chunk`: concatenate documents and cut rows of ``seq_len`` tokens
   (``packing="none"``); state = the source's state before the document the
   next row starts in, plus the tokens of it already used.
-- :class:`RowBatches`: ``global_batch_size`` consecutive rows -> one global
-  batch (the last one padded with empty rows); its state carries counters
-  (rows, padding rows, tokens, batches) so a resumed run reports totals.
+
+:func:`document_batches` chains them (or ``datapipes.Pack``) into
+``datapipes.GlobalBatches``, the one global-batch assembler, whose state
+carries the counters (rows, padding rows, tokens, batches) so a resumed run
+reports totals.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,10 +31,14 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.transforms.packing import IGNORE_INDEX
 
-__all__ = ["ArrayDocuments", "Chunk", "Row", "RowBatches", "document_batches"]
+if TYPE_CHECKING:
+    from torch_tgb.datapipes import GlobalBatches
+    from torch_tgb.layout import Layout
 
-#: one packed row and the number of real tokens in it
-Row = tuple[dict[str, torch.Tensor], int]
+__all__ = ["ArrayDocuments", "Chunk", "PACKINGS", "batch_keys", "document_batches"]
+
+#: ``document_batches(packing=)``: ``datapipes.Pack`` methods, or ``"none"`` (:class:`Chunk`)
+PACKINGS = ("bfd", "concat", "none")
 
 
 class _Tokens:
@@ -136,12 +142,14 @@ class ArrayDocuments(BaseNode[np.ndarray]):
         return doc
 
 
-class Chunk(BaseNode[Row]):
-    """Concatenate the documents of ``source`` and cut rows of ``seq_len`` tokens (``input_ids``, ``labels``).
+class Chunk(BaseNode[dict[str, torch.Tensor]]):
+    """Concatenate the documents of ``source`` and cut rows of ``seq_len`` tokens.
 
-    ``labels`` is the next token of the concatenated stream (documents are not
-    separated), ``-100`` in the last column (the next token lives in another
-    row) and past the end. The last row is padded with ``pad_id``.
+    Rows hold ``input_ids``, ``labels`` (the next token of the concatenated
+    stream: documents are not separated; ``-100`` in the last column, whose
+    next token lives in another row, and past the end) and ``document_ids``
+    (0 on every real token, ``-1`` on padding: the row is one sequence). The
+    last row is padded with ``pad_id``.
     """
 
     SOURCE_KEY = "source"
@@ -170,7 +178,7 @@ class Chunk(BaseNode[Row]):
     def _buffered(self) -> int:
         return sum(len(d) for _, d in self._docs) - self._skip
 
-    def next(self) -> Row:
+    def next(self) -> dict[str, torch.Tensor]:
         while self._buffered() < self.seq_len:
             before = self.source.state_dict()
             try:
@@ -199,82 +207,13 @@ class Chunk(BaseNode[Row]):
         labels[: take - 1] = ids[1:take]
         # the token after this row's last one is the next row's first: not in this row
         labels[-1] = IGNORE_INDEX
-        return {"input_ids": torch.from_numpy(ids).to(self.token_dtype), "labels": torch.from_numpy(labels)}, take
-
-
-def packed_row(row: Mapping[str, torch.Tensor], token_dtype: torch.dtype) -> Row:
-    """A row of :class:`~torch_tgb.datapipes.Pack` with its token count (``document_ids >= 0``)."""
-    out = {
-        "input_ids": row["input_ids"].to(token_dtype),
-        "labels": row["labels"].to(torch.int64),
-        "document_ids": row["document_ids"],
-        "position_ids": row["position_ids"].to(torch.int64),
-    }
-    return out, int((row["document_ids"] >= 0).sum())
-
-
-_FILL = {"input_ids": None, "document_ids": -1, "position_ids": 0}  # None: pad_id; others: IGNORE_INDEX
-
-
-class RowBatches(BaseNode[dict[str, torch.Tensor]]):
-    """``size`` consecutive rows -> one global batch; the last one padded with empty rows.
-
-    ``info`` (a small JSON object) is stored in the state unchanged, so a
-    later run can tell what produced a namespace.
-    """
-
-    SOURCE_KEY = "source"
-    COUNTS = ("batches", "rows", "padding_rows", "tokens")
-
-    def __init__(self, source: BaseNode[Row], size: int, *, pad_id: int = 0, info: Mapping[str, Any] | None = None) -> None:
-        super().__init__()
-        self.source = source
-        self.size = size
-        self.pad_id = pad_id
-        self.info = dict(info or {})
-        self._counts = dict.fromkeys(self.COUNTS, 0)
-        self._done = False
-        self._final: Any = None  # the source's state once it ended (not reset again: nothing left to read)
-
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-        state = initial_state or {}
-        self._counts = {k: int(state.get(k, 0)) for k in self.COUNTS}
-        self._done = bool(state.get("done", False))
-        self._final = state.get(self.SOURCE_KEY) if self._done else None
-        if not self._done:
-            self.source.reset(state.get(self.SOURCE_KEY))
-
-    def get_state(self) -> dict[str, Any]:
-        source = self._final if self._done else self.source.state_dict()
-        return {self.SOURCE_KEY: source, **self._counts, "done": self._done, "info": self.info}
-
-    def next(self) -> dict[str, torch.Tensor]:
-        if self._done:
-            raise StopIteration
-        rows: list[dict[str, torch.Tensor]] = []
-        for _ in range(self.size):
-            try:
-                row, tokens = next(self.source)
-            except StopIteration:
-                self._done = True
-                self._final = self.source.state_dict()
-                break
-            rows.append(row)
-            self._counts["tokens"] += tokens
-        if not rows:
-            raise StopIteration
-        self._counts["rows"] += len(rows)
-        missing = self.size - len(rows)
-        out = {name: torch.stack([r[name] for r in rows]) for name in rows[0]}
-        if missing:
-            self._counts["padding_rows"] += missing
-            for name, t in out.items():
-                fill = _FILL.get(name, IGNORE_INDEX)
-                pad = torch.full((missing,) + tuple(t.shape[1:]), self.pad_id if fill is None else fill, dtype=t.dtype)
-                out[name] = torch.cat([t, pad])
-        self._counts["batches"] += 1
-        return out
+        document_ids = torch.full((self.seq_len,), -1, dtype=torch.int32)
+        document_ids[:take] = 0
+        return {
+            "input_ids": torch.from_numpy(ids).to(self.token_dtype),
+            "labels": torch.from_numpy(labels),
+            "document_ids": document_ids,
+        }
 
 
 def document_batches(
@@ -282,31 +221,61 @@ def document_batches(
     *,
     seq_len: int,
     global_batch_size: int,
-    packing: str,
+    packing: str | None = "bfd",
+    layout: Layout | None = None,
+    balance: str | None = None,
+    alpha: float = 0.0,
+    attention_metadata: bool = False,
     pad_id: int = 0,
     token_dtype: torch.dtype = torch.int64,
     packing_window: int = 1024,
     info: Mapping[str, Any] | None = None,
-) -> RowBatches:
+) -> GlobalBatches:
     """Documents (1-D token arrays/tensors, or ``{"tokens": ...}`` dicts) -> rows -> global batches.
 
-    ``packing="bfd"``: :class:`~torch_tgb.datapipes.Pack` over windows of
-    ``packing_window`` documents; ``"none"``: :class:`Chunk`.
+    ``packing="bfd"``/``"concat"``: :class:`~torch_tgb.datapipes.Pack` with
+    that method over windows of ``packing_window`` documents (rows carry
+    ``input_ids``, ``labels``, ``document_ids``, ``position_ids`` and, with
+    ``attention_metadata``, ``cu_seqlens``/``max_seqlen``); ``"none"`` (or
+    ``None``): :class:`Chunk` (``input_ids``, ``labels``). The rows go through
+    :class:`~torch_tgb.datapipes.GlobalBatches` (``layout``: its dp slices,
+    default ``Layout(dp=1)``; ``balance``: ``None``, ``"greedy"`` or ``"kk"``
+    with cost ``Σ len² + alpha·len`` per row, which needs packed rows).
+    ``docs`` may be a ``datapipes.Mix`` of several sources.
     """
     from torchdata.nodes import Mapper
 
-    from torch_tgb.datapipes import Pack
+    from torch_tgb.datapipes import GlobalBatches, Pack
+    from torch_tgb.layout import Layout
 
+    packing = "none" if packing is None else packing
+    if packing not in PACKINGS:
+        raise ValueError(f"packing must be one of {PACKINGS} or None, got {packing!r}")
+    if balance is not None and packing == "none":
+        raise ValueError(f"balance={balance!r} needs packed rows (packing 'bfd' or 'concat'): "
+                         "concat-and-chunk rows are one sequence each and all cost the same")
     tokens = Mapper(docs, _doc_tokens)
-    rows: BaseNode[Row]
-    if packing == "bfd":
-        pack = Pack(tokens, seq_len, window=packing_window, pad_id=pad_id, method="bfd", attention_metadata=False)
-        rows = Mapper(pack, lambda r: packed_row(r, token_dtype))
-    elif packing == "none":
+    rows: BaseNode[dict[str, torch.Tensor]]
+    keys: tuple[str, ...] = ("input_ids", "labels")
+    if packing == "none":
         rows = Chunk(tokens, seq_len, pad_id=pad_id, token_dtype=token_dtype)
     else:
-        raise ValueError(f"packing must be 'bfd' or 'none', got {packing!r}")
-    return RowBatches(rows, global_batch_size, pad_id=pad_id, info=info)
+        pack = Pack(tokens, seq_len, window=packing_window, pad_id=pad_id, method=packing,
+                    attention_metadata=attention_metadata)
+        rows = Mapper(pack, lambda r: {**r, "input_ids": r["input_ids"].to(token_dtype)})
+        keys = batch_keys(packing, attention_metadata=attention_metadata)
+    return GlobalBatches(
+        rows, global_batch_size=global_batch_size, layout=layout or Layout(dp=1), balance=balance, alpha=alpha,
+        pad_id=pad_id, keys=keys, info=info,
+    )
+
+
+def batch_keys(packing: str | None, *, attention_metadata: bool = False) -> tuple[str, ...]:
+    """The row fields of :func:`document_batches` batches (before ``row_index``/``row_cost`` of balancing)."""
+    if packing in (None, "none"):
+        return ("input_ids", "labels")
+    keys = ("input_ids", "labels", "document_ids", "position_ids")
+    return keys + ("cu_seqlens", "max_seqlen") if attention_metadata else keys
 
 
 def _doc_tokens(doc: Any) -> Any:

@@ -9,11 +9,13 @@ from the pipeline state committed with the producer's last offset:
    are read through a mapping whose pages are dropped as it goes), in the
    order of a permutation by ``shuffle_seed``, partitioned contiguously by
    ``shard`` (permutation-then-partition, seed 001); or of a document node;
-2. rows of ``seq_len`` tokens: BFD packing with document masks over windows
-   of ``packing_window`` documents (``packing="bfd"``, ``datapipes.Pack``) or
-   concat-and-chunk (``packing="none"``/``None``);
-3. consecutive ``global_batch_size`` rows form a global batch; the last one
-   is padded with empty rows (labels ``-100``) so no token is dropped;
+2. rows of ``seq_len`` tokens: packing with document masks over windows
+   of ``packing_window`` documents (``packing="bfd"`` best-fit decreasing or
+   ``"concat"``, ``datapipes.Pack``) or concat-and-chunk
+   (``packing="none"``/``None``);
+3. ``global_batch_size`` rows form a global batch (``datapipes.GlobalBatches``,
+   optionally cost-balanced over the dp slices with ``balance="greedy"|"kk"``);
+   the last one is padded with empty rows (labels ``-100``) so no token is dropped;
 4. batch ``i`` is appended as producer offset ``i``; the namespace is sealed
    at the end unless ``seal=False``.
 """
@@ -28,7 +30,8 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.errors import LayoutError, ManifestError
-from torch_tgb.transforms.packing import IGNORE_INDEX, pack_bfd, pack_rows
+from torch_tgb.offline._stream import PACKINGS, batch_keys
+from torch_tgb.transforms.packing import IGNORE_INDEX, pack, pack_rows
 from torch_tgb.transforms.shuffle import permutation
 
 if TYPE_CHECKING:
@@ -42,8 +45,6 @@ __all__ = ["Tokens", "as_documents", "build_rows", "write_dataset"]
 #: ``offsets[-1] == len(flat_tokens)``), or one 1-D array (a single document);
 #: ``write_dataset`` also takes a ``torchdata`` node yielding documents
 Tokens = Union[Sequence[Any], tuple[Any, Any], np.ndarray, torch.Tensor, BaseNode]
-
-PACKINGS = ("bfd", "none")
 
 
 def _array(x: Any) -> np.ndarray:
@@ -77,8 +78,8 @@ def build_rows(
     flat: np.ndarray, offsets: np.ndarray, seq_len: int, *, packing: str = "bfd", pad_id: int = 0
 ) -> dict[str, np.ndarray]:
     """All rows of the corpus, in packing order (before the shuffle)."""
-    if packing == "bfd":
-        bins = pack_bfd(np.diff(offsets), seq_len)
+    if packing in ("bfd", "concat"):
+        bins = pack(np.diff(offsets), seq_len, packing)
         return pack_rows(flat, offsets, bins, seq_len, pad_id=pad_id)
     if packing == "none":
         n = -(-len(flat) // seq_len)
@@ -148,7 +149,7 @@ def _summary(state: Mapping[str, Any], *, resumed_at: int, seq_len: int, packing
         "rows": rows,
         "padding_rows": int(state["padding_rows"]),
         "tokens": tokens,
-        "packing_efficiency": tokens / (rows * seq_len) if packing == "bfd" and rows else None,
+        "packing_efficiency": tokens / (rows * seq_len) if packing != "none" and rows else None,
         "sealed": sealed,
     }
 
@@ -171,6 +172,9 @@ def write_dataset(
     shard: tuple[int, int] | None = None,
     seal: bool = True,
     packing_window: int = 1024,
+    balance: str | None = None,
+    alpha: float = 0.0,
+    attention_metadata: bool = False,
 ) -> dict[str, Any]:
     """Pack, shuffle and cut ``tokens`` into global batches and commit them to ``ns``, streaming.
 
@@ -181,9 +185,15 @@ def write_dataset(
     ``input_ids`` (``token_dtype``: int64, or uint32/int32 to shrink storage)
     and ``labels`` (int64, ``-100`` where there is no next token of the same
     document), plus ``document_ids`` and ``position_ids`` with
-    ``packing="bfd"`` (block-diagonal document masks). ``packing=None`` is
-    ``"none"`` (concat-and-chunk). Memory: ``packing_window`` documents plus
-    one global batch, independent of the corpus size.
+    ``packing="bfd"`` or ``"concat"`` (block-diagonal document masks), and
+    ``cu_seqlens``/``max_seqlen`` with ``attention_metadata=True`` (off by
+    default, so the schema stays the four tensors). ``packing=None`` is
+    ``"none"`` (concat-and-chunk). ``balance="greedy"|"kk"`` permutes the rows
+    of every batch over the ``layout.dp`` slices to even out the cost
+    ``Σ len² + alpha·len`` (batches then carry ``row_index`` and
+    ``row_cost``; see ``datapipes.GlobalBatches``). ``tokens`` may be a
+    ``datapipes.Mix`` of several document nodes. Memory: ``packing_window``
+    documents plus one global batch, independent of the corpus size.
 
     Several processes may write one namespace: each with its own
     ``producer_id`` and ``shard=(i, n)`` (arrays: a contiguous part of the
@@ -209,12 +219,19 @@ def write_dataset(
         raise ValueError(f"token_dtype must be int64, int32 or uint32, got {token_dtype}")
     if global_batch_size % layout.dp:
         raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp}")
-    keys = ("input_ids", "labels", "document_ids", "position_ids") if packing == "bfd" else ("input_ids", "labels")
+    if balance is not None and packing == "none":
+        raise ValueError(f"balance={balance!r} needs packed rows: packing='bfd' or 'concat', not 'none'")
+    keys = batch_keys(packing)  # cu_seqlens/max_seqlen are [B, L + 1] and [B, 1]: never cut along the sequence
     layout.check_batch({k: torch.zeros(global_batch_size, seq_len, dtype=torch.int64) for k in keys})
     docs, info = _documents(tokens, shuffle_seed=shuffle_seed, shard=shard, piece=seq_len * _PIECE_ROWS)
     info = {**info, "packing": packing, "seq_len": seq_len, "global_batch_size": global_batch_size}
+    if balance is not None:  # recorded only when used, so the info of earlier writes still matches
+        info.update(balance=balance, alpha=alpha)
+    if attention_metadata:
+        info["attention_metadata"] = True
     pipeline = document_batches(
-        docs, seq_len=seq_len, global_batch_size=global_batch_size, packing=packing, pad_id=pad_id,
+        docs, seq_len=seq_len, global_batch_size=global_batch_size, packing=packing, layout=layout,
+        balance=balance, alpha=alpha, attention_metadata=attention_metadata, pad_id=pad_id,
         token_dtype=token_dtype, packing_window=packing_window, info=info,
     )
     metadata = {"source": "write_dataset", "packing": packing, "shuffle_seed": shuffle_seed, "seq_len": seq_len}
