@@ -11,7 +11,7 @@ import pytest
 
 import torch_tgb.cli.main as cli_main
 from tests.cli.test_produce_source import expected, spans
-from tests.sources._corpus import make_docs, write_token_file
+from tests.sources._corpus import make_docs, write_parquet, write_token_file
 
 
 def test_ray_flags_need_a_source_and_a_reachable_cluster(tmp_path, capsys) -> None:
@@ -32,12 +32,16 @@ def test_ray_flags_need_a_source_and_a_reachable_cluster(tmp_path, capsys) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_produce_ray_local_fleet_exactly_once(tmp_path) -> None:
+    """Two sources mixed, packed and kk-balanced in every actor (the --source pipeline, shared)."""
     pytest.importorskip("ray", reason="the [ray] extra is not installed")
-    docs = make_docs(90, seed=7)
+    docs, more = make_docs(90, seed=7), make_docs(40, seed=8)
     tokens, offsets = write_token_file(tmp_path, docs)
+    (tmp_path / "code").mkdir()
+    write_parquet(tmp_path / "code", more)
     ns = str(tmp_path / "ns")
-    cmd = [sys.executable, "-m", "torch_tgb.cli", "produce", ns, "--source", f"token-file:{tokens}", "--offsets",
-           offsets, "--ray", "local", "--producers", "2", "--shards", "3", "--seq-len", "32", "--global-batch", "4",
+    cmd = [sys.executable, "-m", "torch_tgb.cli", "produce", ns, "--source", f"web=token-file:{tokens}", "--offsets",
+           offsets, "--source", f"code=parquet:{tmp_path / 'code'}", "--mix", "web=2,code=1", "--balance", "kk",
+           "--ray", "local", "--producers", "2", "--shards", "3", "--seq-len", "32", "--global-batch", "4",
            "--dp", "2", "--seal", "--json"]
     env = dict(os.environ, TGB_PROGRESS="0", OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=380, env=env)
@@ -45,4 +49,4 @@ def test_produce_ray_local_fleet_exactly_once(tmp_path) -> None:
     report = json.loads(proc.stdout)
     assert report["sealed"] and report["num_shards"] == 3 and report["steps"] > 0
     assert sorted(p["producer_id"] for p in report["producers"]) == [f"cli-shard0000{i}-of00003" for i in range(3)]
-    assert spans(ns) == expected(docs)
+    assert spans(ns) == expected(docs + more)

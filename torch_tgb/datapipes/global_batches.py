@@ -209,6 +209,9 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             partition = balance(costs, dp, self.balance)
         order = [i for part in partition for i in part]
         names = list(rows[0]) if self.keys is None else self.keys
+        missing = [k for k in names if k not in rows[0]]
+        if missing:
+            raise LayoutError(f"GlobalBatches(keys=): rows have no {missing} (they have {sorted(rows[0])})")
         batch = {name: torch.stack([rows[i][name] for i in order]) for name in names}
         if self.balance is not None:
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
