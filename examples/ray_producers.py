@@ -34,16 +34,14 @@ import tarfile
 import time
 import unicodedata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-from torchdata.nodes import BaseNode, Mapper
+from torchdata.nodes import BaseNode
 
 import torch_tgb as tgb
 
 SEQ_KEYS = ("input_ids", "labels", "document_ids", "position_ids")
-PADDING = {"input_ids": 0, "labels": -100, "document_ids": -1, "position_ids": 0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,40 +98,14 @@ def make_corpus(workdir: Path, *, docs: int, shards: int, vocab_size: int) -> tu
 # --- the producer-side pipeline (built inside the Ray actors) ---------------------------------
 
 
-class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
-    """Stacks ``size`` packed rows (their SEQ_KEYS tensors) into one global batch; pads the last one."""
-
-    def __init__(self, rows: BaseNode[dict[str, torch.Tensor]], size: int) -> None:
-        super().__init__()
-        self.rows, self.size = rows, size
-
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-        self.rows.reset(None if initial_state is None else initial_state["rows"])
-
-    def next(self) -> dict[str, torch.Tensor]:
-        batch: list[dict[str, torch.Tensor]] = []
-        for row in self.rows:
-            batch.append(row)
-            if len(batch) == self.size:
-                break
-        if not batch:
-            raise StopIteration
-        while len(batch) < self.size:
-            batch.append({k: torch.full_like(batch[0][k], PADDING[k]) for k in SEQ_KEYS})
-        return {k: torch.stack([row[k] for row in batch]).to(torch.int32) for k in SEQ_KEYS}
-
-    def get_state(self) -> dict[str, Any]:
-        return {"rows": self.rows.state_dict()}  # taken between global batches: no row is buffered
-
-
 def pipeline_factory(urls: list[str], tokenizer_path: str, *, seq_len: int, global_batch: int):
     """``make_pipeline(shard_index, shard_count)`` for the fleet; shipped to the actors by value."""
 
     def make_pipeline(shard_index: int, shard_count: int) -> BaseNode[dict[str, torch.Tensor]]:
         from tokenizers import Tokenizer
 
-        from torch_tgb import datapipes, sources
+        from torch_tgb import sources
+        from torch_tgb.offline import document_batches
 
         bpe = Tokenizer.from_file(tokenizer_path)
 
@@ -142,8 +114,9 @@ def pipeline_factory(urls: list[str], tokenizer_path: str, *, seq_len: int, glob
             return [enc.ids for enc in bpe.encode_batch(normalised)]
 
         docs = sources.WebDataset(urls, text_field="txt", tokenizer=tokenize, shard=(shard_index, shard_count))
-        tokens = Mapper(docs, lambda doc: doc["tokens"])
-        return GlobalBatches(datapipes.Pack(tokens, seq_len, window=64), global_batch)
+        # BFD packing over windows of 64 documents -> GlobalBatches (the short last batch padded)
+        return document_batches(docs, seq_len=seq_len, global_batch_size=global_batch, packing="bfd",
+                                packing_window=64, token_dtype=torch.int32)
 
     return make_pipeline
 
