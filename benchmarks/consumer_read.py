@@ -65,7 +65,7 @@ class DenseReader(RangeReader):
         useful = 0
         for piece in task.pieces:
             key = task.entries[piece.tgb].key
-            info = task.footers[key].slice(piece.dp, piece.cp)
+            info = task.footers[task.entries[piece.tgb].address].slice(piece.dp, piece.cp)
             parts.append(decode_slice(blobs[key], info, base_offset=0, verify=self.verify, key=key))
             useful += sum(t.length for t in info.tensors)
         self.stats.fetch_latency(time.perf_counter() - started)

@@ -246,10 +246,12 @@ class Reclaimer:
             last = manifest.read_version(boundary.version)
             start = before.step if before.version == boundary.version else last.first_step
             entries.extend(last.entries[max(0, start - last.first_step) : max(0, boundary.step - last.first_step)])
+        # A segment object holds several TGBs: it is deletable iff no kept entry (a step at or
+        # above the boundary) names it, i.e. iff every TGB in it is below the safe step.
         keys = {e.key for e in entries if fate_of(head, e.key) is not Fate.LIVE} - kept
         if keys:
             self.store.delete(sorted(keys))
-        return keys, len(keys), sum(size for key, size in {e.key: e.size for e in entries}.items() if key in keys)
+        return keys, len(keys), sum(size for key, size in {e.key: e.total_size for e in entries}.items() if key in keys)
 
     def _delete_old_snapshots(self, boundary: GCBoundary) -> int:
         doomed = [

@@ -96,6 +96,18 @@ def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
 SYNTHETIC_DEFAULT_STEPS = 100
 
 
+def _segments(args: argparse.Namespace) -> Any:
+    """Bulk runs pack ~256 MiB segment objects; ``--rate`` (a stream) writes one object per batch."""
+    from torch_tgb.producer.config import ProducerConfig
+
+    mb = args.segment_mb if args.segment_mb is not None else (0 if args.rate else 256)
+    if mb < 0:
+        raise CommandError(f"--segment-mb {mb} must be >= 0")
+    if mb == 0:
+        return ProducerConfig()
+    return ProducerConfig.bulk(segment_bytes=max(1, int(mb * (1 << 20))))
+
+
 def produce(args: argparse.Namespace) -> int:
     from torch_tgb._progress import progress
 
@@ -151,6 +163,7 @@ def produce(args: argparse.Namespace) -> int:
             commit_policy=args.commit_policy,
             max_lag=args.max_lag,
             storage_options=storage_options(args),
+            config=_segments(args),
         )
     except (ValueError, TypeError) as e:  # a bad --producer-id, --commit-policy or --max-lag
         if isinstance(e, TGBError):

@@ -278,8 +278,8 @@ def _check_objects(
             problem(f"object missing or unreadable: {e}", **where)
             continue
         report.objects_checked += 1
-        if info.size != entry.size:
-            problem(f"size {info.size} bytes, the manifest says {entry.size}", **where)
+        if info.size != entry.total_size:
+            problem(f"size {info.size} bytes, the manifest says {entry.total_size}", **where)
             continue
         try:
             footer = read_footer(
@@ -294,14 +294,14 @@ def _check_objects(
             if not crc:
                 report.bytes_checked += entry.footer_length
                 continue
-            data = store.get(entry.key)
+            data = store.get_range(entry.key, entry.start, entry.size)  # this TGB's share of a segment
             report.bytes_checked += len(data)
             with warnings.catch_warnings():
                 # tensors viewing read-only bytes: fine here, they are only checked, never written
                 warnings.simplefilter("ignore", UserWarning)
                 for s in slices:
-                    decode_slice(data, s, base_offset=0, verify=True, key=entry.key)
-            check_padding(data, footer, key=entry.key)  # padding has no CRC: it must be zeros
+                    decode_slice(data, s, base_offset=entry.start, verify=True, key=entry.key)
+            check_padding(data, footer, key=entry.key, base=entry.start)  # padding has no CRC: it must be zeros
         except TGBError as e:
             problem(f"{type(e).__name__}: {e}", **where)
 

@@ -86,6 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=None, help="at most this many batches per second")
     p.add_argument("--seal", action="store_true", help="seal the namespace when done (end of stream)")
     p.add_argument(
+        "--segment-mb",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="pack consecutive batches into segment objects of about MB MiB (default 256; with --rate "
+        "one object per batch, so each is visible at its commit); 0: one object per batch",
+    )
+    p.add_argument(
         "--stats-interval",
         type=float,
         default=None,

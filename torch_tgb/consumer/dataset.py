@@ -46,6 +46,7 @@ from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import DataTimeout, LayoutError, ManifestError
+from torch_tgb.format import READ_MODES, SliceReader, verify_policy
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
@@ -61,17 +62,45 @@ META_KEY = "__tgb_meta__"
 
 @dataclass(frozen=True)
 class ReaderOptions:
-    """Tuning of the read pipeline; the defaults suit local disks and S3 alike."""
+    """Tuning of the read pipeline; the defaults suit local disks and S3 alike.
+
+    ``verify``: ``"first"`` checks each byte range's CRC32C the first time it
+    is read and never again, ``"always"`` on every read, ``"never"`` not at
+    all (``True``/``False`` mean always/never). ``read_mode``: ``"mmap"``
+    maps local objects (zero-copy; a file truncated in place under a live
+    mapping kills the process with SIGBUS, see docs/operations.md) or
+    ``"copy"`` (reads into private buffers: a truncation is a CorruptObject).
+    ``dtype``: cast every integer tensor to this dtype (e.g. ``torch.int64``
+    for an embedding lookup); ``None`` delivers the stored dtype as views of
+    the read bytes, with no copy.
+    """
 
     footer_cache: int = 256
     #: upcoming steps whose footers are fetched in one batched call
     footer_lookahead: int = 8
-    verify: bool = True
+    verify: bool | str = "first"
     #: read a local (mmap-able) namespace in the consumer's thread; prefetch then only serves remote stores
     inline_local: bool = True
     poll: PollPolicy = PollPolicy()
     #: stop before this TGB step (exclusive); None: at the seal
     stop_step: int | None = None
+    read_mode: str = "mmap"
+    dtype: torch.dtype | None = None
+    #: open objects (mappings) kept per reader; a segment object counts once
+    open_objects: int = 64
+
+    def __post_init__(self) -> None:
+        verify_policy(self.verify)  # raises ValueError on an unknown policy
+        if self.read_mode not in READ_MODES:
+            raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
+        if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
+
+
+def _cast(tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Integer tensors cast to ``dtype`` (a copy); others delivered as they are."""
+    return {k: t.to(dtype) if not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool) else t
+            for k, t in tensors.items()}
 
 
 class TGBDataset(IterableDataset):
@@ -324,12 +353,16 @@ class TGBDataset(IterableDataset):
             self._num_steps = steps.num_steps
         origin = self._start_cursor() if start is None else start.origin
         project = Project(steps, plan, origin=origin, worker=worker, num_workers=workers, start=start)
+        # one open-object cache for footers and slices: each object is opened, checked and mapped once
+        slices = SliceReader(store, verify=self.options.verify, mode=self.options.read_mode,
+                             cache_size=self.options.open_objects)
         footers = FooterIndex(
             project,
             store,
             cache_size=self.options.footer_cache,
             lookahead=self.options.footer_lookahead,
             stats=self._stats,
+            slices=slices,
         )
         reader = RangeReader(
             footers,
@@ -338,6 +371,7 @@ class TGBDataset(IterableDataset):
             verify=self.options.verify,
             inline_local=self.options.inline_local,
             stats=self._stats,
+            slices=slices,
         )
         reader.reset(None)
         return reader, project
@@ -355,6 +389,7 @@ class TGBDataset(IterableDataset):
         in_worker = get_worker_info() is not None
         checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
         meta = self.emit_meta and in_worker
+        cast = self.options.dtype
         if self.check_consistency and in_worker and not meta:
             warnings.warn(
                 "check_consistency needs the main process: inside DataLoader workers it runs only "
@@ -377,6 +412,8 @@ class TGBDataset(IterableDataset):
                 if checker is not None:
                     checker.check(task.cursor, task.keys)
                 tensors = batch.tensors
+                if cast is not None:
+                    tensors = _cast(tensors, cast)
                 if meta:
                     from torch_tgb.distributed.consistency import keys_digest
 

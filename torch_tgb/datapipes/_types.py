@@ -96,6 +96,11 @@ class StepEntry:
         """The TGB's step in the manifest."""
         return self.step if self.manifest_step is None else self.manifest_step
 
+    @property
+    def address(self) -> tuple[str, int]:
+        """Names this TGB: its object and footer offset (a segment object holds several TGBs)."""
+        return (self.entry.key, self.entry.footer_offset)
+
 
 @dataclass(frozen=True)
 class Position:
@@ -125,7 +130,8 @@ class ReadTask:
     ``entries`` are all TGBs the step spans (identical on every rank: the
     consistency check compares them); ``pieces`` the slices of them this rank
     reads, in assembly order (``Piece.tgb`` indexes ``entries``). ``footers``
-    maps object key to parsed footer and is filled by FooterIndex.
+    maps each entry's ``address`` (object key, footer offset) to its parsed
+    footer and is filled by FooterIndex.
     """
 
     index: int
@@ -133,7 +139,7 @@ class ReadTask:
     entries: tuple[StepEntry, ...]
     pieces: tuple[Piece, ...]
     assemble: Callable[[Sequence[Mapping[str, Tensor]]], dict[str, Tensor]]
-    footers: Mapping[str, Footer] = field(default_factory=dict)
+    footers: Mapping[tuple[str, int], Footer] = field(default_factory=dict)
 
     @property
     def keys(self) -> tuple[str, ...]:

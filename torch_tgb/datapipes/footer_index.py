@@ -1,7 +1,10 @@
 """FooterIndex: attaches the parsed footer of every TGB a task reads.
 
-Footers are kept in an LRU cache keyed by object key (objects are immutable,
-so a cached footer never goes stale). On a miss the index looks ahead: it
+Footers are kept in an LRU cache keyed by TGB address (object key, footer
+offset: a segment object holds several TGBs; objects are immutable, so a
+cached footer never goes stale). A local namespace read through a mapping
+``SliceReader`` takes footer bytes from the object's mapping (opened and
+containment-checked once per object) instead of one open per footer. On a miss the index looks ahead: it
 takes up to ``lookahead`` further tasks that its source can produce without
 waiting (``source.available()``, when the source offers it) and fetches every
 missing footer among them in one ``store.get_ranges`` call (a local namespace
@@ -25,7 +28,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
-from torch_tgb.format import TRAILER_SIZE, Footer, parse_footer
+from torch_tgb.format import TRAILER_SIZE, Footer, SliceReader, parse_footer
 from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = ["MAX_FOOTER_BYTES", "FooterIndex"]
@@ -47,6 +50,7 @@ class FooterIndex(BaseNode[ReadTask]):
         cache_size: int = 256,
         lookahead: int = 8,
         stats: ReadStats | None = None,
+        slices: SliceReader | None = None,
     ) -> None:
         super().__init__()
         if cache_size < 1 or lookahead < 1:
@@ -56,10 +60,13 @@ class FooterIndex(BaseNode[ReadTask]):
         self.cache_size = cache_size
         self.lookahead = lookahead
         self.stats = stats if stats is not None else ReadStats()
-        self._cache: OrderedDict[str, Footer] = OrderedDict()
+        self.slices = slices  # shared with the RangeReader: one mapping per object
+        self._cache: OrderedDict[tuple[str, int], Footer] = OrderedDict()
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
         self._local: bool | None = None
+        # runtime Protocol checks cost microseconds each: decided once, off the step path
+        self._source_lookahead = isinstance(source, Lookahead)
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
@@ -75,15 +82,15 @@ class FooterIndex(BaseNode[ReadTask]):
 
     def available(self, limit: int = 64) -> int:
         """Tasks (about ``limit`` at most) this node can hand out without waiting for new commits."""
-        ahead = self.source.available(limit) if isinstance(self.source, Lookahead) else 0
+        ahead = self.source.available(limit) if self._source_lookahead else 0  # type: ignore[attr-defined]
         return len(self._pending) + ahead
 
     def next(self) -> ReadTask:
         if not self._pending:
             self._pull()
         task, state = self._pending[0]
-        missing = [e for e in task.entries if e.key not in self._cache]
-        if missing:
+        cache = self._cache
+        if any(e.address not in cache for e in task.entries):
             self._pull_ready()
             self._fetch([e for t, _ in self._pending for e in t.entries])
         else:
@@ -91,13 +98,17 @@ class FooterIndex(BaseNode[ReadTask]):
         self._pending.popleft()
         footers = {}
         for e in task.entries:
-            footers[e.key] = self._cache[e.key]
-            self._cache.move_to_end(e.key)
+            address = e.address
+            footers[address] = cache[address]
+            cache.move_to_end(address)
         self._state = state
         return ReadTask(task.index, task.cursor, task.entries, task.pieces, task.assemble, footers)
 
-    def cached(self, key: str) -> Footer | None:
-        return self._cache.get(key)
+    def cached(self, key: str, footer_offset: int | None = None) -> Footer | None:
+        """The cached footer of the TGB at ``footer_offset`` of ``key`` (None: any TGB of ``key``)."""
+        if footer_offset is not None:
+            return self._cache.get((key, footer_offset))
+        return next((f for (k, _), f in self._cache.items() if k == key), None)
 
     # --- internals -------------------------------------------------------------
 
@@ -106,9 +117,9 @@ class FooterIndex(BaseNode[ReadTask]):
         self._pending.append((task, self.source.state_dict()))
 
     def _pull_ready(self) -> None:
-        source = self.source
-        if not isinstance(source, Lookahead):
+        if not self._source_lookahead:
             return
+        source = cast("Lookahead", self.source)
         while len(self._pending) < self.lookahead and source.available(self.lookahead - len(self._pending)) > 0:
             try:
                 self._pull()
@@ -116,10 +127,10 @@ class FooterIndex(BaseNode[ReadTask]):
                 return
 
     def _fetch(self, entries: list[StepEntry]) -> None:
-        todo: dict[str, StepEntry] = {}
+        todo: dict[tuple[str, int], StepEntry] = {}
         for e in entries:
-            if e.key not in self._cache and e.key not in todo:
-                todo[e.key] = e
+            if e.address not in self._cache and e.address not in todo:
+                todo[e.address] = e
         if not todo:
             return
         requests = []
@@ -137,19 +148,24 @@ class FooterIndex(BaseNode[ReadTask]):
         if self._local is None:  # one namespace lives on one backend: ask once
             self._local = self.store.local_path(requests[0].key) is not None
         if self._local:
-            # local files: sequential reads beat spinning up reader threads
-            blobs = [self.store.get_range(r.key, r.start, r.end) for r in requests]
+            # local files: sequential reads beat spinning up reader threads; through the
+            # shared mapping when there is one (the object is opened once, not per footer)
+            blobs = [self._local_range(r) for r in requests]
         else:
             # without continue_on_error the first failure raises: every result is bytes
             blobs = cast("list[bytes]", self.store.get_ranges(requests))
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
-        for e, blob in zip(todo.values(), blobs):
+        for (address, e), blob in zip(todo.items(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
-            self._cache[e.key] = footer
+            self._cache[address] = footer
         # Evict least recently used, but never a footer a buffered task still needs.
-        needed = {e.key for t, _ in self._pending for e in t.entries}
+        needed = {e.address for t, _ in self._pending for e in t.entries}
         for key in list(self._cache):
             if len(self._cache) <= self.cache_size:
                 break
             if key not in needed:
                 del self._cache[key]
+
+    def _local_range(self, r: RangeRequest) -> bytes | memoryview:
+        view = self.slices.view(r.key, r.start, r.end) if self.slices is not None else None
+        return view if view is not None else self.store.get_range(r.key, r.start, r.end)

@@ -1,12 +1,14 @@
 """RangeReader: reads this rank's slices, ``prefetch`` steps ahead.
 
 For each task it reads the byte ranges of its pieces (one slice each) with
-one ordered ``store.get_ranges`` call, checks every tensor's CRC32C and
+one ordered ``store.get_ranges`` call into writable buffers, checks tensor
+CRC32Cs as the verify policy says (default: once per byte range) and
 assembles the rank's batch with the plan. A namespace on the local
 filesystem (``store.local_path(key)`` is not None) takes the zero-copy path
-of ``format.SliceReader`` (``read_slice`` with its mappings kept open): the
-tensors view a copy-on-write memory map. Local reads run inline by default:
-a page-cache read costs less than the thread hand-offs of prefetching.
+of ``format.SliceReader``: each object (a segment holds many TGBs) is
+mapped once, and a step costs a slice view of the copy-on-write mapping.
+Local reads run inline by default: a page-cache read costs less than the
+thread hand-offs of prefetching.
 
 With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
 feeder thread pulls tasks from the source and hands each to a pool of
@@ -34,7 +36,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import Interruptible, ReadTask, StepBatch
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import SliceReader, decode_slice
+from torch_tgb.format import SliceReader
 from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = ["RangeReader"]
@@ -60,9 +62,10 @@ class RangeReader(BaseNode[StepBatch]):
         store: ObjectStore,
         *,
         prefetch: int = 4,
-        verify: bool = True,
+        verify: bool | str = True,
         inline_local: bool = True,
         stats: ReadStats | None = None,
+        slices: SliceReader | None = None,
     ) -> None:
         super().__init__()
         if prefetch < 0:
@@ -79,7 +82,8 @@ class RangeReader(BaseNode[StepBatch]):
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop = threading.Event()
         self._ended: _End | None = None
-        self._slices = SliceReader(store, verify=verify)  # keeps local objects mapped
+        # keeps local objects mapped; shared with FooterIndex when the caller passes one
+        self._slices = slices if slices is not None else SliceReader(store, verify=verify)
         self._local: bool | None = None
 
     # --- BaseNode --------------------------------------------------------------
@@ -141,7 +145,7 @@ class RangeReader(BaseNode[StepBatch]):
         infos = []
         for piece in task.pieces:
             entry = task.entries[piece.tgb]
-            footer = task.footers[entry.key]
+            footer = task.footers[entry.address]
             infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
         started = time.perf_counter()
         if self._local is None:  # one namespace lives on one backend: ask once
@@ -158,7 +162,7 @@ class RangeReader(BaseNode[StepBatch]):
             blobs = self.store.get_ranges(requests)
             for i, blob in zip(remote, blobs):
                 key, _, info = infos[i]
-                parts[i] = decode_slice(blob, info, base_offset=info.start, verify=self.verify, key=key)
+                parts[i] = self._slices.read_fetched(key, blob, info)  # into a writable buffer
         self.stats.fetch_latency(time.perf_counter() - started)
         self.stats.add(
             data_requests=len(infos),

@@ -34,13 +34,23 @@ from torch_tgb.format._footer import (
     parse_footer,
 )
 from torch_tgb.format._padding import check_padding, padding_ranges
-from torch_tgb.format._reader import SliceReader, decode_slice, read_footer, read_slice
+from torch_tgb.format._reader import (
+    READ_MODES,
+    VERIFY_POLICIES,
+    SliceReader,
+    decode_slice,
+    read_footer,
+    read_slice,
+    verify_policy,
+    writable,
+)
 from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 
 __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
+    "READ_MODES",
     "SLICE_ALIGN",
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
@@ -52,6 +62,7 @@ __all__ = [
     "SliceReader",
     "TGBObject",
     "TensorInfo",
+    "VERIFY_POLICIES",
     "check_padding",
     "check_schema",
     "decode_slice",
@@ -62,5 +73,7 @@ __all__ = [
     "read_slice",
     "schema_fingerprint",
     "schema_of",
+    "verify_policy",
+    "writable",
     "write_tgb",
 ]

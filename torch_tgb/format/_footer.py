@@ -24,6 +24,7 @@ library and its depth is bounded.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -296,6 +297,34 @@ def encode_footer(
 # --- parsing -----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _parse_meta(raw: bytes) -> tuple[list[str], dict[str, Any] | None, dict[str, Any], dict[str, Any]] | str:
+    """The footer's meta JSON, validated: (names, layout, schema, metadata), or what is wrong with it.
+
+    Consecutive TGBs of one stream carry the same meta bytes, so it is
+    decoded once per distinct value, not once per TGB (the parsed dicts are
+    shared by those footers and must not be mutated).
+    """
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        return f"footer metadata is not valid JSON: {e}"
+    if not isinstance(meta, dict):
+        return "footer metadata must be a JSON object"
+    names = meta.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return "footer metadata has no list of tensor names"
+    layout, schema, metadata = meta.get("layout"), meta.get("schema", {}), meta.get("metadata", {})
+    if not (layout is None or isinstance(layout, dict)) or not isinstance(schema, dict):
+        return "footer layout/schema are not JSON objects"
+    if not isinstance(metadata, dict):
+        return "footer metadata is not a JSON object"
+    # layout/schema have a fixed shape; only user metadata can nest arbitrarily
+    if metadata and json_depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return f"footer metadata nests deeper than {MAX_JSON_DEPTH}"
+    return names, layout, schema, metadata
+
+
 def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
     """``(footer_offset, footer_length)`` from the last ``TRAILER_SIZE`` bytes of ``tail``."""
     if size < TRAILER_SIZE or len(tail) < TRAILER_SIZE:
@@ -340,23 +369,10 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         )
     if dp < 1 or cp < 1 or dp * cp != nslices:
         raise CorruptObject(f"{where}: footer says dp={dp}, cp={cp} but holds {nslices} slices")
-    try:
-        meta = json.loads(bytes(body[_HEADER.size : meta_end]))
-    except (ValueError, RecursionError) as e:
-        raise CorruptObject(f"{where}: footer metadata is not valid JSON: {e}") from e
-    if not isinstance(meta, dict):
-        raise CorruptObject(f"{where}: footer metadata must be a JSON object")
-    names = meta.get("names")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise CorruptObject(f"{where}: footer metadata has no list of tensor names")
-    layout, schema, metadata = meta.get("layout"), meta.get("schema", {}), meta.get("metadata", {})
-    if not (layout is None or isinstance(layout, dict)) or not isinstance(schema, dict):
-        raise CorruptObject(f"{where}: footer layout/schema are not JSON objects")
-    if not isinstance(metadata, dict):
-        raise CorruptObject(f"{where}: footer metadata is not a JSON object")
-    # layout/schema have a fixed shape; only user metadata can nest arbitrarily
-    if metadata and json_depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
-        raise CorruptObject(f"{where}: footer metadata nests deeper than {MAX_JSON_DEPTH}")
+    parsed = _parse_meta(bytes(body[_HEADER.size : meta_end]))
+    if isinstance(parsed, str):
+        raise CorruptObject(f"{where}: {parsed}")
+    names, layout, schema, metadata = parsed
 
     pos = meta_padded
     srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)

@@ -19,11 +19,14 @@ from torch_tgb.format._footer import Footer
 __all__ = ["check_padding", "padding_ranges"]
 
 
-def padding_ranges(footer: Footer) -> list[tuple[int, int]]:
-    """The byte ranges ``[start, end)`` of ``[0, footer_offset)`` that no tensor covers, in order."""
+def padding_ranges(footer: Footer, *, start: int = 0) -> list[tuple[int, int]]:
+    """The byte ranges ``[start, end)`` of ``[start, footer_offset)`` that no tensor covers, in order.
+
+    ``start``: where the TGB begins in its object (a segment object holds several).
+    """
     covered = sorted((t.offset, t.offset + t.length) for s in footer.slices() for t in s.tensors)
     gaps = []
-    at = 0
+    at = start
     for start, end in covered:
         if start > at:
             gaps.append((at, start))
@@ -33,17 +36,20 @@ def padding_ranges(footer: Footer) -> list[tuple[int, int]]:
     return gaps
 
 
-def check_padding(data: bytes | memoryview, footer: Footer, *, key: str) -> int:
-    """Raise :class:`CorruptObject` naming ``key`` and the range if a padding byte is not zero; returns bytes checked."""
+def check_padding(data: bytes | memoryview, footer: Footer, *, key: str, base: int = 0) -> int:
+    """Raise :class:`CorruptObject` naming ``key`` and the range if a padding byte is not zero; returns bytes checked.
+
+    ``data`` holds the object from offset ``base`` (the TGB's ``start`` in a segment object).
+    """
     view = np.frombuffer(data, dtype=np.uint8)
     checked = 0
-    for start, end in padding_ranges(footer):
-        nonzero = np.flatnonzero(view[start:end])
+    for start, end in padding_ranges(footer, start=base):
+        nonzero = np.flatnonzero(view[start - base : end - base])
         if nonzero.size:
             first = start + int(nonzero[0])
             raise CorruptObject(
                 f"object {key!r}: padding byte at offset {first} (padding [{start}, {end})) is "
-                f"{int(view[first]):#04x}, not zero"
+                f"{int(view[first - base]):#04x}, not zero"
             )
         checked += end - start
     return checked

@@ -3,9 +3,9 @@
 Local objects (``store.local_path(key)`` is a path) are memory-mapped
 copy-on-write (``ACCESS_COPY``): tensors view the page cache, and a trainer
 that modifies a batch in place changes its private pages, never the file.
-Remote objects are read with one range read per slice; the returned bytes
-become the tensors' storage. CRC32C is checked per tensor unless
-``verify=False``.
+Remote objects (and local ones under ``mode="copy"``) are read with one
+range read per slice into a fresh writable buffer that becomes the tensors'
+storage. CRC32C is checked per tensor as the verify policy says.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from torch_tgb.storage.local import open_regular
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["SliceReader", "decode_slice", "read_footer", "read_slice"]
+__all__ = ["READ_MODES", "VERIFY_POLICIES", "SliceReader", "decode_slice", "read_footer", "read_slice", "verify_policy", "writable"]
 
 _MISSING = object()
 
 #: bytes read from the end of an object when the footer location is unknown
 TAIL_READ = 64 << 10
 
-# Tensors over the immutable ``bytes`` of a remote read are safe to hand out:
-# nobody else holds those bytes. Torch warns once per process about it; the
-# filter is scoped to this module's call site so users' own warnings stay.
+# decode_slice over caller-supplied immutable bytes (read_footer's callers, tools) stays
+# legal; the readers here hand out writable buffers only. Torch warns once per process
+# about read-only arrays; the filter is scoped to this module's call site.
 warnings.filterwarnings(
     "ignore", message="The given NumPy array is not writable", category=UserWarning, module=__name__
 )
@@ -118,28 +118,62 @@ def _open_mmap(path: str, key: str) -> mmap.mmap:
         raise CorruptObject(f"object {key!r}: cannot map {path!r}: {e}") from e
 
 
-class SliceReader:
-    """Reads slices of one store's objects, keeping recently used mmaps open.
+#: how local objects are read: mapped (zero-copy) or copied into private buffers
+READ_MODES = ("mmap", "copy")
+#: when tensor CRCs are checked: once per byte range, on every read, or never
+VERIFY_POLICIES = ("first", "always", "never")
+#: byte ranges remembered as verified (per reader; older ones are verified again)
+_VERIFIED_MAX = 1 << 16
 
-    The hot path for a warm local object is a dict lookup plus
+
+def verify_policy(verify: bool | str) -> str:
+    """``"first"``, ``"always"`` or ``"never"``; ``True``/``False`` mean ``"always"``/``"never"``."""
+    if verify is True or verify is False:
+        return "always" if verify else "never"
+    if verify not in VERIFY_POLICIES:
+        raise ValueError(f"verify must be one of {VERIFY_POLICIES} (or a bool), got {verify!r}")
+    return str(verify)
+
+
+class SliceReader:
+    """Reads slices of one store's objects, keeping recently used objects open.
+
+    ``mode="mmap"`` (default) maps a local object once (containment checked
+    at that open) and serves every later slice of it, and of every TGB of a
+    segment object, as a view: the hot path is a dict lookup plus
     :func:`decode_slice`. Mappings are dropped oldest-first (never closed
     explicitly: tensors may still view them) when more than ``cache_size``
-    objects are open; the kernel unmaps when the last tensor goes.
+    objects are open; the kernel unmaps when the last tensor goes. A mapped
+    file truncated in place raises SIGBUS on access, which Python cannot
+    catch; ``mode="copy"`` reads every slice into a private buffer instead
+    (a truncated object is then a :class:`CorruptObject`), see
+    docs/operations.md. Remote objects are always read into a fresh
+    writable buffer.
+
+    ``verify`` (see :func:`verify_policy`): ``"first"`` checks a byte range's
+    CRCs the first time this reader delivers it and never again,
+    ``"always"`` on every read, ``"never"`` not at all.
     """
 
-    def __init__(self, store: ObjectStore, *, verify: bool = True, cache_size: int = 64) -> None:
+    def __init__(
+        self, store: ObjectStore, *, verify: bool | str = True, cache_size: int = 64, mode: str = "mmap"
+    ) -> None:
+        if mode not in READ_MODES:
+            raise ValueError(f"mode must be one of {READ_MODES}, got {mode!r}")
         self.store = store
-        self.verify = verify
+        self.verify = verify_policy(verify)
         self.cache_size = cache_size
+        self.mode = mode
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap | None] = {}
+        self._verified: dict[tuple[str, int], None] = {}  # insertion-ordered: oldest dropped first
 
     def _mapping(self, key: str, size: int) -> mmap.mmap | None:
         # hit: a plain dict read, atomic under the GIL (the hot path takes no lock)
         mm = self._maps.get(key, _MISSING)
         if mm is not _MISSING:
             return mm  # type: ignore[return-value]
-        path = self.store.local_path(key)
+        path = self.store.local_path(key) if self.mode == "mmap" else None
         mm = _open_mmap(path, key) if path is not None else None
         if mm is not None and len(mm) < size:
             raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {size} bytes")
@@ -149,37 +183,99 @@ class SliceReader:
                 self._maps.pop(next(iter(self._maps)))
         return mm
 
+    def view(self, key: str, start: int, end: int) -> memoryview | None:
+        """Bytes ``[start, end)`` of a mapped local object, or None (remote, or ``mode="copy"``)."""
+        mm = self._maps.get(key, _MISSING)
+        if mm is _MISSING:
+            mm = self._mapping(key, end)
+        if mm is None:
+            return None
+        if len(mm) < end:  # type: ignore[arg-type]
+            raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {end} bytes")  # type: ignore[arg-type]
+        return memoryview(mm)[start:end]  # type: ignore[arg-type]
+
+    def _check(self, key: str, slice_info: SliceInfo, verify: str) -> bool:
+        """Whether to check this byte range's CRCs now (``_mark`` remembers it once checked)."""
+        if verify == "never":
+            return False
+        if verify == "always":
+            return True
+        return (key, slice_info.start) not in self._verified
+
+    def _mark(self, key: str, slice_info: SliceInfo) -> None:
+        with self._lock:
+            self._verified[(key, slice_info.start)] = None
+            if len(self._verified) > _VERIFIED_MAX:
+                self._verified.pop(next(iter(self._verified)))
+
     def read(
-        self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | None = None
+        self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | str | None = None
     ) -> dict[str, torch.Tensor]:
-        """One slice of ``key`` as tensors: an mmap view locally, one range read remotely."""
-        check = self.verify if verify is None else verify
+        """One slice of ``key`` as tensors: a view of the mapping locally, else a private buffer."""
+        policy = self.verify if verify is None else verify_policy(verify)
+        check = self._check(key, slice_info, policy)
         mm = self._maps.get(key, _MISSING)
         if mm is _MISSING:
             mm = self._mapping(key, footer.size)
         if mm is not None:
-            return decode_slice(mm, slice_info, base_offset=0, verify=check, key=key)
-        data = self._get(key, slice_info)
+            out = decode_slice(mm, slice_info, base_offset=0, verify=check, key=key)
+        else:
+            out = self.decode(key, self._get(key, slice_info), slice_info, verify=check)
+        if check and policy == "first":
+            self._mark(key, slice_info)
+        return out
+
+    def decode(self, key: str, data: Any, slice_info: SliceInfo, *, verify: bool) -> dict[str, torch.Tensor]:
+        """Tensors of ``slice_info`` over ``data`` (its bytes), checked for length."""
         if len(data) != slice_info.length:
             raise CorruptObject(
                 f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}): truncated, "
                 f"read {len(data)} of {slice_info.length} bytes"
             )
-        return decode_slice(data, slice_info, base_offset=slice_info.start, verify=check, key=key)
+        return decode_slice(data, slice_info, base_offset=slice_info.start, verify=verify, key=key)
 
-    def _get(self, key: str, slice_info: SliceInfo) -> bytes | bytearray | memoryview:
-        """One range read; into a fresh writable buffer when the store can (``get_range_into``)."""
-        read_into = getattr(self.store, "get_range_into", None)
-        if read_into is None:
-            return self.store.get_range(key, slice_info.start, slice_info.end)
+    def read_fetched(self, key: str, data: Any, slice_info: SliceInfo) -> dict[str, torch.Tensor]:
+        """Tensors of a slice fetched elsewhere (a batched remote read), under this reader's policy.
+
+        Immutable ``bytes`` are copied into a writable buffer first: tensors
+        must never view a Python bytes object (an in-place ``+=`` on the
+        batch would write into it).
+        """
+        check = self._check(key, slice_info, self.verify)
+        out = self.decode(key, writable(data), slice_info, verify=check)
+        if check and self.verify == "first":
+            self._mark(key, slice_info)
+        return out
+
+    def _get(self, key: str, slice_info: SliceInfo) -> bytearray | memoryview:
+        """One range read into a fresh writable buffer.
+
+        Straight into the buffer when the store's class reads in place
+        (overrides ``get_range_into``); otherwise one ``get_range`` copied
+        into a bytearray (what the default ``get_range_into`` does, without
+        bypassing wrappers that only intercept ``get_range``).
+        """
+        from torch_tgb.storage import ObjectStore  # a lower layer; lazily, off the mapped hot path
+
+        read_into = getattr(type(self.store), "get_range_into", None)
+        if read_into is None or read_into is ObjectStore.get_range_into:
+            data = self.store.get_range(key, slice_info.start, slice_info.end)
+            return data if isinstance(data, bytearray) else bytearray(data)
         buffer = bytearray(slice_info.length)
-        n = read_into(key, slice_info.start, memoryview(buffer))
-        return memoryview(buffer)[:n]
+        n = self.store.get_range_into(key, slice_info.start, memoryview(buffer))
+        return buffer if n == len(buffer) else memoryview(buffer)[:n]
 
     def forget(self, key: str) -> None:
         """Drop the mapping of ``key`` (e.g. before the object is deleted)."""
         with self._lock:
             self._maps.pop(key, None)
+
+
+def writable(data: Any) -> Any:
+    """``data`` itself if it is a writable buffer, else a writable copy (bytearray)."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
+        return bytearray(data)
+    return data
 
 
 def read_slice(

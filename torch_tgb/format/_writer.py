@@ -39,13 +39,16 @@ class TGBObject:
     """Where a written object's footer is: what a manifest entry records.
 
     ``footer_length`` excludes the fixed-size trailer, so
-    ``footer_offset + footer_length + TRAILER_SIZE == size``.
+    ``footer_offset + footer_length + TRAILER_SIZE == size``. A TGB inside a
+    segment object occupies ``[start, size)`` of it (offsets are absolute in
+    the object); a one-TGB object has ``start == 0``.
     """
 
     key: str | None
     size: int
     footer_offset: int
     footer_length: int
+    start: int = 0
 
 
 def _pad(n: int, align: int) -> int:
@@ -113,13 +116,18 @@ def encode_tgb(
     layout: Layout | Mapping[str, Any] | None = None,
     schema: Mapping[str, Any] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    base: int = 0,
 ) -> tuple[list[memoryview | bytes], TGBObject]:
     """Encode ``slices`` into the buffers of one object (concatenate them to write).
 
     Returns the buffers and a :class:`TGBObject` with ``key=None``. ``layout``
     and ``schema`` are recorded in the footer so readers can check them; the
-    default schema lists each tensor's dtype.
+    default schema lists each tensor's dtype. ``base`` (a multiple of 4096)
+    places the TGB at that offset of a segment object: the buffers are its
+    bytes ``[base, size)`` and every recorded offset is absolute.
     """
+    if base < 0 or base % SLICE_ALIGN:
+        raise ValueError(f"base={base} must be a non-negative multiple of {SLICE_ALIGN}")
     dp, cp = _check_slices(slices)
     layout_json: dict[str, Any] | None
     if layout is None:
@@ -135,7 +143,7 @@ def encode_tgb(
 
     buffers: list[memoryview | bytes] = []
     table = []
-    pos = 0
+    pos = base
     for s in slices:
         if pos % SLICE_ALIGN:
             buffers.append(bytes(_pad(pos, SLICE_ALIGN)))
@@ -160,7 +168,7 @@ def encode_tgb(
     )
     buffers.append(footer)
     size = pos + len(footer)
-    return buffers, TGBObject(None, size, pos, len(footer) - TRAILER_SIZE)
+    return buffers, TGBObject(None, size, pos, len(footer) - TRAILER_SIZE, base)
 
 
 def write_tgb(

@@ -85,7 +85,19 @@ def _check_format(f: Fields) -> None:
 
 @dataclass(frozen=True)
 class TGBEntry:
-    """One committed TGB object. Its step is its position in the log, not stored."""
+    """One committed TGB. Its step is its position in the log, not stored.
+
+    A TGB occupies bytes ``[start, size)`` of object ``key``: ``size`` is
+    where the TGB ends (its trailer's last byte + 1), so
+    ``footer_offset + footer_length + TRAILER_SIZE == size`` always holds and
+    every offset in its footer is absolute within the object. A one-TGB
+    object has ``start == 0`` and ``size`` = the object's size (the only form
+    older writers produce: their entries parse unchanged). A *segment*
+    object holds several consecutive TGBs of one producer; ``object_size``
+    records its total size (``None``: the object is exactly ``size`` bytes).
+    ``start`` and ``object_size`` are written to JSON only when they differ
+    from those defaults.
+    """
 
     key: str
     size: int
@@ -95,9 +107,21 @@ class TGBEntry:
     offset: int
     samples: int = 0
     tokens: int = 0
+    start: int = 0
+    object_size: int | None = None
+
+    @property
+    def length(self) -> int:
+        """Bytes of this TGB (its share of the object)."""
+        return self.size - self.start
+
+    @property
+    def total_size(self) -> int:
+        """Size of the whole object holding this TGB."""
+        return self.size if self.object_size is None else self.object_size
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "key": self.key,
             "size": self.size,
             "footer_offset": self.footer_offset,
@@ -107,6 +131,11 @@ class TGBEntry:
             "samples": self.samples,
             "tokens": self.tokens,
         }
+        if self.start:
+            out["start"] = self.start
+        if self.object_size is not None:
+            out["object_size"] = self.object_size
+        return out
 
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> TGBEntry:
@@ -120,6 +149,8 @@ class TGBEntry:
             offset=f.integer("offset"),
             samples=f.integer("samples", default=0),
             tokens=f.integer("tokens", default=0),
+            start=f.integer("start", default=0),
+            object_size=f.integer("object_size", default=0) or None,  # no object has 0 bytes
         )
         f.done()
         entry.validate(what=what)
@@ -140,6 +171,13 @@ class TGBEntry:
         if self.footer_length > MAX_FOOTER_BYTES:
             raise ManifestError(
                 f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
+            )
+        if not (0 <= self.start <= self.footer_offset) or (
+            self.object_size is not None and self.object_size < self.size
+        ):
+            raise ManifestError(
+                f"{what}: TGB [{self.start}, {self.size}) with footer at {self.footer_offset} does not fit "
+                f"in object {self.key!r} of {self.total_size} bytes"
             )
         if self.footer_offset + self.footer_length > self.size:
             raise ManifestError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ProducerConfig"]
+__all__ = ["BULK_SEGMENTS", "ProducerConfig"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,14 @@ class ProducerConfig:
     defence in depth, before committing an entry older than ``verify_after_s``
     the committer checks that its object still exists, failing loud
     (``ObjectNotFound``) instead of committing a dangling key.
+
+    ``segment_tgbs`` / ``segment_bytes``: how many consecutive TGBs (at most)
+    share one immutable *segment* object, closed early once it reaches
+    ``segment_bytes``. The default (1) writes one object per TGB at once, as
+    a streaming producer wants; bulk writers (``write_dataset``, ``tgb
+    produce``/``convert``) use :data:`BULK_SEGMENTS` (about 256 MiB per
+    object). TGBs of an open segment become visible only after the segment
+    is written and their entries committed (``flush``/``close`` write it).
     """
 
     max_pending: int = 256
@@ -35,3 +43,13 @@ class ProducerConfig:
     crash_hook: Callable[[str], None] | None = None
     max_commit_delay_s: float = 300.0
     verify_after_s: float = 600.0
+    segment_tgbs: int = 1
+    segment_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        if self.segment_tgbs < 1 or self.segment_bytes < 1:
+            raise ValueError(f"segment_tgbs and segment_bytes must be >= 1, got {self.segment_tgbs}, {self.segment_bytes}")
+
+
+#: what bulk writers pass: segments closed at ~256 MiB, whatever the TGB count
+BULK_SEGMENTS = {"segment_tgbs": 1 << 20, "segment_bytes": 256 << 20}

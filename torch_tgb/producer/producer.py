@@ -25,13 +25,13 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
-from torch_tgb.format import write_tgb
 from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import encode_producer_state
 from torch_tgb.producer._commit_loop import CommitLoop
+from torch_tgb.producer._segment import SegmentWriter
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.policies import CommitPolicy, make_policy
 from torch_tgb.producer.stats import ProducerStats
@@ -85,6 +85,11 @@ class Producer:
         self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
         self._next_offset = state.next_offset
         self._closed = False
+        self._saved: dict[int, Any] = {}  # offset -> encoded append(state=) of a TGB not yet written
+        self._segments = SegmentWriter(
+            self.store, self.producer_id, lambda offset: object_key(self.producer_id, self.epoch, offset),
+            segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
+        )
         self._loop = CommitLoop(
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
             config=self.config, max_lag=max_lag, epoch=self.epoch, committed_offsets=self.resume_offset,
@@ -161,13 +166,19 @@ class Producer:
                 ) from e
         self._loop.wait_for_room()
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
-        obj = write_tgb(self.store, object_key(self.producer_id, self.epoch, offset), self.layout.cut(batch))
-        self._hook("after_object_write")
-        entry = TGBEntry(str(obj.key), obj.size, obj.footer_offset, obj.footer_length,
-                         self.producer_id, offset, samples, tokens)
-        self._loop.add(entry, obj.size, saved)
+        if saved is not None:
+            self._saved[offset] = saved  # committed with its entry, once the segment is written
+        self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens))
         self._next_offset = offset + 1
         return True
+
+    def _queue(self, written: list[TGBEntry]) -> None:
+        """Hand the entries of a just-written object (one TGB or a segment) to the commit loop."""
+        if not written:
+            return
+        self._hook("after_object_write")
+        for entry in written:
+            self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None))
 
     def _hook(self, point: str) -> None:
         if self.config.crash_hook is not None:
@@ -177,6 +188,8 @@ class Producer:
 
     def flush(self) -> None:
         """Block until every appended entry is committed (visible to readers)."""
+        self._loop.raise_if_failed()
+        self._queue(self._segments.flush())
         self._loop.flush()
 
     def close(self, seal: bool = False) -> None:
@@ -185,6 +198,12 @@ class Producer:
             if seal and not self._loop.sealed:
                 raise TGBError(f"{self.store.url}: producer {self.producer_id!r} is closed; cannot seal now")
             return
+        if not self._loop.closing:
+            try:
+                self._queue(self._segments.flush())
+            except BaseException:
+                self.abort()
+                raise
         self._loop.stop(seal)
         self._closed = True
         if self._owns_store:

@@ -15,7 +15,8 @@ inside it. The surface is deliberately small (zarr's ``Store`` is the model):
 =================  ===========================================================
 
 ``get_ranges`` (many range reads, bounded concurrency, results in request
-order) is built on ``get_range`` here; backends may override it.
+order) and ``get_range_into`` (a range read into a caller's writable buffer)
+are built on ``get_range`` here; backends may override them.
 """
 
 from __future__ import annotations
@@ -108,6 +109,17 @@ class ObjectStore(abc.ABC):
 
     def size(self, key: str) -> int:
         return self.stat(key).size
+
+    def get_range_into(self, key: str, start: int, out: memoryview) -> int:
+        """Read bytes ``[start, start + len(out))`` of ``key`` into ``out``; returns how many.
+
+        Fewer than ``len(out)`` only at the end of the object. Lets readers
+        land data in writable buffers they own; backends that can read in
+        place may override (the default copies one ``get_range``).
+        """
+        data = self.get_range(key, start, start + len(out))
+        out[: len(data)] = data
+        return len(data)
 
     def local_path(self, key: str) -> str | None:
         """Absolute path of ``key`` if it is a local file that may be memory-mapped."""
