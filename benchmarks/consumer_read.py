@@ -13,18 +13,21 @@ Three measurements, printed and saved as JSON under benchmarks/results/:
    a moto S3 server on loopback (``--s3``; kept small).
 2. ``requests``: range requests per rank-step, cold (footers fetched
    batched) and warm (footer cache already holds them).
-3. ``hot_path``: one rank reading a local namespace through ``TGBDataset``
-   (prefetch on) vs the raw floor ``np.frombuffer(mmap) -> torch.from_numpy``
-   of a 32x512 uint32 batch, measured in the same run.
+3. ``hot_path`` (``_hot_path.py``): 16M uint32 tokens in 32x512 batches read
+   by 1 and 8 processes through the raw memmap floor, a DataLoader over
+   np.memmap, torch_tgb with one TGB per object and torch_tgb with segment
+   objects, in the stored dtype and as int64; interleaved rounds, ratios to
+   the floor of the same round, p50/p95 per batch.
+4. ``remote``: one rank on LatencyStore (20 ms RTT): steady throughput vs the
+   store's bandwidth model, requests per rank-step.
 
-Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--out PATH]
+Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--results-dir DIR] [--only SECTION]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import sys
 import tempfile
@@ -37,18 +40,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_tgb.consumer import TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
 from torch_tgb.datapipes._types import ReadTask
-from torch_tgb.format import SliceReader, decode_slice, read_footer
+from torch_tgb.format import decode_slice
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.producer import Producer
 from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import add_results_arg, machine, results_dir
+from _common import add_results_arg, machine, results_dir  # noqa: E402
+from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
 
 KB = 1000
 
@@ -228,77 +230,35 @@ def requests_per_step(args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
-def hot_path(args: argparse.Namespace) -> dict[str, float]:
-    steps = 300 if args.quick else 2000
-    shape = (32, 512)
+def remote(args: argparse.Namespace) -> dict[str, Any]:
+    """One rank of W=8 on LatencyStore: steady throughput vs the store's model, requests per step.
+
+    Model: ``prefetch`` streams each fetching one slice per round trip, so
+    ``prefetch * slice / (rtt + slice / bandwidth)`` bytes/s; footers come
+    one batched call per ``footer_lookahead`` steps.
+    """
+    world, slice_bytes, prefetch = 8, 1000 * KB, 4
+    steps = 32 if args.quick else 96
+    url = f"memory://bench-remote-{uuid.uuid4().hex[:6]}"
+    produce_uniform(url, world, slice_bytes, steps)
+    store = LatencyStore(open_store(url), rtt=args.rtt, bandwidth=args.bandwidth)
+    r = read_ranks(store, world, [3], dense=False, prefetch=prefetch)
+    store.close()
+    model = prefetch * slice_bytes / (args.rtt + slice_bytes / args.bandwidth) / 1e6
+    out = {"world": world, "slice_KB": slice_bytes // KB, "prefetch": prefetch, "steps": steps,
+           "model_MBps": model, "measured_MBps_steady": r["per_rank_MBps_steady"],
+           "measured_over_model": r["per_rank_MBps_steady"] / model, "requests_per_step": r["requests_per_step"],
+           "fetch_p50_ms": r["fetch_p50_ms"], "fetch_p95_ms": r["fetch_p95_ms"]}
+    print(f"remote (LatencyStore rtt={args.rtt * 1e3:.0f} ms, {args.bandwidth / 1e6:.0f} MB/s/stream): "
+          f"{out['measured_MBps_steady']:.1f} MB/s/rank steady vs model {model:.1f} "
+          f"({out['measured_over_model']:.2f}x), {out['requests_per_step']:.3f} requests/step", flush=True)
+    return out
+
+
+def run_hot_path(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        ns = os.path.join(tmp, "ns")
-        rng = np.random.default_rng(0)
-        with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64") as p:
-            for offset in range(steps):
-                batch = torch.from_numpy(rng.integers(0, 50000, size=shape, dtype=np.uint32))
-                p.append({"input_ids": batch}, offset=offset)
-            p.close(seal=True)
-        # raw floor: the same batches back to back in one file, mmap -> frombuffer -> from_numpy
-        raw_path = os.path.join(tmp, "raw.bin")
-        per = shape[0] * shape[1] * 4
-        with open(raw_path, "wb") as f:
-            f.write(rng.integers(0, 50000, size=(steps, *shape), dtype=np.uint32).tobytes())
-        with open(raw_path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # as the format reader maps
-            for i in range(steps):  # warm the page cache like the namespace was by writing it
-                np.frombuffer(mm, dtype=np.uint32, count=shape[0] * shape[1], offset=i * per)
-            raw_s = float("inf")
-            for _ in range(args.repeats):  # best of N: the machine is shared
-                started = time.perf_counter()
-                total = 0
-                for i in range(steps):
-                    arr = np.frombuffer(mm, dtype=np.uint32, count=shape[0] * shape[1], offset=i * per).reshape(shape)
-                    t = torch.from_numpy(arr)
-                    total += t.shape[0]
-                raw_s = min(raw_s, time.perf_counter() - started)
-            del arr, t
-            mm.close()
-        out: dict[str, float] = {"steps": steps, "raw_steps_per_s": steps / raw_s}
-        # per-object floor of the format: footer read + parse + one mmap'd slice, no pipeline
-        store = open_store(ns)
-        entries = Manifest(store).entries(0, steps)
-        floor_s = float("inf")
-        for _ in range(args.repeats):
-            slices = SliceReader(store)
-            started = time.perf_counter()
-            for e in entries:
-                footer = read_footer(store, e.key, size=e.size, footer_offset=e.footer_offset,
-                                     footer_length=e.footer_length)
-                slices.read(e.key, footer, footer.slice(0, 0))
-            floor_s = min(floor_s, time.perf_counter() - started)
-        store.close()
-        out["format_floor_us_per_step"] = floor_s / steps * 1e6
-        tokens = shape[0] * shape[1]
-        for verify in (True, False):
-            elapsed = float("inf")
-            for _ in range(args.repeats):
-                ds = TGBDataset(ns, mesh=Mesh(0, 1), prefetch=4, options=ReaderOptions(verify=verify))
-                started = time.perf_counter()
-                n = 0
-                for batch in ds:
-                    n += batch["input_ids"].shape[0] > 0
-                elapsed = min(elapsed, time.perf_counter() - started)
-            tag = "crc" if verify else "nocrc"
-            out[f"dataset_{tag}_steps_per_s"] = n / elapsed
-            out[f"dataset_{tag}_tokens_per_s"] = n * tokens / elapsed
-            out[f"dataset_{tag}_us_per_step"] = elapsed / n * 1e6
-            out[f"ratio_raw_over_dataset_{tag}"] = out["raw_steps_per_s"] / out[f"dataset_{tag}_steps_per_s"]
-        out["raw_us_per_step"] = raw_s / steps * 1e6
-        print(
-            f"hot path: raw floor {out['raw_us_per_step']:.1f} us/step; format per-object floor "
-            f"{out['format_floor_us_per_step']:.1f} us/step; TGBDataset {out['dataset_crc_us_per_step']:.1f} "
-            f"us/step with CRC ({out['dataset_crc_tokens_per_s'] / 1e6:.1f} M tokens/s), "
-            f"{out['dataset_nocrc_us_per_step']:.1f} us/step without; ratio {out['ratio_raw_over_dataset_crc']:.1f}x / "
-            f"{out['ratio_raw_over_dataset_nocrc']:.1f}x",
-            flush=True,
-        )
-        return out
+        return hot_path(quick=args.quick, rounds=args.rounds, worlds=args.processes, tmp=tmp,
+                        log=lambda line: print(line, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,14 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=8, help="ranks sampled per world size (threads)")
     parser.add_argument("--rtt", type=float, default=0.020, help="LatencyStore round trip, seconds")
     parser.add_argument("--bandwidth", type=float, default=100e6, help="LatencyStore bytes/s per stream")
-    parser.add_argument("--repeats", type=int, default=3, help="hot path: best of this many runs")
-    parser.add_argument("--only", choices=["amplification", "requests", "hot_path"], default=None)
+    parser.add_argument("--rounds", type=int, default=None, help="hot path: interleaved rounds (default 5, quick 3)")
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 8], help="hot path: reader processes")
+    parser.add_argument("--only", choices=["amplification", "requests", "hot_path", "remote"], default=None)
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/consumer_read.json)")
     add_results_arg(parser)
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = results_dir(args) / "consumer_read.json"
+    if args.rounds is None:
+        args.rounds = 3 if args.quick else 5
     if args.steps is None:
         args.steps = 3 if args.quick else 5
     s3 = None
@@ -333,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                               "link_Bps_world": args.link, "ranks_sampled": args.ranks},
             "amplification": amplification(args, s3) if args.only in (None, "amplification") else None,
             "requests": requests_per_step(args) if args.only in (None, "requests") else None,
-            "hot_path": hot_path(args) if args.only in (None, "hot_path") else None,
+            "hot_path": run_hot_path(args) if args.only in (None, "hot_path") else None,
+            "remote": remote(args) if args.only in (None, "remote") else None,
         }
     finally:
         if s3 is not None:

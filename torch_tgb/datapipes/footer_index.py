@@ -153,7 +153,7 @@ class FooterIndex(BaseNode[ReadTask]):
             blobs = [self._local_range(r) for r in requests]
         else:
             # without continue_on_error the first failure raises: every result is bytes
-            blobs = cast("list[bytes]", self.store.get_ranges(requests))
+            blobs = cast("list[bytes | memoryview]", self.store.get_ranges(requests))
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
         for (address, e), blob in zip(todo.items(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)

@@ -54,7 +54,6 @@ def commit_batches(
     """Append ``make_batch(i)`` for every uncommitted ``i`` and seal; returns the offset it resumed at."""
     from torch_tgb._progress import progress as progress_bar
     from torch_tgb.producer import Producer, ProducerConfig
-    from torch_tgb.producer.config import BULK_SEGMENTS
     from torch_tgb.storage import ObjectStore, open_store
 
     store = ns if isinstance(ns, ObjectStore) else open_store(ns, dict(storage_options or {}))
@@ -63,7 +62,7 @@ def commit_batches(
             return num_batches
         with Producer(
             store, producer_id=producer_id, layout=layout, commit_policy=commit_policy, metadata=dict(metadata),
-            config=ProducerConfig(**BULK_SEGMENTS),  # ~256 MiB segment objects: one mapping per segment
+            config=ProducerConfig.bulk(),  # ~256 MiB segment objects: one mapping per segment
         ) as producer:
             start = producer.resume_offset
             with progress_bar(total=num_batches, initial=start, desc=desc, unit="batch", enabled=progress) as bar:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["BULK_SEGMENTS", "ProducerConfig"]
+__all__ = ["BULK_SEGMENT_TGBS", "ProducerConfig"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ProducerConfig:
     share one immutable *segment* object, closed early once it reaches
     ``segment_bytes``. The default (1) writes one object per TGB at once, as
     a streaming producer wants; bulk writers (``write_dataset``, ``tgb
-    produce``/``convert``) use :data:`BULK_SEGMENTS` (about 256 MiB per
+    produce``/``convert``) use :meth:`ProducerConfig.bulk` (about 256 MiB per
     object). TGBs of an open segment become visible only after the segment
     is written and their entries committed (``flush``/``close`` write it).
     """
@@ -50,6 +50,11 @@ class ProducerConfig:
         if self.segment_tgbs < 1 or self.segment_bytes < 1:
             raise ValueError(f"segment_tgbs and segment_bytes must be >= 1, got {self.segment_tgbs}, {self.segment_bytes}")
 
+    @classmethod
+    def bulk(cls, segment_bytes: int = 256 << 20) -> ProducerConfig:
+        """What bulk writers use: segments closed at ``segment_bytes`` (~256 MiB), whatever the TGB count."""
+        return cls(segment_tgbs=BULK_SEGMENT_TGBS, segment_bytes=segment_bytes)
 
-#: what bulk writers pass: segments closed at ~256 MiB, whatever the TGB count
-BULK_SEGMENTS = {"segment_tgbs": 1 << 20, "segment_bytes": 256 << 20}
+
+#: a bulk writer's segment holds at most this many TGBs (its byte bound closes it first)
+BULK_SEGMENT_TGBS = 1 << 20
