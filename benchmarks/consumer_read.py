@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,9 @@ KB = 1000
 
 class DenseReader(RangeReader):
     """Baseline: fetch the whole TGB object, keep this rank's slice."""
+
+    def _read_many(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
+        return [self._read_pieces(task) for task in tasks]
 
     def _read_pieces(self, task: ReadTask) -> list[dict]:
         started = time.perf_counter()

@@ -38,6 +38,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, epoch_cursor_of
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position
+from torch_tgb.datapipes.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
 from torch_tgb.datapipes.project import Project, cursor_at
@@ -86,6 +87,8 @@ class ReaderOptions:
     stop_step: int | None = None
     read_mode: str = "mmap"
     dtype: torch.dtype | None = None
+    #: soft read failures (missing object, timeout, 5xx) absorbed per batched remote read
+    errors: ErrorBudget = ErrorBudget()
     #: open objects (mappings) kept per reader; a segment object counts once
     open_objects: int = 64
 
@@ -363,6 +366,7 @@ class TGBDataset(IterableDataset):
             lookahead=self.options.footer_lookahead,
             stats=self._stats,
             slices=slices,
+            errors=self.options.errors,
         )
         reader = RangeReader(
             footers,
@@ -372,6 +376,7 @@ class TGBDataset(IterableDataset):
             inline_local=self.options.inline_local,
             stats=self._stats,
             slices=slices,
+            errors=self.options.errors,
         )
         reader.reset(None)
         return reader, project

@@ -10,6 +10,7 @@ functions of ``torch_tgb.transforms``. Every stage is a ``torchdata.nodes.BaseNo
 """
 
 from torch_tgb.datapipes._types import ReadTask, StepBatch, StepEntry
+from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.global_batches import BatchStats, GlobalBatches
 from torch_tgb.datapipes.mix import Mix, MixStats
@@ -24,6 +25,7 @@ __all__ = [
     "BatchStats",
     "BlockShuffle",
     "ConsumerStats",
+    "ErrorBudget",
     "FooterIndex",
     "GlobalBatches",
     "ManifestPoller",
@@ -38,5 +40,6 @@ __all__ = [
     "ReadTask",
     "StepBatch",
     "StepEntry",
+    "fetch_ranges",
     "merge_stats",
 ]

@@ -26,6 +26,7 @@ from typing import Any, cast
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
+from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
 from torch_tgb.format import TRAILER_SIZE, Footer, SliceReader, parse_footer
@@ -51,6 +52,7 @@ class FooterIndex(BaseNode[ReadTask]):
         lookahead: int = 8,
         stats: ReadStats | None = None,
         slices: SliceReader | None = None,
+        errors: ErrorBudget = ErrorBudget(),
     ) -> None:
         super().__init__()
         if cache_size < 1 or lookahead < 1:
@@ -61,6 +63,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self.lookahead = lookahead
         self.stats = stats if stats is not None else ReadStats()
         self.slices = slices  # shared with the RangeReader: one mapping per object
+        self.errors = errors
         self._cache: OrderedDict[tuple[str, int], Footer] = OrderedDict()
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
@@ -150,10 +153,10 @@ class FooterIndex(BaseNode[ReadTask]):
         if self._local:
             # local files: sequential reads beat spinning up reader threads; through the
             # shared mapping when there is one (the object is opened once, not per footer)
-            blobs = [self._local_range(r) for r in requests]
+            blobs: list[bytes | memoryview] = [self._local_range(r) for r in requests]
         else:
-            # without continue_on_error the first failure raises: every result is bytes
-            blobs = cast("list[bytes | memoryview]", self.store.get_ranges(requests))
+            # one batched call; soft failures re-read within the error budget, hard ones raised
+            blobs = list(fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats))
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
         for (address, e), blob in zip(todo.items(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)

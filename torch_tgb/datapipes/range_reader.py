@@ -11,11 +11,15 @@ Local reads run inline by default: a page-cache read costs less than the
 thread hand-offs of prefetching.
 
 With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
-feeder thread pulls tasks from the source and hands each to a pool of
-``prefetch`` reader threads, so at most ``prefetch`` steps
-are being fetched at once; results are delivered strictly in step order.
-Errors (a timeout, a corrupt object) are delivered in order too, at the step
-where they happened.
+feeder thread pulls tasks from the source and hands them to a pool of
+``prefetch`` reader threads, so at most ``prefetch`` steps are being fetched
+at once; results are delivered strictly in step order. Upcoming steps the
+source already has (``available()``, up to ``prefetch``) are read together:
+their ranges go out as one ordered batched ``get_ranges`` call
+(:func:`~torch_tgb.datapipes.batch_fetch.fetch_ranges`), whose soft failures
+(missing object, timeout, 5xx) are re-read within the ``errors`` budget and
+whose hard failures are raised. Errors (a timeout, a corrupt object) are
+delivered in order too, at the first step of the read they happened in.
 
 State: the source's state right after the task of the last delivered batch,
 so that steps fetched ahead but not delivered are fetched again after a
@@ -33,7 +37,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import Interruptible, ReadTask, StepBatch
+from torch_tgb.datapipes._types import Interruptible, Lookahead, ReadTask, StepBatch
+from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
@@ -66,6 +71,7 @@ class RangeReader(BaseNode[StepBatch]):
         inline_local: bool = True,
         stats: ReadStats | None = None,
         slices: SliceReader | None = None,
+        errors: ErrorBudget = ErrorBudget(),
     ) -> None:
         super().__init__()
         if prefetch < 0:
@@ -77,7 +83,7 @@ class RangeReader(BaseNode[StepBatch]):
         self.inline_local = inline_local
         self.stats = stats if stats is not None else ReadStats()
         self._state: dict[str, Any] | None = None
-        self._queue: queue.Queue[tuple[concurrent.futures.Future[StepBatch], dict] | _End] | None = None
+        self._queue: queue.Queue[tuple[concurrent.futures.Future[list[StepBatch]], int, dict] | _End] | None = None
         self._feeder: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop = threading.Event()
@@ -85,6 +91,8 @@ class RangeReader(BaseNode[StepBatch]):
         # keeps local objects mapped; shared with FooterIndex when the caller passes one
         self._slices = slices if slices is not None else SliceReader(store, verify=verify)
         self._local: bool | None = None
+        self.errors = errors
+        self._source_lookahead = isinstance(source, Lookahead)  # decided once, not per step
 
     # --- BaseNode --------------------------------------------------------------
 
@@ -120,9 +128,9 @@ class RangeReader(BaseNode[StepBatch]):
             if item.error is not None:
                 raise item.error
             raise StopIteration
-        future, state = item
+        future, index, state = item
         try:
-            batch = future.result()
+            batch = future.result()[index]
         except BaseException:
             self._ended = _End(None)
             self.close()
@@ -133,43 +141,52 @@ class RangeReader(BaseNode[StepBatch]):
     # --- reading ---------------------------------------------------------------
 
     def read(self, task: ReadTask) -> StepBatch:
-        """Fetch and assemble one task's pieces (runs on a reader thread)."""
-        try:
-            parts = self._read_pieces(task)
-        except CorruptObject as e:  # the format names object/slice/tensor; add the step
-            c = task.cursor
-            raise CorruptObject(f"{self.store.url}: step={c.step} (manifest version {c.version}): {e}") from e
-        return StepBatch(task, task.assemble(parts))
+        """Fetch and assemble one task's pieces."""
+        return self.read_group([task])[0]
 
-    def _read_pieces(self, task: ReadTask) -> Sequence[dict]:
+    def read_group(self, tasks: Sequence[ReadTask]) -> list[StepBatch]:
+        """Fetch the pieces of several upcoming steps at once (a reader thread), assemble each."""
+        parts = self._read_many(tasks)
+        return [StepBatch(task, task.assemble(p)) for task, p in zip(tasks, parts)]
+
+    def _read_many(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
+        """Each task's slices, in piece order; remote ranges of all tasks in one batched call."""
         infos = []
-        for piece in task.pieces:
-            entry = task.entries[piece.tgb]
-            footer = task.footers[entry.address]
-            infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
+        owner = []
+        for t, task in enumerate(tasks):
+            for piece in task.pieces:
+                entry = task.entries[piece.tgb]
+                footer = task.footers[entry.address]
+                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
+                owner.append(t)
         started = time.perf_counter()
         if self._local is None:  # one namespace lives on one backend: ask once
             self._local = self.store.local_path(infos[0][0]) is not None if infos else False
-        local = [self._local] * len(infos)
-        parts: list[dict | None] = [None] * len(infos)
-        remote = [i for i, is_local in enumerate(local) if not is_local]
-        for i, is_local in enumerate(local):
-            if is_local:
-                key, footer, info = infos[i]
-                parts[i] = self._slices.read(key, footer, info)
-        if remote:
-            requests = [RangeRequest(infos[i][0], infos[i][2].start, infos[i][2].end) for i in remote]
-            blobs = self.store.get_ranges(requests)
-            for i, blob in zip(remote, blobs):
-                key, _, info = infos[i]
-                parts[i] = self._slices.read_fetched(key, blob, info)  # into a writable buffer
+        parts: list[dict] = []
+        i = 0
+        try:
+            if self._local:
+                for i, (key, footer, info) in enumerate(infos):
+                    parts.append(self._slices.read(key, footer, info))
+            elif infos:
+                requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
+                blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
+                # into writable buffers: tensors never view an immutable bytes object
+                for i, ((key, _, info), blob) in enumerate(zip(infos, blobs)):
+                    parts.append(self._slices.read_fetched(key, blob, info))
+        except CorruptObject as e:  # the format names object/slice/tensor; add the step
+            c = tasks[owner[i]].cursor
+            raise CorruptObject(f"{self.store.url}: step={c.step} (manifest version {c.version}): {e}") from e
         self.stats.fetch_latency(time.perf_counter() - started)
         self.stats.add(
             data_requests=len(infos),
             bytes_read=sum(info.end - info.start for _, _, info in infos),
             useful_bytes=sum(t.length for _, _, info in infos for t in info.tensors),
         )
-        return [p for p in parts if p is not None]
+        out: list[list[dict]] = [[] for _ in tasks]
+        for t, part in zip(owner, parts):
+            out[t].append(part)
+        return out
 
     # --- prefetch machinery ----------------------------------------------------
 
@@ -193,18 +210,27 @@ class RangeReader(BaseNode[StepBatch]):
     def _feed(self) -> None:
         assert self._pool is not None
         while not self._stop.is_set():
+            group: list[tuple[ReadTask, dict]] = []
+            end: _End | None = None
             try:
                 task = next(self.source)
-                state = self.source.state_dict()
+                group.append((task, self.source.state_dict()))
+                # upcoming steps already committed join this step's batched read (one call)
+                while len(group) < self.prefetch and self._source_lookahead and self.source.available(1) > 0:  # type: ignore[attr-defined]
+                    task = next(self.source)
+                    group.append((task, self.source.state_dict()))
             except StopIteration:
-                self._put(_End(None))
-                return
-            except BaseException as e:  # delivered in order, re-raised by next()
-                self._put(_End(e))
-                return
-            future = self._pool.submit(self.read, task)
-            if not self._put((future, state)):
-                future.cancel()
+                end = _End(None)
+            except BaseException as e:  # delivered in order after the group, re-raised by next()
+                end = _End(e)
+            if group:
+                future = self._pool.submit(self.read_group, [t for t, _ in group])
+                for index, (_, state) in enumerate(group):
+                    if not self._put((future, index, state)):
+                        future.cancel()
+                        return
+            if end is not None:
+                self._put(end)
                 return
 
     def close(self) -> None:

@@ -49,6 +49,12 @@ class ConsumerStats:
     poll_wait_s: float = 0.0
     fetch_p50_s: float = 0.0
     fetch_p95_s: float = 0.0
+    #: range reads that failed softly (missing object, timeout, 5xx) and were re-read
+    soft_errors: int = 0
+    #: range reads that failed hard (permission, invalid key, corrupt): raised at once
+    hard_errors: int = 0
+    #: ranges re-read after a soft failure
+    retries: int = 0
 
     def to_json(self) -> dict[str, float]:
         return dataclasses.asdict(self)
@@ -106,6 +112,9 @@ class ReadStats:
             poll_wait_s=float(c.get("poll_wait_s", 0.0)),
             fetch_p50_s=float(np.percentile(lat, 50)) if lat.size else 0.0,
             fetch_p95_s=float(np.percentile(lat, 95)) if lat.size else 0.0,
+            soft_errors=int(c.get("soft_errors", 0)),
+            hard_errors=int(c.get("hard_errors", 0)),
+            retries=int(c.get("retries", 0)),
         )
 
 
@@ -127,6 +136,9 @@ def merge_stats(parts: Iterable[ConsumerStats]) -> ConsumerStats:
             "manifest_polls",
             "stall_s",
             "poll_wait_s",
+            "soft_errors",
+            "hard_errors",
+            "retries",
         )
     }
     return ConsumerStats(

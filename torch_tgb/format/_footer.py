@@ -214,10 +214,8 @@ class Footer:
                     raise SchemaMismatch(f"{where}: tensor {name!r} is {spec.get('dtype')}, schema says {want_dtype}")
 
     def _build(self, index: int) -> SliceInfo:
-        row = self._slices[index]
-        dp, cp = int(row["dp"]), int(row["cp"])
-        start, end = int(row["start"]), int(row["end"])
-        first, count = int(row["first"]), int(row["count"])
+        # one tolist() of the row: per-field numpy scalar access costs microseconds each
+        dp, cp, start, end, first, count = self._slices[index : index + 1].tolist()[0]
         where = f"object {self.key!r}, slice (dp={dp}, cp={cp})"
         infos = []
         for t in self._tensors[first : first + count].tolist():
@@ -341,17 +339,24 @@ def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
     return size - TRAILER_SIZE - length, length
 
 
+#: footers up to this size are copied out of a mapping before parsing (a typical one is < 1 KiB)
+_COPY_FOOTER_BYTES = 64 << 10
+
+
 def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset: int) -> Footer:
     """Parse footer body + trailer (``data`` = bytes ``[footer_offset, size)``)."""
     where = f"object {key!r}"
     if len(data) != size - footer_offset:
         raise CorruptObject(f"{where}: truncated footer, got {len(data)} of {size - footer_offset} bytes")
+    if not isinstance(data, bytes) and len(data) <= _COPY_FOOTER_BYTES:
+        # a view of a mapping: numpy and CRC calls on a small private copy are several times cheaper
+        data = bytes(data)
     found_offset, length = parse_trailer(bytes(data[-TRAILER_SIZE:]), key=key, size=size)
     if found_offset != footer_offset:
         raise CorruptObject(
             f"{where}: footer location disagrees: expected offset {footer_offset}, trailer says {found_offset}"
         )
-    body = memoryview(data)[:length]
+    body = data[:length] if isinstance(data, bytes) else memoryview(data)[:length]
     _, crc, _, _ = _TRAILER.unpack(bytes(data[-TRAILER_SIZE:]))
     if crc32c_of(body) != crc:
         raise CorruptObject(f"{where}: footer CRC32C mismatch (footer corrupted)")
