@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, epoch_cursor_of
+from torch_tgb.consumer.device import cast_integers
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position
 from torch_tgb.datapipes.batch_fetch import ErrorBudget
@@ -98,12 +99,6 @@ class ReaderOptions:
             raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
         if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
-
-
-def _cast(tensors: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Integer tensors cast to ``dtype`` (a copy); others delivered as they are."""
-    return {k: t.to(dtype) if not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool) else t
-            for k, t in tensors.items()}
 
 
 class TGBDataset(IterableDataset):
@@ -418,7 +413,7 @@ class TGBDataset(IterableDataset):
                     checker.check(task.cursor, task.keys)
                 tensors = batch.tensors
                 if cast is not None:
-                    tensors = _cast(tensors, cast)
+                    tensors = cast_integers(tensors, cast)
                 if meta:
                     from torch_tgb.distributed.consistency import keys_digest
 

@@ -11,10 +11,16 @@ first step not yet delivered. ``load_state_dict`` always continues from that
 canonical cursor (``cursor_of``), with a fresh round robin: exact for a state
 of this loader, and equally for one taken with another worker count, mesh
 or dp_split, or from a bare TGBDataset.
+
+``device="cuda"`` delivers each step on the GPU, copied one step ahead on a
+side stream (see :mod:`torch_tgb.consumer.device`); ``state_dict()`` then
+still names the first step not yet handed to the trainer, not the one in
+flight. ``device=None`` or ``"cpu"`` delivers host tensors as before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,6 +30,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from torch_tgb.cursor import CURSOR_KEY, Cursor
 from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset
+from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.layout import Mesh
@@ -53,8 +60,15 @@ class DataLoader(StatefulDataLoader):
         block_size: int = 64,
         seed: int = 0,
         epochs: int | None = 1,
+        device: str | torch.device | None = None,
     ) -> None:
-        """Settings as on :class:`TGBDataset` (``shuffle``/``block_size``/``seed``/``epochs``: epochs of a sealed namespace)."""
+        """Settings as on :class:`TGBDataset` (``shuffle``/``block_size``/``seed``/``epochs``: epochs of a sealed namespace);
+        ``device``: see :mod:`torch_tgb.consumer.device`."""
+        feed = None if device is None or torch.device(device).type == "cpu" else DeviceFeed(
+            device, dtype=None if isinstance(ns, TGBDataset) else options.dtype
+        )
+        if feed is not None and not isinstance(ns, TGBDataset):
+            options = dataclasses.replace(options, dtype=None)  # cast on the device, not the host
         dataset = (
             ns
             if isinstance(ns, TGBDataset)
@@ -86,6 +100,8 @@ class DataLoader(StatefulDataLoader):
             snapshot_every_n_steps=1,
         )
         self._stall = 0.0
+        self._feed = feed
+        self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
         self._checker = ConsistencyChecker(namespace=str(getattr(dataset, "ns", ""))) if dataset.emit_meta else None
 
     @property
@@ -102,11 +118,31 @@ class DataLoader(StatefulDataLoader):
     def __iter__(self) -> Iterator[Any]:
         self._before_workers()
         inner = super().__iter__()
+        if self._feed is not None:
+            return self._ahead(self._deliver(inner), self._feed)
         return self._deliver(inner)
 
     def state_dict(self) -> dict[str, Any]:
         self._before_workers()
+        if self._held is not None:  # one batch is in flight to the device: not delivered yet
+            return self._held
         return super().state_dict()
+
+    def _ahead(self, batches: Iterator[Any], feed: DeviceFeed) -> Iterator[Any]:
+        """Device delivery one step ahead; ``_held`` keeps the state of what was handed out."""
+        pending: tuple[Any, dict[str, Any]] | None = None
+        try:
+            for batch in batches:
+                issued = (feed.issue(batch), StatefulDataLoader.state_dict(self))
+                if pending is not None:
+                    self._held = pending[1]
+                    yield feed.ready(pending[0])
+                pending = issued
+            if pending is not None:
+                self._held = pending[1]
+                yield feed.ready(pending[0])
+        finally:
+            self._held = None
 
     def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
         while True:
