@@ -16,6 +16,7 @@ import torch_tgb.format._reader as reader_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.errors import CorruptObject
+from torch_tgb.format import SliceReader
 from torch_tgb.layout import Layout, Mesh
 from torch_tgb.manifest import Manifest
 from torch_tgb.producer import Producer, ProducerConfig
@@ -122,8 +123,8 @@ def test_local_objects_are_opened_once_per_segment(tmp_path, monkeypatch) -> Non
     ns = str(tmp_path / "ns")
     _produce(ns, segment_tgbs=STEPS)
     opened: list[str] = []
-    real = reader_module._open_mmap
-    monkeypatch.setattr(reader_module, "_open_mmap", lambda path, key: (opened.append(key), real(path, key))[1])
+    real = reader_module._open_local
+    monkeypatch.setattr(reader_module, "_open_local", lambda path, key, below: (opened.append(key), real(path, key, below))[1])
     assert len(list(TGBDataset(ns, mesh=Mesh(1, 2), prefetch=0))) == STEPS
     assert len(opened) == 1  # footers and slices of all six TGBs from one mapping
 
@@ -153,7 +154,8 @@ SIGBUS_SCRIPT = textwrap.dedent(
     from torch_tgb.consumer.dataset import ReaderOptions
     from torch_tgb.layout import Mesh
     ns, path, mode = sys.argv[1:]
-    it = iter(TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=ReaderOptions(read_mode=mode, verify="always")))
+    options = ReaderOptions(read_mode=mode, verify="always", small_object_bytes=0)  # map even a small object
+    it = iter(TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=options))
     next(it)
     os.truncate(path, 4096)
     try:
@@ -178,3 +180,22 @@ def test_truncation_under_a_mapping_kills_the_process_only_in_mmap_mode(tmp_path
     assert proc.returncode == outcome, proc.stderr[-2000:]
     if mode == "copy":
         assert proc.stdout.strip() == "CorruptObject"
+
+
+@pytest.mark.parametrize("small_object_bytes, kind", [(1 << 30, bytearray), (0, "mmap")])
+def test_small_objects_are_read_whole_large_ones_mapped_and_writes_stay_private(tmp_path, small_object_bytes, kind):
+    import mmap
+
+    ns = str(tmp_path / "ns")
+    _produce(ns, segment_tgbs=2)
+    before = {p: open(p, "rb").read() for p in (os.path.join(r, f) for r, _, fs in os.walk(ns) for f in fs)}
+    ds = TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=ReaderOptions(small_object_bytes=small_object_bytes))
+    for offset, batch in enumerate(ds):
+        assert torch.equal(batch["input_ids"], _batch(offset)["input_ids"][:2])
+        batch["input_ids"] += 1  # a private buffer or copy-on-write pages: never the file
+    after = {p: open(p, "rb").read() for p in before}
+    assert after == before
+    reader = SliceReader(open_store(ns), read_whole_below=small_object_bytes)
+    key = Manifest(open_store(ns)).entries(0, 1)[0].key
+    reader.view(key, 0, 1)
+    assert isinstance(reader._maps[key], mmap.mmap if kind == "mmap" else bytearray)

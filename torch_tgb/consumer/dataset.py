@@ -48,7 +48,7 @@ from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import DataTimeout, LayoutError, ManifestError
-from torch_tgb.format import READ_MODES, SliceReader, verify_policy
+from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, SliceReader, verify_policy
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
@@ -92,6 +92,8 @@ class ReaderOptions:
     errors: ErrorBudget = ErrorBudget()
     #: open objects (mappings) kept per reader; a segment object counts once
     open_objects: int = 64
+    #: local objects smaller than this are read whole at open (cheaper than a mapping); larger ones mapped
+    small_object_bytes: int = READ_WHOLE_BELOW
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -353,7 +355,7 @@ class TGBDataset(IterableDataset):
         project = Project(steps, plan, origin=origin, worker=worker, num_workers=workers, start=start)
         # one open-object cache for footers and slices: each object is opened, checked and mapped once
         slices = SliceReader(store, verify=self.options.verify, mode=self.options.read_mode,
-                             cache_size=self.options.open_objects)
+                             cache_size=self.options.open_objects, read_whole_below=self.options.small_object_bytes)
         footers = FooterIndex(
             project,
             store,

@@ -36,6 +36,7 @@ from torch_tgb.format._footer import (
 from torch_tgb.format._padding import check_padding, padding_ranges
 from torch_tgb.format._reader import (
     READ_MODES,
+    READ_WHOLE_BELOW,
     VERIFY_POLICIES,
     SliceReader,
     decode_slice,
@@ -51,6 +52,7 @@ __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
     "READ_MODES",
+    "READ_WHOLE_BELOW",
     "SLICE_ALIGN",
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
