@@ -93,7 +93,10 @@ def test_document_node_input_and_packing_none_is_none(tmp_path, read_back) -> No
 def test_rerun_after_crash_resumes_from_committed_state(tmp_path, read_back, monkeypatch) -> None:
     flat, offsets = corpus(60)
     ns = str(tmp_path / "ns")
-    kw = dict(layout=Layout(dp=1), global_batch_size=2, seq_len=16, progress=False, commit_policy="naive")
+    # segment_bytes=1: one object per batch, so commits happen before the crash (with segments
+    # nothing of the open segment is committed and the rerun would start at 0)
+    kw = dict(layout=Layout(dp=1), global_batch_size=2, seq_len=16, progress=False, commit_policy="naive",
+              segment_bytes=1)
     import torch_tgb.producer.pipeline as pipeline_module
 
     real = pipeline_module.Producer.append

@@ -175,6 +175,7 @@ def write_dataset(
     balance: str | None = None,
     alpha: float = 0.0,
     attention_metadata: bool = False,
+    segment_bytes: int = 64 << 20,
 ) -> dict[str, Any]:
     """Pack, shuffle and cut ``tokens`` into global batches and commit them to ``ns``, streaming.
 
@@ -193,7 +194,11 @@ def write_dataset(
     ``Σ len² + alpha·len`` (batches then carry ``row_index`` and
     ``row_cost``; see ``datapipes.GlobalBatches``). ``tokens`` may be a
     ``datapipes.Mix`` of several document nodes. Memory: ``packing_window``
-    documents plus one global batch, independent of the corpus size.
+    documents plus one global batch plus one open segment, independent of the
+    corpus size. ``segment_bytes``: consecutive batches share segment objects
+    of about this size (64 MiB: a reader opens and maps one object per
+    segment, not per step); a segment is buffered in memory until written,
+    and a crash loses (and a rerun rewrites) at most the open segment.
 
     Several processes may write one namespace: each with its own
     ``producer_id`` and ``shard=(i, n)`` (arrays: a contiguous part of the
@@ -206,7 +211,7 @@ def write_dataset(
     JSON-able summary (counts over all runs of this ``producer_id``).
     """
     from torch_tgb.offline._stream import document_batches
-    from torch_tgb.producer import produce
+    from torch_tgb.producer import ProducerConfig, produce
 
     packing = "none" if packing is None else packing
     if packing not in PACKINGS:
@@ -243,6 +248,7 @@ def write_dataset(
     report = produce(
         ns, pipeline, producer_id=producer_id, layout=layout, storage_options=storage_options,
         commit_policy=commit_policy, seal=seal, progress=progress, metadata=metadata, _desc="write_dataset",
+        config=ProducerConfig.bulk(segment_bytes=segment_bytes),  # one open/map per segment for readers
         _expected_total=-(-int(info["tokens"]) // (seq_len * global_batch_size)) if "tokens" in info else None,
     )
     return _summary(pipeline.state_dict(), resumed_at=report.start_offset, seq_len=seq_len, packing=packing, sealed=seal)
