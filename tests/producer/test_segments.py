@@ -186,3 +186,16 @@ def test_bulk_writers_default_to_segments(tmp_path) -> None:
     write_dataset(ns, docs, layout=Layout(dp=2), global_batch_size=4, seq_len=16)
     data = [f for _, _, fs in os.walk(os.path.join(ns, "data")) for f in fs]
     assert len(data) == 1 and Manifest(open_store(ns)).head().num_steps > 1
+
+
+def test_pipeline_state_is_committed_with_its_segment() -> None:
+    store = _mem()
+    config = ProducerConfig(segment_tgbs=3)
+    p = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1", config=config)
+    for offset in range(5):  # segment [0..2] written and committed; [3, 4] open when the producer dies
+        p.append(_batch(offset), offset=offset, state={"next": offset + 1})
+    p._loop.flush()
+    p.abort()
+    p2 = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1", config=config)
+    assert p2.resume_offset == 3 and p2.resume_state == {"next": 3}  # the state of the last committed offset
+    p2.close()
