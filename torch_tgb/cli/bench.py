@@ -26,7 +26,7 @@ __all__ = ["SUITES", "add_parser", "find_benchmarks", "run"]
 SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "quick": [
         ("commit_cost", ["--quick"]),
-        ("consumer_read", ["--quick", "--only", "hot_path", "--repeats", "1"]),
+        ("consumer_read", ["--quick", "--only", "hot_path", "--rounds", "1", "--processes", "1"]),
         ("lifecycle", ["--small", "--also-policy", ""]),  # "": one policy only
         ("peers", ["--quick", "--peers", "builtin"]),
         ("getbatch", ["--quick"]),
