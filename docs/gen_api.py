@@ -5,9 +5,11 @@
 
 For each public module (its ``__all__``, in the order below) every name gets
 its signature and docstring; classes also list their public methods and
-properties, and dataclasses their fields with defaults. Nothing is imported
-that the package does not import itself; a module that fails to import is
-listed with the error instead of stopping the run.
+properties, and dataclasses their fields with defaults. The torch_tgb of
+this checkout is documented (its root goes first on ``sys.path``), not an
+installed copy. Nothing is imported that the package does not import
+itself; a module that fails to import is listed with the error instead of
+stopping the run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import inspect
 import sys
 from pathlib import Path
 from typing import Any
+
+#: the checkout this script lives in: its torch_tgb is the one documented, never an installed copy
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 #: (module, one-line role) in reading order
 MODULES = [
@@ -172,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = target.read_text(encoding="utf-8") if target.exists() else ""
         if current != text:
-            print(f"{target} is out of date: run python docs/gen_api.py", file=sys.stderr)
+            import difflib
+
+            diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), "api.md", "generated", n=0, lineterm=""))
+            print(f"{target} is out of date: run python docs/gen_api.py ({len(diff)} diff lines; first:)", file=sys.stderr)
+            print("\n".join(diff[:20]), file=sys.stderr)
             return 1
         return 0
     target.write_text(text, encoding="utf-8")

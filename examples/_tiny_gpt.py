@@ -50,3 +50,20 @@ def batch_digest(tensor: torch.Tensor) -> str:
 
     t = tensor.contiguous()
     return hashlib.blake2b(str(tuple(t.shape)).encode() + t.numpy().tobytes(), digest_size=10).hexdigest()
+
+
+def learnable_batch(offset: int, *, batch: int, seq_len: int, seed: int = 0, states: int = 16) -> dict[str, torch.Tensor]:
+    """Global batch ``offset`` of a stream the model can learn (so its loss visibly falls).
+
+    Every sequence walks a fixed cycle through ``states`` token ids (next = 5 * previous + 3,
+    modulo ``states``) and takes a random one of them one time in ten. Uniform random tokens
+    would keep the loss at ln(vocab_size) whatever the model does.
+    """
+    g = torch.Generator().manual_seed(seed * 1_000_003 + offset)
+    walk = torch.empty(batch, seq_len + 1, dtype=torch.int64)
+    walk[:, 0] = torch.randint(states, (batch,), generator=g)
+    jumps = torch.rand(batch, seq_len + 1, generator=g) < 0.1
+    random_ids = torch.randint(states, (batch, seq_len + 1), generator=g)
+    for t in range(1, seq_len + 1):
+        walk[:, t] = torch.where(jumps[:, t], random_ids[:, t], (5 * walk[:, t - 1] + 3) % states)
+    return {"input_ids": walk[:, :-1].contiguous(), "labels": walk[:, 1:].contiguous()}

@@ -8,7 +8,8 @@ AWS S3, MinIO, Ceph RGW, R2, a local moto server. Credentials come from the
 usual places (environment, ~/.aws, instance roles) or ``-o key=... -o
 secret=...``; they are handed to fsspec/s3fs and never printed.
 
-One process: a producer thread writes a synthetic token stream with the DAC
+One process: a producer thread writes a learnable synthetic token stream (the loss
+falls) with the DAC
 commit policy; the training loop reads it with ``TGBDataset``, checkpoints
 every ``--ckpt-every`` steps (model + data cursor in a local file, watermark
 in the namespace), simulates a restart at half the steps by building a new
@@ -25,14 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import torch_tgb as tgb
 from torch_tgb.checkpoint import Reclaimer, keep_last, record_watermark
+from torch_tgb.errors import DataTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tiny_gpt import TinyGPT, lm_loss  # noqa: E402
+from _tiny_gpt import TinyGPT, learnable_batch, lm_loss  # noqa: E402
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
@@ -57,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (omit for AWS)")
     p.add_argument("-o", "--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="extra fsspec/s3fs option, repeatable (dotted keys nest: client_kwargs.region_name=eu-west-1)")
-    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
     p.add_argument("--ckpt-every", type=int, default=5, help="checkpoint every N steps (default 5)")
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=32)
@@ -66,18 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def synthetic(offset: int, args: argparse.Namespace) -> dict[str, torch.Tensor]:
-    rng = np.random.default_rng([7, offset])
-    t = torch.from_numpy(rng.integers(0, args.vocab_size, size=(args.global_batch, args.seq_len + 1)))
-    return {"input_ids": t[:, :-1].contiguous(), "labels": t[:, 1:].contiguous()}
-
-
 def produce(args: argparse.Namespace, opts: dict[str, Any], errors: list[BaseException]) -> None:
     try:
         layout = tgb.Layout(dp=1, seq_keys=("input_ids", "labels"))
         with tgb.Producer(args.ns, producer_id="s3-example", layout=layout, storage_options=opts) as producer:
             for offset in range(producer.resume_offset, args.steps):
-                producer.append(synthetic(offset, args), offset=offset)
+                producer.append(learnable_batch(offset, batch=args.global_batch, seq_len=args.seq_len, seed=7),
+                                offset=offset)
             producer.close(seal=True)
     except BaseException as e:  # reported by the main thread
         errors.append(e)
@@ -111,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     model = TinyGPT(vocab_size=args.vocab_size, seq_len=args.seq_len, d_model=32, layers=1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     mesh = tgb.Mesh(dp_rank=0, dp_size=1)
-    dataset = tgb.TGBDataset(args.ns, mesh=mesh, timeout=120, storage_options=opts)
+    dataset = tgb.TGBDataset(args.ns, mesh=mesh, timeout=10, storage_options=opts)
     restart_at = args.steps // 2
-    step, started = 0, time.perf_counter()
+    step, started, first_loss = 0, time.perf_counter(), None
     batches = iter(dataset)
     while step < args.steps:
         if step == restart_at and step > 0:
@@ -122,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             saved = torch.load(ckpt / f"step-{last}.pt", weights_only=True)
             model.load_state_dict(saved["model"])
             optimizer.load_state_dict(saved["optim"])
-            dataset = tgb.TGBDataset(args.ns, mesh=mesh, timeout=120, storage_options=opts)
+            dataset = tgb.TGBDataset(args.ns, mesh=mesh, timeout=10, storage_options=opts)
             dataset.load_state_dict(json.loads((ckpt / f"step-{last}.data.json").read_text()))
             batches, step, restart_at = iter(dataset), last, -1
             print(f"restarted from checkpoint step-{last}", flush=True)
@@ -130,7 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             batch = next(batches)
         except StopIteration:
             break  # the producer sealed the stream
+        except DataTimeout:
+            # A wait over the timeout ends one iterator (after periodic warnings). The producer's
+            # own error, if it failed, says why; else a new iterator continues where this one stopped.
+            if errors:
+                raise errors[0] from None
+            if not producer.is_alive():
+                raise
+            batches = iter(dataset)
+            continue
         loss = lm_loss(model(batch["input_ids"].long()), batch["labels"])
+        first_loss = loss.item() if first_loss is None else first_loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     store = tgb.open_store(args.ns, opts)
     stored = store.list("data/")
     stats = dataset.stats()
-    print(f"trained {step} steps in {time.perf_counter() - started:.1f}s, final loss {loss.item():.4f}; "
+    print(f"trained {step} steps in {time.perf_counter() - started:.1f}s, loss {first_loss:.4f} -> {loss.item():.4f}; "
           f"{stats.bytes_read} bytes read in {stats.requests} requests; "
           f"{len(stored)} TGB objects still stored in {store.url}", flush=True)
     return 0

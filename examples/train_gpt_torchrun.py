@@ -10,10 +10,12 @@ What it shows:
 - every ``--ckpt-every`` steps a DCP checkpoint stores model, optimizer and the
   data cursor (``torch_tgb.checkpoint.DataState``); rank 0 then records the
   watermark, keeps the last 2 checkpoints and runs the Reclaimer;
-- ``--stop-after N`` stops after step N as a preemption would; running the same
-  command again resumes from the newest checkpoint with exactly the batches an
-  uninterrupted run would have seen (``--log-batches`` writes what each rank
-  saw, per step, so this can be checked).
+- the producers write a learnable synthetic stream, so the loss visibly falls;
+- ``--stop-after N`` stops after step N as a preemption would and prints the
+  command that resumes (the same one without ``--stop-after``): it continues
+  from the newest checkpoint with exactly the next steps of the namespace,
+  each once (``--log-batches`` writes what each rank saw, per step, so this
+  can be checked).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -113,6 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         start = int(state["step"])
         if rank == 0:
             print(f"resumed from {resume_from.name} at step {start}", flush=True)
+    stop = min(args.steps, args.stop_after) if args.stop_after is not None else args.steps
+    if start >= stop:  # rerun with the same --stop-after: say so instead of training nothing
+        if rank == 0:
+            print(f"nothing to train: the newest checkpoint is at step {start} and this run stops at {stop}. "
+                  f"To continue, run: {resume_command(world)}", flush=True)
+        for proc in producers:
+            proc.wait()
+        dist.barrier()
+        dist.destroy_process_group()
+        return 0
 
     reporter = None
     if args.stats_interval:
@@ -121,13 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         reporter.add(loader, namespace=ns, role="consumer", id=f"rank{rank}")
         reporter.start()
     log = open(workdir / f"batches-rank{rank}.jsonl", "a") if args.log_batches else None
-    stop = min(args.steps, args.stop_after) if args.stop_after is not None else args.steps
     batches = iter(loader)
-    started, tokens, loss = time.perf_counter(), 0, torch.tensor(float("nan"))
+    started, tokens, first_loss = time.perf_counter(), 0, None
     for step in range(start, stop):
         batch = next(batches)
         logits = model(batch["input_ids"].long())
         loss = lm_loss(logits, batch["labels"])
+        first_loss = loss.item() if first_loss is None else first_loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -150,16 +163,30 @@ def main(argv: list[str] | None = None) -> int:
         stall = f", input stall {stats.stall_s:.2f}s" if stats is not None else ""
         print(
             f"trained steps {start}..{stop - 1} on {world} ranks: {tokens / max(seconds, 1e-9):,.0f} tokens/s"
-            f"{stall}, final loss {loss.item():.4f}",
+            f"{stall}, loss {first_loss:.4f} -> {loss.item():.4f}",
             flush=True,
         )
         if stop < args.steps:
-            print(f"stopped after step {stop} (simulated preemption); run again to resume", flush=True)
+            print(f"stopped after step {stop} (simulated preemption). To resume, run: {resume_command(world)}",
+                  flush=True)
     for proc in producers:
         proc.wait()
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def resume_command(world: int) -> str:
+    """This run's own command line without ``--stop-after``: what resumes it from its newest checkpoint."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif arg == "--stop-after":
+            skip = True
+        elif not arg.startswith("--stop-after="):
+            argv.append(arg)
+    return shlex.join(["torchrun", "--nproc-per-node", str(world), "--standalone", sys.argv[0], *argv])
 
 
 def save_checkpoint(step, model, optimizer, loader, ckpt_dir: Path, ns: str, rank: int) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "LayoutError",
     "ManifestError",
     "MixtureError",
+    "NamespaceSealed",
     "ObjectNotFound",
     "SchemaMismatch",
     "SourceError",
@@ -93,6 +94,10 @@ class ManifestError(TGBError, ValueError):
 
 class MixtureError(TGBError, ValueError):
     """Mixture weights or a schedule are invalid (negative, all zero, unknown source) at some step."""
+
+
+class NamespaceSealed(ManifestError):
+    """The namespace is sealed (its stream has ended): no producer may start or commit there."""
 
 
 class ConsistencyError(ManifestError):

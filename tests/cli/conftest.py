@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tgb_cli(*args: str, timeout: float = 120, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``tgb`` entry point as a user does, importing this checkout (PYTHONPATH)."""
+    exe = shutil.which("tgb")
+    cmd = [exe] if exe else [sys.executable, "-m", "torch_tgb.cli"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=timeout, **kwargs)  # type: ignore[call-overload]
 
 
 def write_namespace(path: Path, *, steps: int = 6, producer_id: str = "p0", seal: bool = True) -> str:

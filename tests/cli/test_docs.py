@@ -29,3 +29,13 @@ def test_relative_links_between_docs_resolve():
         for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", text):
             # api.md is generated, format.md/protocol.md are written by their owners
             assert (DOCS / target).exists() or target in ("api.md", "format.md", "protocol.md"), f"{page} -> {target}"
+
+
+def test_api_reference_is_up_to_date():
+    """``python docs/gen_api.py --check``: docs/api.md is what the docstrings of this checkout give."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(DOCS / "gen_api.py"), "--check"], capture_output=True, text=True,
+                          timeout=300, cwd=DOCS.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]

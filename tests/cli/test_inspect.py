@@ -11,8 +11,8 @@ def test_inspect_text_and_json(small_ns, capsys):
     assert cli_main.main(["inspect", small_ns]) == 0
     text = capsys.readouterr().out
     assert "steps             6" in text
-    assert "sealed            yes" in text
-    assert "p0  epoch 1  next offset 6" in text
+    assert "sealed            yes (end of stream)" in text
+    assert "p0  done    epoch 1  next offset 6" in text
     assert "ckpt-3  step 3" in text and "live" in text
 
     assert cli_main.main(["inspect", small_ns, "--json"]) == 0
@@ -21,6 +21,7 @@ def test_inspect_text_and_json(small_ns, capsys):
     assert report["sealed"] is True
     assert [p["id"] for p in report["producers"]] == ["p0"]
     assert report["producers"][0]["next_offset"] == 6
+    assert report["producers"][0]["status"] == "done"
     assert report["live_checkpoints"] == 1
     assert report["safe_boundary"] == 3
     assert report["lag"]["steps_ahead_of_safe_boundary"] == 3
@@ -39,3 +40,22 @@ def test_inspect_missing_namespace_is_one_line_error(tmp_path, capsys):
     assert cli_main.main(["inspect", str(tmp_path / "nothing")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("tgb: error:") and err.count("\n") == 1 and "no TGB namespace" in err
+
+
+def test_inspect_tells_closed_producers_from_open_ones(tmp_path, capsys):
+    """Issue 14: an unsealed stream whose producers all closed is told apart from one being written."""
+    from tests.cli.conftest import write_namespace
+
+    ns = write_namespace(tmp_path / "ns", seal=False)  # p0 closed without seal
+    assert cli_main.main(["inspect", ns]) == 0
+    text = capsys.readouterr().out
+    assert "every producer is closed" in text and "p0  closed" in text
+    import torch_tgb as tgb
+
+    p1 = tgb.Producer(ns, producer_id="p1", layout=tgb.Layout(dp=2, seq_keys=("input_ids", "labels")))
+    try:
+        assert cli_main.main(["inspect", ns]) == 0
+        text = capsys.readouterr().out
+        assert "1 of 2 producers open: still being written" in text and "p1  open" in text
+    finally:
+        p1.close()

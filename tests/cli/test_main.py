@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import torch_tgb.cli.main as cli_main
-from torch_tgb.cli._common import CommandError, parse_storage_options, redact
+from tests.cli.conftest import tgb_cli
+from torch_tgb.cli._common import CommandError, parse_storage_options
 from torch_tgb.errors import ObjectNotFound
 
 
@@ -96,9 +97,25 @@ def test_storage_option_errors_never_echo_values():
     assert "s3cr3t" not in str(exc.value)
 
 
-def test_redact_hides_secrets_keeps_endpoint():
-    shown = redact({"key": "AKIA", "secret": "s", "endpoint_url": "http://h", "client_kwargs": {"aws_session_token": "t"}})
-    assert shown == {"key": "***", "secret": "***", "endpoint_url": "http://h", "client_kwargs": {"aws_session_token": "***"}}
+def test_verbose_logs_option_names_never_values(tmp_path):
+    """Issue 14: ``-v`` printed endpoint_url; no option value may reach the log (installed ``tgb``)."""
+    from tests.cli.conftest import write_namespace
+
+    ns = write_namespace(tmp_path / "ns")
+    proc = tgb_cli("-v", "inspect", ns, "-o", "endpoint_url=http://e.example:1", "-o", "client_kwargs.aws_session_token=t0k3n")
+    # (a local directory refuses the options, exit 1: the log line comes first)
+    assert "storage options: endpoint_url, client_kwargs.aws_session_token" in proc.stderr
+    assert "e.example" not in proc.stderr + proc.stdout and "t0k3n" not in proc.stderr + proc.stdout
+
+
+def test_one_list_of_secret_option_names():
+    from torch_tgb.storage._secrets import is_secret_option, secret_values
+
+    for name in ("key", "secret", "aws_session_token", "password", "sas_token", "Authorization", "signature"):
+        assert is_secret_option(name), name
+    assert not is_secret_option("endpoint_url") and not is_secret_option("region_name")
+    found = secret_values("s3://u:pw123@b/x", {"key": "AKIA1", "client_kwargs": {"aws_session_token": "tok"}, "anon": "yes"})
+    assert set(found) == {"u:pw123", "pw123", "AKIA1", "tok"}
 
 
 def test_console_script_runs_as_module():

@@ -46,3 +46,11 @@ def test_wrong_credentials_fail_in_one_line(s3_namespace, capsys):
     assert code == 1, err
     assert err.startswith("tgb: error:") and err.count("\n") == 1
     assert "hunter2" not in err
+
+
+def test_produce_into_a_missing_bucket_names_it_at_once(s3_server, capsys):
+    """Issue 14 (7): 31.6 s of retries, then "delete '_tgb/probe/...': no such object"."""
+    _, opts = s3_server.namespace()
+    code = cli_main.main(["produce", "s3://no-such-bucket-x/run", "--steps", "1", *_options(opts)])
+    err = capsys.readouterr().err
+    assert code == 1 and "bucket 'no-such-bucket-x' does not exist" in err and "probe" not in err

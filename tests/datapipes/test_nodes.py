@@ -24,7 +24,7 @@ from torch_tgb.datapipes import (
 )
 from torch_tgb.errors import CorruptObject, DataTimeout, LayoutError, ManifestError
 from torch_tgb.layout import Mesh, plan_reads
-from torch_tgb.manifest import Manifest
+from torch_tgb.manifest import Manifest, ManifestState
 from torch_tgb.storage import open_store
 from torch_tgb.testing.resume import run_resume_test
 
@@ -202,12 +202,12 @@ class FakeManifest:
         self.steps, self.grow_every, self.seal_at, self.polls = steps, grow_every, seal_at, 0
         self.url = "memory://fake"
 
-    def head(self) -> SimpleNamespace:
+    def head(self) -> ManifestState:
         self.polls += 1
         if self.grow_every and self.polls % self.grow_every == 0:
             self.steps += 1
         sealed = self.seal_at is not None and self.steps >= self.seal_at
-        return SimpleNamespace(version=self.steps, num_steps=self.steps, sealed=sealed)
+        return ManifestState(self.steps, self.steps, sealed, {})
 
     def entries(self, start: int, stop: int) -> list[SimpleNamespace]:
         return [SimpleNamespace(key=f"data/p/{s}.tgb") for s in range(start, stop)]

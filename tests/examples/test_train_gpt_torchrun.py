@@ -23,6 +23,12 @@ def test_train_preempt_resume_sees_every_batch_once(tmp_path, run_example, tiny_
     ]
     first = run_example([*common, "--stop-after", "4"], torchrun=2)
     assert "stopped after step 4" in first.stdout
+    # the printed resume command is literal: this run's arguments without --stop-after
+    assert "To resume, run: torchrun --nproc-per-node 2 --standalone " in first.stdout
+    assert "--stop-after" not in first.stdout.split("To resume, run:")[1].splitlines()[0]
+    again = run_example([*common, "--stop-after", "4"], torchrun=2)  # the same command: says so, trains nothing
+    assert "nothing to train: the newest checkpoint is at step 4" in again.stdout
+    assert "trained steps" not in again.stdout
     second = run_example([*common, "--stats-interval", "60"], torchrun=2)
     assert "resumed from step-000004 at step 4" in second.stdout
     assert "trained steps 4..5 on 2 ranks" in second.stdout

@@ -11,11 +11,25 @@ not known before it is read)::
     bytes 8..15   payload length, little-endian uint64
     bytes 16..    UTF-8 JSON {"rank", "world_size", "state"}, then zeros
 
-Plain tensors with the same key on several ranks are deduplicated by DCP, so
-each rank writes its own key ``rank_<r>``; on load every rank reads its own.
-After a world-size change, ranks that did not exist before have no key:
-construct ``DataState(loader, rank=0)`` there to load rank 0's cursor (the
-consumer remaps a cursor onto its own mesh).
+Keys. DCP loads exactly the keys the destination ``state_dict()`` asks for,
+and asks before it has read the checkpoint, so a key that only some world
+sizes write cannot be asked for safely. For a ``TGBDataset`` or
+``tgb.DataLoader`` the state therefore lives under one rank-independent key,
+``cursor``: the canonical state (the first TGB step not yet delivered, in
+TGB-step units, and for an epochs read the epochs position; the same on
+every rank of a synchronous job at a checkpoint), plus the saving rank and
+world size for the record. Plain
+tensors with one key on several ranks are deduplicated by DCP, so one copy
+is stored; every rank of any new world size loads it with the same
+``DataState(loader)`` and re-projects it onto its own mesh. That is all the
+loaders use on load: they continue from the canonical cursor in any setting.
+
+Any other stateful target (a plain ``StatefulDataLoader``), or an explicit
+``rank=``, keeps the exact per-rank state under ``rank_<r>``; every rank then
+reads its own key, so such a checkpoint loads only on the same ranks (or
+with ``rank=`` naming a saved one). Checkpoints written before the ``cursor``
+key existed hold only ``rank_<r>`` keys: load them with
+``DataState(loader, rank=0)``.
 """
 
 from __future__ import annotations
@@ -28,7 +42,10 @@ import torch
 
 from torch_tgb.errors import CorruptObject
 
-__all__ = ["DataState", "decode_state", "encode_state"]
+__all__ = ["CURSOR_STATE_KEY", "DataState", "decode_state", "encode_state"]
+
+#: the rank-independent DCP key of a TGB consumer's canonical cursor
+CURSOR_STATE_KEY = "cursor"
 
 _MAGIC = b"TGBDS\x001\x00"
 _HEADER = struct.Struct("<8sQ")
@@ -45,9 +62,10 @@ class DataState:
     """DCP ``Stateful`` wrapper of a ``TGBDataset``, ``tgb.DataLoader`` or ``StatefulDataLoader``.
 
     ``dcp.save({"model": ..., "data": DataState(loader)}, checkpoint_id=...)``
-    stores this rank's loader state; ``dcp.load`` with the same structure
-    restores it. ``capacity`` (bytes per rank) must be the same at save and
-    load; ``rank`` overrides the rank whose state is saved/loaded.
+    stores the loader's position; ``dcp.load`` with the same structure
+    restores it, on any world size for a TGB loader (see the module
+    docstring). ``capacity`` (bytes) must be the same at save and load;
+    ``rank`` switches to the exact per-rank state of that rank (``rank_<r>``).
     """
 
     def __init__(self, dataset_or_loader: _HasState, *, capacity: int = DEFAULT_CAPACITY, rank: int | None = None):
@@ -63,12 +81,22 @@ class DataState:
         self._rank = rank
 
     @property
+    def per_rank(self) -> bool:
+        """Whether the exact state of one rank is kept under ``rank_<r>`` (else the shared cursor)."""
+        return self._rank is not None or not _has_canonical_cursor(self.target)
+
+    @property
     def key(self) -> str:
-        return f"rank_{self._current_rank()}"
+        return f"rank_{self._current_rank()}" if self.per_rank else CURSOR_STATE_KEY
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         # DCP calls this at load time too (to get destinations): the tensor is then overwritten.
-        payload = {"rank": self._current_rank(), "world_size": _world_size(), "state": self.target.state_dict()}
+        state = self.target.state_dict()
+        if not self.per_rank:
+            from torch_tgb.consumer.dataset import canonical_state
+
+            state = canonical_state(state)
+        payload = {"rank": self._current_rank(), "world_size": _world_size(), "state": state}
         return {self.key: encode_state(payload, capacity=self.capacity)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -89,6 +117,13 @@ class DataState:
 
     def __repr__(self) -> str:
         return f"DataState({type(self.target).__name__}, capacity={self.capacity})"
+
+
+def _has_canonical_cursor(target: Any) -> bool:
+    """A TGB consumer (TGBDataset or tgb.DataLoader): it loads from its canonical state alone."""
+    from torch_tgb.consumer import DataLoader, TGBDataset
+
+    return isinstance(target, (TGBDataset, DataLoader))
 
 
 def _world_size() -> int:

@@ -177,9 +177,13 @@ class Reclaimer:
         bump they are dead and the next pass deletes them. A still-running
         incarnation of that id fails with ``FencedError`` at its next commit;
         a later ``Producer`` with the id resumes at its committed offset.
+        The bump is followed by the ``closed`` mark: a producer gone for good
+        does not hold the end of the stream back (see ``Producer.close``).
         """
         committer = Committer(Manifest(self.store), producer_id)
         state = committer.start()
+        while not committer.attempt([], mark="closed").committed:
+            pass  # another writer took the slot: rebased, try again
         log.info("%s: fenced producer %r at epoch=%d", self.store.url, producer_id, state.epoch)
         return state.epoch
 

@@ -12,10 +12,11 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from torch_tgb.errors import TGBError
+from torch_tgb.storage._secrets import option_names
 
 __all__ = [
     "CommandError",
@@ -23,14 +24,9 @@ __all__ = [
     "add_storage_option_flag",
     "parse_storage_options",
     "print_json",
-    "redact",
+    "require_namespace",
     "storage_options",
 ]
-
-# Names of options whose values are secrets: never printed, never logged.
-_SECRET = re.compile(r"(secret|password|passwd|token|credential|key|session|auth|signature)", re.IGNORECASE)
-# Keys that look secret-ish but are harmless and useful to show.
-_NOT_SECRET = frozenset({"endpoint_url", "region_name", "key_prefix"})
 
 
 class CommandError(TGBError):
@@ -106,22 +102,19 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The parsed ``--storage-option`` values of ``args``, or ``None`` when there are none."""
     options = parse_storage_options(getattr(args, "storage_option", None) or [])
     if options:
-        # with -v the user sees which options were understood, secrets masked
-        logging.getLogger("torch_tgb.cli").info("storage options: %s", redact(options))
+        # with -v the user sees which options were understood: names only, never a value
+        # (secrets, but also endpoints: the docs promise no option value is printed)
+        logging.getLogger("torch_tgb.cli").info("storage options: %s", ", ".join(option_names(options)))
     return options or None
 
 
-def redact(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A copy of ``options`` safe to print: secret-looking values become ``"***"``."""
-    out: dict[str, Any] = {}
-    for key, value in (options or {}).items():
-        if isinstance(value, Mapping):
-            out[key] = redact(value)
-        elif key not in _NOT_SECRET and _SECRET.search(key):
-            out[key] = "***"
-        else:
-            out[key] = value
-    return out
+def require_namespace(store: Any) -> None:
+    """:class:`CommandError` (exit 1) unless ``store`` holds a TGB namespace, in inspect's and verify's words."""
+    from torch_tgb.manifest import DATASET_KEY, Manifest
+
+    manifest = Manifest(store)
+    if manifest.dataset() is None and manifest.latest_version() == 0:
+        raise CommandError(f"{store.url}: no TGB namespace here (no {DATASET_KEY}, no log versions)")
 
 
 def print_json(value: Any) -> None:

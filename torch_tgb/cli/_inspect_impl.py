@@ -69,6 +69,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 "id": pid,
                 "epoch": state.epoch,
                 "next_offset": state.next_offset,
+                "status": state.status,
                 "last_commit_time": state.committed_at or None,
                 "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
                 "pipeline_state": None if state.state is None else dict(state.state),
@@ -143,6 +144,20 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def _sealed_text(r: dict[str, Any]) -> str:
+    """Sealed or not, and for an unsealed stream whether anyone may still commit."""
+    if r["sealed"]:
+        return "yes (end of stream)"
+    marks = [p["status"] for p in r["producers"]]
+    if not marks:
+        return "no (no producer yet)"
+    still = marks.count("open")
+    if still:
+        return f"no ({still} of {len(marks)} producers open: still being written)"
+    return (f"no, but every producer is closed ({marks.count('closed')} without seal): nothing more will come "
+            "until one restarts; `tgb seal` ends the stream")
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -154,7 +169,7 @@ def render_text(r: dict[str, Any]) -> str:
         ("versions", f"latest {v['latest']}, oldest kept {v['oldest_kept']}, {v['log_objects']} log objects"),
         ("last commit", _age(v["latest_commit_age_s"])),
         ("steps", r["steps"]),
-        ("sealed", "yes" if r["sealed"] else "no"),
+        ("sealed", _sealed_text(r)),
         (
             "snapshots",
             f"{r['snapshots']['count']}, newest at version {r['snapshots']['newest']} "
@@ -176,7 +191,7 @@ def render_text(r: dict[str, Any]) -> str:
         width = max(len(p["id"]) for p in r["producers"])
         for p in r["producers"]:
             out.append(
-                f"  {p['id']:<{width}}  epoch {p['epoch']}  next offset {p['next_offset']}  "
+                f"  {p['id']:<{width}}  {p['status']:<6}  epoch {p['epoch']}  next offset {p['next_offset']}  "
                 f"last commit {_age(p['last_commit_age_s'])}"
             )
     if r["watermarks"]:

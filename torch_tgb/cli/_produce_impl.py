@@ -11,24 +11,40 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, print_json, storage_options
-from torch_tgb.layout import Layout
 from torch_tgb.errors import TGBError
+from torch_tgb.layout import Layout
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
 
 
 def synthetic_batch(offset: int, *, global_batch: int, seq_len: int, vocab_size: int, seed: int) -> dict[str, Any]:
-    """Global batch number ``offset`` of the synthetic stream: a pure function of its arguments.
+    """Global batch ``offset`` of a learnable synthetic stream: a function of (seed, offset) only.
 
-    ``labels`` are ``input_ids`` shifted by one token, as in language-model training.
+    Each sequence is a Markov chain over the first 16 token ids (fewer if ``vocab_size`` is
+    smaller): the next token is ``(5 * previous + 3) % 16`` with probability 0.9 and a random
+    one of the 16 otherwise. A model learns it quickly, so its loss visibly falls (from
+    ``ln(vocab_size)`` towards about 0.5 nats) instead of sitting at ``ln(vocab_size)`` as on
+    uniform noise. ``labels`` are ``input_ids`` shifted by one token.
     """
     import numpy as np
     import torch
 
+    states = min(vocab_size, _STATES)
     rng = np.random.default_rng([seed, offset])
-    drawn = rng.integers(0, vocab_size, size=(global_batch, seq_len + 1), dtype=np.int64)
-    tokens = torch.from_numpy(drawn.astype(np.int32))
-    return {"input_ids": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous()}
+    tokens = np.empty((global_batch, seq_len + 1), dtype=np.int64)
+    tokens[:, 0] = rng.integers(0, states, size=global_batch)
+    noise = rng.random((global_batch, seq_len + 1)) < _NOISE
+    random_tokens = rng.integers(0, states, size=(global_batch, seq_len + 1))
+    for t in range(1, seq_len + 1):
+        follow = (tokens[:, t - 1] * 5 + 3) % states
+        tokens[:, t] = np.where(noise[:, t], random_tokens[:, t], follow)
+    out = torch.from_numpy(tokens.astype(np.int32))
+    return {"input_ids": out[:, :-1].contiguous(), "labels": out[:, 1:].contiguous()}
+
+
+#: share of random tokens in the synthetic stream, and the token ids its chain visits
+_NOISE = 0.1
+_STATES = 16
 
 
 def file_batches(
@@ -186,6 +202,7 @@ def produce(args: argparse.Namespace) -> int:
         if args.seal:
             producer.close(seal=True)
         stats = producer.stats()
+        sealed = producer.sealed
     seconds = time.perf_counter() - started
     summary = {
         "ns": args.ns,
@@ -193,7 +210,8 @@ def produce(args: argparse.Namespace) -> int:
         "resumed_at": start,
         "written": max(0, steps - start),
         "next_offset": max(start, steps),
-        "sealed": bool(args.seal),
+        "done": bool(args.seal),
+        "sealed": sealed,
         "seconds": round(seconds, 3),
         "stats": stats,
     }
@@ -203,8 +221,12 @@ def produce(args: argparse.Namespace) -> int:
         if summary["written"]:
             print(
                 f"producer {args.producer_id}: wrote offsets {start}..{steps - 1} "
-                f"({summary['written']} batches) in {seconds:.2f}s{' and sealed' if args.seal else ''}"
+                f"({summary['written']} batches) in {seconds:.2f}s"
             )
+        if args.seal:
+            print(f"producer {args.producer_id}: done; "
+                  + ("the namespace is sealed (end of stream)" if sealed
+                     else "the namespace is sealed when the producers still running are done too"))
         else:
             print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
     return 0

@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "inspect": "torch_tgb.cli.inspect",
     "verify": "torch_tgb.cli.verify",
     "reclaim": "torch_tgb.cli.reclaim",
+    "seal": "torch_tgb.cli.seal",
     "produce": "torch_tgb.cli.produce",
     "convert": "torch_tgb.cli.convert",
     "bench": "torch_tgb.cli.bench",
@@ -47,7 +48,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMANDS.values():
         importlib.import_module(module_name).add_parser(sub)
+    for command in sub.choices.values():
+        command.formatter_class = DefaultsHelpFormatter
     return parser
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Shows every option's default in ``--help``, unless its help text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            action.option_strings
+            and "default" not in text
+            and not (default is None or default is False or default == [] or default is argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
 
 
 def _one_line(message: object) -> str:

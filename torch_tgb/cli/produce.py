@@ -84,7 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit-policy", default="dac", help="dac | naive | fixed:K | incr | aimd (default dac)")
     p.add_argument("--max-lag", type=int, default=None, help="pause while this many steps ahead of the safe boundary")
     p.add_argument("--rate", type=float, default=None, help="at most this many batches per second")
-    p.add_argument("--seal", action="store_true", help="seal the namespace when done (end of stream)")
+    p.add_argument(
+        "--seal",
+        action="store_true",
+        help="mark this producer done when finished; the namespace is sealed (end of stream) once no "
+        "producer is still running, so every producer of a job may pass --seal",
+    )
     p.add_argument(
         "--segment-mb",
         type=float,

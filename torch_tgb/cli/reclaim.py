@@ -12,7 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from torch_tgb.cli._common import add_json_flag, add_storage_option_flag, format_table, print_json, storage_options
+from torch_tgb.cli._common import (
+    add_json_flag,
+    add_storage_option_flag,
+    format_table,
+    print_json,
+    require_namespace,
+    storage_options,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -45,8 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torch_tgb.checkpoint import Reclaimer
+    from torch_tgb.storage import open_store
 
     kwargs = {"storage_options": storage_options(args)}
+    with open_store(args.ns, kwargs["storage_options"]) as store:  # like inspect/verify: refuse a non-namespace
+        require_namespace(store)
     if args.grace_period is not None:
         kwargs["grace_period"] = args.grace_period
     reclaimer = Reclaimer(args.ns, **kwargs)

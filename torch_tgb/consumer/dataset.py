@@ -26,6 +26,7 @@ the state keeps the position under ``"tgb_epochs"`` (``consumer/_epochs.py``).
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -51,9 +52,12 @@ from torch_tgb.errors import DataTimeout, LayoutError, ManifestError
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, SliceReader, verify_policy
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
+from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
 
-__all__ = ["META_KEY", "ReaderOptions", "TGBDataset"]
+__all__ = ["META_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
+
+log = logging.getLogger(__name__)
 
 #: how a reader with fewer DP ranks than the layout uses a TGB (see layout.plan_reads)
 DP_SPLITS = ("merge", "spread")
@@ -103,8 +107,47 @@ class ReaderOptions:
             raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
 
 
+def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
+
+    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered) and, for
+    an epochs read, the smallest ``tgb_epochs`` position with its order settings. The
+    ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
+    under one key that loads on any world size).
+    """
+    out: dict[str, Any] = {CURSOR_KEY: cursor_of(state).to_json()}
+    found = epoch_cursor_of(state)
+    if found is not None:
+        out[EPOCHS_KEY] = dict(found[1])
+    return out
+
+
+def next_step_of(state: Mapping[str, Any]) -> int:
+    """The next step a reader in ``state`` delivers (through the epochs for an epochs read)."""
+    found = epoch_cursor_of(state)
+    return (cursor_of(state) if found is None else found[0]).step
+
+
 class TGBDataset(IterableDataset):
-    """One item per step: this rank's tensors (dict[str, Tensor]) of that step."""
+    """One item per step: this rank's tensors (dict[str, Tensor]) of that step.
+
+    - ``mesh``: this rank's place (``Mesh(dp_rank, dp_size, cp_rank, cp_size)``);
+      ``None``: ``Mesh.from_env()``.
+    - ``prefetch``: steps read ahead on a background thread (remote stores).
+    - ``timeout``: seconds one wait for a new commit may last before
+      :class:`DataTimeout`; ``None`` (default): no limit. Waiting is never
+      silent: a warning every ``options.poll.warn_every`` seconds names the
+      namespace, the step, the last version and the producers' marks.
+    - ``dp_split``: with fewer dp ranks than the written layout, ``"merge"``
+      (several slices per step) or ``"spread"`` (one slice per step).
+    - ``check_consistency``: all-gather (step, keys) every step and raise
+      :class:`ConsistencyError` when ranks disagree.
+    - ``options``: :class:`ReaderOptions` (``stop_step`` ends early, ``poll``
+      the waiting policy, the rest tunes the read path).
+
+    Iteration ends at the seal (or ``options.stop_step``); :attr:`step` is
+    the next step to deliver.
+    """
 
     def __init__(
         self,
@@ -235,6 +278,11 @@ class TGBDataset(IterableDataset):
         assert self._order is not None  # a stream always has a start cursor
         return Cursor(self._order.first_epoch * self._steps_per_epoch())
 
+    @property
+    def step(self) -> int:
+        """The next step this dataset delivers, in TGB steps (what a checkpoint of it resumes at)."""
+        return Cursor.from_json(self._position()[CURSOR_KEY]).step
+
     def _position(self) -> dict[str, Any]:
         """``tgb_cursor`` with the origin/index/plan it was derived from."""
         if self._delivered is not None:
@@ -305,13 +353,28 @@ class TGBDataset(IterableDataset):
             return store, Manifest(store), Layout.from_json(self._layout)
         manifest = Manifest(store)
         info = manifest.dataset()
+        if info is None:
+            store.check_root()  # a missing bucket fails now; a missing local directory may still appear
         started = time.monotonic()
         interval = self.options.poll.min_interval
+        warn_every = self.options.poll.warn_every
+        warn_at = warn_every
         while info is None:  # the consumer may start before the first producer
             waited = time.monotonic() - started
             if self.timeout is not None and waited >= self.timeout:
-                raise DataTimeout(f"{store.url}: no dataset.json within timeout={self.timeout}s (no producer yet?)")
-            time.sleep(interval if self.timeout is None else min(interval, self.timeout - waited))
+                raise DataTimeout(
+                    f"{store.url}: no TGB namespace there (no {DATASET_KEY}) within timeout={self.timeout}s: "
+                    "a mistyped path, or no producer has started yet"
+                )
+            if warn_at is not None and warn_every is not None and waited >= warn_at:
+                log.warning(
+                    "%s: waiting %.0fs for a TGB namespace to appear (no %s yet): a mistyped path, or no "
+                    "producer has started yet; %s", store.url, waited, DATASET_KEY,
+                    "no timeout (timeout=None)" if self.timeout is None else f"timeout={self.timeout}s",
+                )
+                warn_at += warn_every
+            sleep = interval if self.timeout is None else min(interval, self.timeout - waited)
+            time.sleep(sleep if warn_at is None else max(0.0, min(sleep, warn_at - waited)))
             interval = min(interval * self.options.poll.backoff, self.options.poll.max_interval)
             info = manifest.dataset()
         self._layout = dict(info.layout)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from torch_tgb.cursor import CURSOR_KEY, Cursor
-from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset
+from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset, next_step_of
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
@@ -39,7 +40,16 @@ __all__ = ["DataLoader"]
 
 
 class DataLoader(StatefulDataLoader):
-    """Batches of this rank's slice, one per step, with exact resume."""
+    """Batches of this rank's slice, one per step, with exact resume.
+
+    ``ns``, ``mesh``, ``prefetch``, ``timeout``, ``storage_options``,
+    ``dp_split``, ``check_consistency`` and ``options`` are those of
+    :class:`TGBDataset` (``timeout=None``: wait without limit, with periodic
+    warnings); ``ns`` may also be a ``TGBDataset``. ``num_workers`` worker
+    processes read steps round robin (the order stays the step order);
+    ``pin_memory`` pins on machines with CUDA. :attr:`step` is the next step
+    to deliver.
+    """
 
     def __init__(
         self,
@@ -88,17 +98,21 @@ class DataLoader(StatefulDataLoader):
             )
         )
         dataset.emit_meta = dataset.check_consistency and num_workers > 0
-        super().__init__(
-            dataset,
-            batch_size=None,
-            num_workers=num_workers,
-            # Pinning needs an accelerator; on a CPU-only machine it is a no-op, not an error.
-            pin_memory=pin_memory and torch.cuda.is_available(),
-            prefetch_factor=prefetch_factor,
-            multiprocessing_context=multiprocessing_context,
-            in_order=True,
-            snapshot_every_n_steps=1,
-        )
+        with warnings.catch_warnings():
+            # torchdata 0.11 calls the deprecated torch.set_vital in its constructor: a
+            # UserWarning on every rank that says nothing about this loader.
+            warnings.filterwarnings("ignore", message=".*set_vital.*deprecated", category=UserWarning)
+            super().__init__(
+                dataset,
+                batch_size=None,
+                num_workers=num_workers,
+                # Pinning needs an accelerator; on a CPU-only machine it is a no-op, not an error.
+                pin_memory=pin_memory and torch.cuda.is_available(),
+                prefetch_factor=prefetch_factor,
+                multiprocessing_context=multiprocessing_context,
+                in_order=True,
+                snapshot_every_n_steps=1,
+            )
         self._stall = 0.0
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
@@ -107,6 +121,13 @@ class DataLoader(StatefulDataLoader):
     @property
     def tgb_dataset(self) -> TGBDataset:
         return self.dataset  # type: ignore[return-value]
+
+    @property
+    def step(self) -> int:
+        """The next step this loader delivers, in TGB steps (what a checkpoint of it resumes at)."""
+        if self.num_workers == 0 or self._iterator is None:
+            return self.tgb_dataset.step
+        return next_step_of(self.state_dict())
 
     def _before_workers(self) -> None:
         # Workers report their position only with their next item: read the written layout

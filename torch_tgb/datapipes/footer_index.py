@@ -143,7 +143,7 @@ class FooterIndex(BaseNode[ReadTask]):
             end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
             if entry.footer_offset < 0 or end != entry.size or not (0 < entry.footer_length <= MAX_FOOTER_BYTES):
                 raise ManifestError(
-                    f"{self.store.url}: manifest entry for step={e.step} (version {e.version}) of object "
+                    f"{self.store.url}: manifest entry for step={e.step} of object "
                     f"{e.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
                     f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
                 )

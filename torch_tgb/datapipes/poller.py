@@ -7,6 +7,11 @@ Once it has caught up it polls for a newer version, backing off exponentially
 from ``min_interval`` to ``max_interval`` while nothing arrives; ``timeout``
 bounds one such wait and raises :class:`DataTimeout` naming the namespace, the
 step waited for and the last version seen. A sealed version ends the stream.
+A wait is never silent: every ``warn_every`` seconds (default 10, ``None``
+to turn off) a warning goes to the ``torch_tgb.datapipes.poller`` logger
+naming the namespace, the step waited for, the last version seen and the
+producers' marks (open, closed, done), so a stream whose producers have all
+closed without sealing is told apart from one still being written.
 
 State: the next step to yield and the newest version seen. Entries buffered
 ahead are refetched after a reset, never carried in the state.
@@ -14,6 +19,7 @@ ahead are refetched after a reset, never carried in the state.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -25,8 +31,11 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import ManifestView, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import DataTimeout, ManifestError
+from torch_tgb.manifest.records import ManifestState
 
-__all__ = ["ManifestPoller", "PollPolicy"]
+__all__ = ["ManifestPoller", "PollPolicy", "describe_producers"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,10 +47,34 @@ class PollPolicy:
     backoff: float = 2.0
     #: entries fetched per manifest read when behind
     batch: int = 64
+    #: seconds between warnings (``logging``) while waiting for a step; None: never warn
+    warn_every: float | None = 10.0
 
     def __post_init__(self) -> None:
         if not (0 < self.min_interval <= self.max_interval) or self.backoff < 1 or self.batch < 1:
             raise ValueError(f"invalid poll policy {self!r}")
+        if self.warn_every is not None and self.warn_every <= 0:
+            raise ValueError(f"invalid poll policy {self!r}: warn_every must be > 0 or None")
+
+
+def describe_producers(head: ManifestState, *, now: float | None = None) -> str:
+    """One line on a head's producers and what their marks mean for the end of the stream."""
+    if head.sealed:
+        return "sealed"
+    if not head.producers:
+        return "no producer has started yet"
+    now = time.time() if now is None else now
+    parts = []
+    for pid, s in sorted(head.producers.items()):
+        ago = f", last commit {max(0.0, now - s.committed_at):.0f}s ago" if s.committed_at else ""
+        parts.append(f"{pid} {s.status}{ago}")
+    text = "producers: " + "; ".join(parts)
+    if all(s.status != "open" for s in head.producers.values()):
+        text += (
+            " -- every producer is closed, none will commit more, but the namespace is not sealed "
+            "(none closed with seal=True; `tgb seal NS` ends the stream): this wait ends only by timeout"
+        )
+    return text
 
 
 class ManifestPoller(BaseNode[StepEntry]):
@@ -80,6 +113,7 @@ class ManifestPoller(BaseNode[StepEntry]):
         self._version = 0
         self._known_steps = 0
         self._sealed = False
+        self._head: ManifestState | None = None
         self._buffer: deque[StepEntry] = deque()
         self._interrupt = threading.Event()
 
@@ -140,6 +174,7 @@ class ManifestPoller(BaseNode[StepEntry]):
             self._version = int(head.version)
             self._known_steps = int(head.num_steps)
             self._sealed = bool(head.sealed)
+            self._head = head
 
     def _fill(self) -> None:
         step = self._next_step
@@ -160,6 +195,7 @@ class ManifestPoller(BaseNode[StepEntry]):
         """Poll until ``step`` is committed; StopIteration at the seal."""
         started = time.monotonic()
         interval = self.policy.min_interval
+        warn_at = self.policy.warn_every
         try:
             while True:
                 self._poll()
@@ -171,14 +207,26 @@ class ManifestPoller(BaseNode[StepEntry]):
                 if self.timeout is not None and waited >= self.timeout:
                     raise DataTimeout(
                         f"{self.namespace}: no new step within timeout={self.timeout}s while waiting "
-                        f"for {step=}; last version seen {self._version} "
-                        f"({self._known_steps} steps committed, not sealed)"
+                        f"for {step=}; {self._seen()}"
                     )
+                if warn_at is not None and waited >= warn_at:
+                    limit = "no timeout (timeout=None)" if self.timeout is None else f"timeout={self.timeout}s"
+                    log.warning(
+                        "%s: waiting %.0fs for step=%d; %s; %s", self.namespace, waited, step, self._seen(), limit
+                    )
+                    warn_at += self.policy.warn_every or 0.0
                 sleep = interval
                 if self.timeout is not None:
                     sleep = min(sleep, max(self.timeout - waited, 0.0))
+                if warn_at is not None:
+                    sleep = min(sleep, max(warn_at - waited, 0.0))
                 if self._interrupt.wait(sleep):
                     raise StopIteration
                 interval = min(interval * self.policy.backoff, self.policy.max_interval)
         finally:
             self.stats.add(poll_wait_s=time.monotonic() - started)
+
+    def _seen(self) -> str:
+        """The last version seen and its producers, for waiting messages."""
+        text = f"last version seen {self._version} ({self._known_steps} steps committed, not sealed)"
+        return text if self._head is None else f"{text}; {describe_producers(self._head)}"

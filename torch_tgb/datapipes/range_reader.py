@@ -176,7 +176,9 @@ class RangeReader(BaseNode[StepBatch]):
                     parts.append(self._slices.read_fetched(key, blob, info))
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             c = tasks[owner[i]].cursor
-            raise CorruptObject(f"{self.store.url}: step={c.step} (manifest version {c.version}): {e}") from e
+            # no version number: the reader knows only the newest version it has seen, which is not the
+            # version that committed this step (the one `tgb verify` names); step and object identify it
+            raise CorruptObject(f"{self.store.url}: step={c.step}: {e}") from e
         self.stats.fetch_latency(time.perf_counter() - started)
         self.stats.add(
             data_requests=len(infos),

@@ -3,7 +3,7 @@
 See ``docs/protocol.md`` for the on-storage specification.
 """
 
-from torch_tgb.manifest.commit import AttemptResult, Committer
+from torch_tgb.manifest.commit import AttemptResult, Committer, seal_namespace
 from torch_tgb.manifest.keys import (
     DATASET_KEY,
     GC_BOUNDARY_KEY,
@@ -39,6 +39,7 @@ __all__ = [
     "ProducerState",
     "TGBEntry",
     "Version",
+    "seal_namespace",
     "snapshot_key",
     "validate_producer_id",
     "version_key",

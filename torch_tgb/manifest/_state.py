@@ -54,5 +54,5 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         # The pipeline state belongs to next_offset: a version that appends replaces it,
         # one that does not (epoch bump, seal) keeps it unless it restates it.
         kept = new.state if (pid in expected or new.state is not None or old is None) else old.state
-        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept)
+        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status)
     return ManifestState(version.number, version.stop_step, version.sealed, producers)

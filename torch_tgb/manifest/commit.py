@@ -24,6 +24,13 @@ v). An attempt:
    restart the view from the boundary's snapshot and retry. The boundary
    version itself is never deleted, so creating it means it is ours.
 
+End of stream: each commit carries the producer's mark (``open``; ``closed``
+when it closes, ``done`` when it closes for good). A version that marks its
+producer ``done`` while no other producer in the view is still ``open`` also
+seals the namespace, so the last producer to finish ends the stream and no
+running producer is ever cut off mid-run. A producer that starts (or a
+zombie that commits) after the seal gets :class:`NamespaceSealed`.
+
 The token belongs to an *attempt group*: it is kept across retries until an
 attempt is known to have landed, so a write acknowledged late (or never) is
 still recognised when read back later.
@@ -38,13 +45,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, StorageError
+from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
 
-__all__ = ["AttemptResult", "Committer"]
+__all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace"]
+
+#: the producer id under which :func:`seal_namespace` records its seal
+SEALER_ID = "tgb-seal"
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +182,10 @@ class Committer:
         while True:
             self.refresh()
             if self.view.sealed:
-                raise ManifestError(
-                    f"{self.manifest.where}namespace is sealed at version={self.view.version}; no producer may start"
+                raise NamespaceSealed(
+                    f"{self.manifest.where}namespace is sealed at version={self.view.version} (its stream has "
+                    f"ended; producers: {_marks(self.view)}): producer {self.producer_id!r} cannot start; "
+                    "write to a new namespace"
                 )
             if self._landed is not None:
                 return self._won_bump()
@@ -208,7 +220,13 @@ class Committer:
     # --- commit --------------------------------------------------------------
 
     def attempt(
-        self, entries: Sequence[TGBEntry], *, seal: bool = False, state: Mapping[str, Any] | None = None
+        self,
+        entries: Sequence[TGBEntry],
+        *,
+        seal: bool = False,
+        state: Mapping[str, Any] | None = None,
+        mark: str | None = None,
+        refuse_open: bool = False,
     ) -> AttemptResult:
         """One commit attempt of ``entries`` (consecutive offsets of this producer).
 
@@ -216,6 +234,11 @@ class Committer:
         dropped; the rest are appended on top of the newest version.
         ``state``: the pipeline state after the last of ``entries``, committed
         with it (seal-only attempts keep the committed state).
+        ``mark`` ("closed" or "done") records this producer's end in the same
+        version; ``"done"`` seals the namespace when no other producer is
+        still open. ``seal=True`` seals unconditionally (one-producer writers);
+        with ``refuse_open`` it raises :class:`ManifestError` instead while
+        another producer is still ``open`` (checked on the rebased view).
         """
         if self._fenced is not None:
             raise self._fenced
@@ -236,12 +259,26 @@ class Committer:
         if self.view.sealed:
             if not todo:
                 return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
-            raise ManifestError(
-                f"{self.manifest.where}namespace is sealed at version={self.view.version}: "
-                f"producer {self.producer_id!r} cannot commit offsets from {todo[0].offset}"
+            raise NamespaceSealed(
+                f"{self.manifest.where}namespace is sealed at version={self.view.version} "
+                f"(producers: {_marks(self.view)}): producer {self.producer_id!r} cannot commit offsets "
+                f"from {todo[0].offset}"
             )
-        if not todo and not seal:
+        status = mark or "open"
+        current = self.state
+        if mark is not None and mark not in ("closed", "done"):
+            raise ValueError(f"mark must be 'closed', 'done' or None, got {mark!r}")
+        if not todo and not seal and (mark is None or (current is not None and current.status == status)):
             return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
+        if refuse_open:
+            still = sorted(pid for pid, s in self.view.producers.items() if pid != self.producer_id and s.status == "open")
+            if still:
+                raise ManifestError(
+                    f"{self.manifest.where}cannot seal at version={self.view.version}: producers {still} are still "
+                    "open (running, or crashed without closing): close or restart-and-close them first"
+                )
+        if mark == "done":  # the last producer to finish seals: nobody else may still commit
+            seal = seal or all(s.status != "open" for pid, s in self.view.producers.items() if pid != self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
         candidate = Version(
@@ -249,7 +286,8 @@ class Committer:
             self._token,
             self.view.num_steps,
             tuple(todo),
-            {self.producer_id: ProducerState(self.epoch, next_offset, now, state if todo else self.resume_state)},
+            {self.producer_id: ProducerState(self.epoch, next_offset, now, state if todo else self.resume_state,
+                                             status=status)},
             seal,
             now,
         )
@@ -322,3 +360,37 @@ class Committer:
             except StorageError as e:  # a missing snapshot costs readers time, never correctness
                 log.warning("%s: snapshot of version=%d failed: %s", self.store.url, number, e)
         return AttemptResult(True, False, number, window, recognised=recognised)
+
+
+def _marks(view: ManifestState) -> str:
+    return ", ".join(f"{pid} {s.status}" for pid, s in sorted(view.producers.items())) or "none"
+
+
+def seal_namespace(manifest: Manifest) -> int:
+    """Seal the namespace now, unless a producer is still open; returns the sealing version.
+
+    For jobs whose producers ran one after another (each closed, none
+    ``done``), or that mix ``closed`` and ``done``: the seal is committed as
+    producer :data:`SEALER_ID`. Idempotent on a sealed namespace.
+    """
+    head = manifest.head()
+    if head.sealed:
+        return head.version
+    still = sorted(pid for pid, s in head.producers.items() if s.status == "open" and pid != SEALER_ID)
+    if still:
+        raise ManifestError(
+            f"{manifest.where}cannot seal at version={head.version}: producers {still} are still open "
+            "(running, or crashed without closing): close or restart-and-close them first"
+        )
+    committer = Committer(manifest, SEALER_ID)
+    committer.start()
+    try:
+        while True:
+            result = committer.attempt([], seal=True, mark="done", refuse_open=True)
+            if result.committed:
+                return result.version
+    except ManifestError:
+        # a producer started meanwhile: leave the sealer "done" so it never holds a later seal back
+        while not committer.attempt([], mark="done").committed:
+            pass
+        raise

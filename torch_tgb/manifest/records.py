@@ -19,6 +19,7 @@ from torch_tgb.storage import validate_key
 
 __all__ = [
     "FORMAT",
+    "PRODUCER_STATUSES",
     "DatasetInfo",
     "GCBoundary",
     "ManifestState",
@@ -186,25 +187,35 @@ class TGBEntry:
             )
 
 
+#: a producer's mark in the log: started and may commit more ("open"), closed and may
+#: come back ("closed"), finished for good ("done"; the last one done seals the namespace)
+PRODUCER_STATUSES = ("open", "closed", "done")
+
+
 @dataclass(frozen=True)
 class ProducerState:
-    """What the log knows about one producer: its newest epoch and first uncommitted offset.
+    """What the log knows about one producer: its newest epoch, first uncommitted offset and mark.
 
     ``state``: the producer's pipeline state after offset ``next_offset - 1``
     (the state from which offset ``next_offset`` is produced), as handed to
     ``Producer.append(..., state=)``; ``None`` if it gave none. Omitted from
     the JSON when ``None``, so versions written before it existed still parse.
+    ``status``: its mark, one of :data:`PRODUCER_STATUSES`; omitted when
+    ``"open"`` for the same reason.
     """
 
     epoch: int
     next_offset: int
     committed_at: float = 0.0
     state: Mapping[str, Any] | None = None
+    status: str = "open"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
         if self.state is not None:
             out["state"] = dict(self.state)
+        if self.status != "open":
+            out["status"] = self.status
         return out
 
     @classmethod
@@ -215,8 +226,11 @@ class ProducerState:
             f.integer("next_offset"),
             f.number("committed_at", default=0.0),
             f.optional_mapping("state"),
+            f.string("status", default="open"),
         )
         f.done()
+        if state.status not in PRODUCER_STATUSES:
+            raise ManifestError(f"{what}: status={state.status!r} is not one of {PRODUCER_STATUSES}")
         return state
 
 

@@ -68,7 +68,8 @@ class CommitLoop:
         self._states: dict[int, dict[str, Any]] = {}  # offset -> pipeline state after it (Producer.append)
         self._error: BaseException | None = None
         self._flushing = 0
-        self._seal_requested = False
+        self._mark: str | None = None  # "closed" / "done": committed with the last entries on stop()
+        self._marked = False
         self._sealed = False
         self._closing = False
         self._stats = ProducerStats(epoch=epoch, committed_steps=committer.view.num_steps,
@@ -86,7 +87,13 @@ class CommitLoop:
 
     @property
     def sealed(self) -> bool:
-        return self._sealed
+        """Whether this producer saw the namespace sealed (by its own or another's last commit)."""
+        return self._sealed or self._committer.view.sealed
+
+    @property
+    def committed_mark(self) -> str | None:
+        """The mark asked for by :meth:`stop` once it is committed, else None."""
+        return self._mark if self._marked else None
 
     @property
     def paused(self) -> bool:
@@ -163,10 +170,10 @@ class CommitLoop:
                 self._flushing -= 1
         self.raise_if_failed()
 
-    def stop(self, seal: bool) -> None:
-        """Commit what is pending, optionally sealing the namespace, and wait for the thread to end."""
+    def stop(self, mark: str) -> None:
+        """Commit what is pending with this producer's ``mark`` ("closed" or "done"), wait for the thread."""
         with self._cond:
-            self._seal_requested = bool(seal)
+            self._mark = mark
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
@@ -193,14 +200,14 @@ class CommitLoop:
         )
         return others + 1
 
-    def _next_batch(self, last_end: float) -> tuple[list[TGBEntry], bool] | None:
+    def _next_batch(self, last_end: float) -> tuple[list[TGBEntry], str | None] | None:
         """Under the lock: wait until the policy says "attempt"; ``None`` when the thread should stop."""
         while True:
             if self._error is not None:
                 return None
             n = len(self._pending)
-            seal = self._seal_requested and not self._sealed
-            if n == 0 and not seal:
+            mark = None if self._marked else self._mark
+            if n == 0 and mark is None:
                 if self._closing:
                     return None
                 self._cond.wait()
@@ -224,7 +231,7 @@ class CommitLoop:
                 continue
             limit = self.policy.max_entries
             batch = self._pending[:limit] if limit else list(self._pending)
-            return batch, seal and len(batch) == n
+            return batch, (mark if len(batch) == n else None)
 
     def _run(self) -> None:
         last_end = float("-inf")
@@ -234,12 +241,12 @@ class CommitLoop:
                 chosen = self._next_batch(last_end)
             if chosen is None:
                 return
-            batch, seal = chosen
+            batch, mark = chosen
             with self._cond:
                 state = self._states.get(batch[-1].offset) if batch else None
             try:
                 self._verify_old_objects(batch)
-                result = self._committer.attempt(batch, seal=seal, state=state)
+                result = self._committer.attempt(batch, state=state, mark=mark)
             except TransientStorageError as e:
                 # The store is unwell beyond the retry wrapper's patience: nothing was
                 # committed that we do not know of (a landed write is recognised by its
@@ -269,8 +276,9 @@ class CommitLoop:
                 for offset in [o for o in self._written_at if o < committed]:
                     del self._written_at[offset]
                     self._states.pop(offset, None)
-                if seal and result.committed:
-                    self._sealed = True
+                if mark is not None and result.committed:
+                    self._marked = True
+                self._sealed = self._committer.view.sealed
                 s = self._stats
                 window = ema(s.fragile_window_s or None, result.window_s, _WINDOW_EMA_WEIGHT) if result.wrote else s.fragile_window_s
                 self._stats = replace(

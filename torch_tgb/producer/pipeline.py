@@ -93,8 +93,9 @@ def produce(
     ``resume_offset, resume_offset + 1, ...`` with ``state=pipeline.state_dict()``
     until the pipeline ends or this producer id holds ``max_steps`` offsets in
     total (not per run). Then flushes (everything appended is committed when
-    this returns) and, with ``seal=True``, seals the namespace: only the last
-    writer of a namespace should seal.
+    this returns) and closes the producer; ``seal=True`` marks it done, which
+    seals the namespace once no other producer is still open (see
+    ``Producer.close``): every producer of a job may pass it.
 
     ``progress``: a bar on a terminal (``None``: only if stderr is one), and
     a log line every 30 s otherwise. ``metadata`` goes into ``dataset.json``
@@ -152,11 +153,12 @@ def produce(
         producer.flush()
         producer.close(seal=seal)
         stats = producer.stats()
+        sealed = producer.sealed
     seconds = time.perf_counter() - started
     report = ProduceReport(
         producer_id=producer_id, start_offset=start, end_offset=offset, batches=offset - start, seconds=seconds,
-        resumed=start > 0, exhausted=exhausted, sealed=bool(seal), bytes_written=stats.bytes_written, stats=stats,
+        resumed=start > 0, exhausted=exhausted, sealed=sealed, bytes_written=stats.bytes_written, stats=stats,
     )
     log.info("produce %s: offsets %d..%d (%d batches) in %.2f s%s", producer_id, start, offset - 1,
-             report.batches, seconds, ", sealed" if seal else "")
+             report.batches, seconds, ", sealed" if sealed else ", done" if seal else "")
     return report

@@ -193,10 +193,20 @@ class Producer:
         self._loop.flush()
 
     def close(self, seal: bool = False) -> None:
-        """Commit what is pending, optionally seal the namespace (end of stream), stop. Idempotent."""
+        """Commit what is pending with this producer's end mark, stop. Idempotent.
+
+        ``seal=False`` marks it ``closed`` (finished for now; it may come back
+        with the same ``producer_id`` unless the stream is sealed meanwhile).
+        ``seal=True`` marks it ``done`` and ends the stream once no producer
+        is still running: the namespace is sealed (end of stream for
+        readers) by this commit if no other registered producer is ``open``,
+        else by the last of them to close with ``seal=True`` (or by ``tgb
+        seal``); the others keep committing normally until then.
+        :attr:`sealed` says whether it is sealed.
+        """
         if self._closed:
-            if seal and not self._loop.sealed:
-                raise TGBError(f"{self.store.url}: producer {self.producer_id!r} is closed; cannot seal now")
+            if seal and self._loop.committed_mark != "done":
+                raise TGBError(f"{self.store.url}: producer {self.producer_id!r} is closed; cannot mark it done now")
             return
         if not self._loop.closing:
             try:
@@ -204,7 +214,7 @@ class Producer:
             except BaseException:
                 self.abort()
                 raise
-        self._loop.stop(seal)
+        self._loop.stop("done" if seal else "closed")
         self._closed = True
         if self._owns_store:
             self.store.close()
@@ -219,6 +229,7 @@ class Producer:
 
     @property
     def sealed(self) -> bool:
+        """Whether the namespace is sealed, as far as this producer has read the log."""
         return self._loop.sealed
 
     @property

@@ -156,6 +156,14 @@ class ObjectStore(abc.ABC):
                 raise error from e
             return RangeFailure(request, error)
 
+    def check_root(self) -> None:
+        """Raise :class:`ObjectNotFound` if the container the namespace lives in (an S3 bucket) is missing.
+
+        One cheap request, so that a mistyped bucket fails at open instead of
+        looking like an empty namespace. Default: nothing to check (a local
+        directory or an in-memory namespace is created by its first write).
+        """
+
     def close(self) -> None:
         """Release connections and pools. The store must not be used afterwards."""
 

@@ -32,6 +32,9 @@ class StoreWrapper(ObjectStore):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def check_root(self) -> None:
+        self.inner.check_root()
+
     def close(self) -> None:
         self.inner.close()
 

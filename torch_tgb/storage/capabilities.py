@@ -45,6 +45,7 @@ def ensure_conditional_writes(store: ObjectStore) -> None:
     """
     if _cached(store):
         return
+    store.check_root()  # a missing bucket: one clear error now, not a probe retried into a confusing one
     probe = f"{_PROBE_PREFIX}{uuid.uuid4().hex}"
     first, second = b"probe-1", b"probe-2"
     try:

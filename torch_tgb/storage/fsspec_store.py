@@ -46,6 +46,7 @@ from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBErr
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._secrets import secret_values
 
 __all__ = ["CONDITIONAL_PROTOCOLS", "FsspecStore", "redact_url"]
 
@@ -56,28 +57,6 @@ _PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3": {"use_listings_cache": False},
     "s3a": {"use_listings_cache": False},
 }
-
-
-# storage_options whose values are secrets (matched by substring of the option name)
-_SECRET_OPTION_NAMES = ("key", "secret", "token", "password", "credential", "sas", "auth")
-
-
-def _secrets_of(url: str, options: dict[str, Any]) -> tuple[str, ...]:
-    """Strings that must never appear in an error message: URL user info, secret options."""
-    found: list[str] = []
-    userinfo = urlsplit(url).netloc.rpartition("@")[0]
-    if userinfo:
-        found.extend(part for part in (userinfo, *userinfo.split(":")) if len(part) >= 3)
-
-    def walk(value: Any, secret: bool) -> None:
-        if isinstance(value, dict):
-            for name, inner in value.items():
-                walk(inner, secret or any(s in str(name).lower() for s in _SECRET_OPTION_NAMES))
-        elif secret and isinstance(value, str) and len(value) >= 3:
-            found.append(value)
-
-    walk(options, False)
-    return tuple(sorted(set(found), key=len, reverse=True))
 
 
 def redact_url(url: str) -> str:
@@ -111,7 +90,7 @@ class FsspecStore(ObjectStore):
             config.setdefault("retries", {"total_max_attempts": 1})
         self.protocol = protocol
         self.max_in_flight = max_in_flight
-        self._redact = _secrets_of(url, options)
+        self._redact = secret_values(url, options)
         # kept (never printed) to rebuild the file system in a forked or unpickled process
         self._spec = (url, options)
         self._lock = threading.Lock()
@@ -164,6 +143,21 @@ class FsspecStore(ObjectStore):
         else:
             error.__cause__ = e
         return error
+
+    def check_root(self) -> None:
+        """S3: one ``HEAD`` of the bucket; other file systems: nothing (directories appear on write)."""
+        if self.protocol not in ("s3", "s3a"):
+            return
+        bucket = self.fs.split_path(self.root)[0]
+        try:
+            self.fs.call_s3("head_bucket", Bucket=bucket)
+        except Exception as e:
+            error = self._fail(e, "HEAD bucket", None)
+            if isinstance(error, ObjectNotFound):
+                missing = ObjectNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
+                missing.__cause__ = error.__cause__
+                raise missing from None
+            raise error
 
     # --- reads -----------------------------------------------------------------
 
