@@ -81,3 +81,23 @@ def test_world_size_change_resumes_from_rank0_state(ns, new_dp, tmp_path):
     delivered = torch.cat([torch.cat([resumed[r][s] for r in range(new_dp)]) for s in range(steps)])
     expected = torch.cat([torch.arange(8).reshape(4, 2) + 100 * offset for offset in range(6, STEPS)])
     assert torch.equal(delivered, expected)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_dcp_shared_key_carries_a_shuffled_epochs_position(ns, tmp_path, workers):
+    """The rank-independent ``cursor`` key holds the epochs position too, not only ``tgb_cursor`` (step 0 there)."""
+    settings = dict(shuffle=True, block_size=2, seed=3, epochs=2)
+    source = tgb.DataLoader(ns, mesh=MESH, num_workers=workers, **settings)
+    it = iter(source)
+    for _ in range(STEPS + 3):  # into the second epoch
+        next(it)
+    assert source.step == STEPS + 3
+    dcp.save({"data": DataState(source)}, checkpoint_id=str(tmp_path / "ck"))
+    after = [b["x"] for b in it]
+    target = tgb.DataLoader(ns, mesh=Mesh(dp_rank=0, dp_size=1), num_workers=workers, **settings)  # new world size
+    dcp.load({"data": DataState(target)}, checkpoint_id=str(tmp_path / "ck"))
+    assert target.step == STEPS + 3
+    replay = [b["x"] for b in target]
+    assert len(replay) == len(after) == STEPS - 3
+    for mine, theirs in zip(after, replay):  # the same TGBs in the same order; dp=1 reads both halves
+        assert torch.equal(mine, theirs[2:])
