@@ -165,7 +165,15 @@ class Committer:
                 continue
             ours = candidate.producers[self.producer_id]
             theirs = snapshot.producers.get(self.producer_id)
-            return theirs is not None and theirs.epoch == ours.epoch and theirs.next_offset >= ours.next_offset
+            # A version that only marks (closed/done) or seals moves no offset: the snapshot
+            # must also hold the mark and the seal, or the candidate sat in a reclaimed slot.
+            return (
+                theirs is not None
+                and theirs.epoch == ours.epoch
+                and theirs.next_offset >= ours.next_offset
+                and theirs.status == ours.status
+                and (snapshot.sealed or not candidate.sealed)
+            )
         raise ManifestError(
             f"{self.manifest.where}no snapshot found for GC boundary version={boundary_version} after retries"
         )
