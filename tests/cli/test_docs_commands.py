@@ -31,8 +31,6 @@ _PLACEHOLDER = re.compile(r"\b(NS|DIR|SRC|NAME|COMMAND|ARGS|FILE|KEY|VALUE)\b|\.
 #: documented command -> the reason it is not run here
 SKIP = {
     "pip install torch==2.13.0 && pip install -e . && tgb demo": "installs packages (network); `tgb demo` is run below",
-    'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus]" && python -m pytest -q tests':
-        "installs packages (network) and runs this very suite",
     "pip install torch==2.13.0": "installs packages (network)",
     "pip install -e .": "installs packages (network)",
     'pip install -e ".[prometheus]"': "installs packages (network)",
@@ -43,10 +41,13 @@ SKIP = {
     "tgb reclaim s3://bucket/run1": "needs S3 credentials (the S3 path is tested against moto in tests/cli/test_s3.py)",
     "python examples/s3_namespace.py --ns s3://bucket/prefix --endpoint-url ...":
         "needs S3 credentials (tests/examples/test_s3_namespace.py runs it against moto)",
-    "tgb bench commit_policies -- --quick": "benchmarks are the bench branch's (issue 14 item 8), minutes long",
-    'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus,sources]" && python -m pytest -q tests':
-        "installs packages (network) and runs this very suite",
     'pip install -e ".[sources]"': "installs packages (network)",
+    'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus,sources,ray]" && python -m pytest -q tests':
+        "installs packages (network) and runs this very suite",
+    "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",
+    "tgb bench all --results-dir benchmarks/results && tgb bench report":
+        "the full benchmark suite (about 25 minutes) and it rewrites the committed results and docs/benchmarks.md",
+    "tgb bench report": "rewrites the committed docs/benchmarks.md (the bench branch's tests cover it)",
     "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --producer-id s0 --dp 8 "
     "--seq-len 2048 --global-batch 64": "needs a WebDataset corpus (--source runs on tiny ones in test_produce_source.py)",
     "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --producer-id s0 --dp 8 "
