@@ -132,3 +132,23 @@ def test_fencing_a_vanished_producer_closes_it_so_the_stream_can_end(tmp_path):
         p1.append(batch(1, 0), offset=0)
         p1.close(seal=True)
     assert head(ns).sealed
+
+
+def test_force_seal_for_a_coordinator_that_knows_everyone_finished(tmp_path):
+    from torch_tgb.errors import ManifestError
+    from torch_tgb.manifest import seal_namespace
+
+    ns = str(tmp_path / "ns")
+    died = tgb.Producer(ns, producer_id="p0", layout=LAYOUT, commit_policy="naive")
+    died.append(batch(0, 0), offset=0)
+    died.flush()
+    died.abort()  # died after its last commit: still marked open
+    store = open_store(ns)
+    try:
+        with pytest.raises(ManifestError, match=r"\['p0'\] are still open"):
+            seal_namespace(Manifest(store))
+        assert not head(ns).sealed
+        seal_namespace(Manifest(store), force=True)
+        assert head(ns).sealed and head(ns).num_steps == 1
+    finally:
+        store.close()

@@ -33,7 +33,7 @@ from torch_tgb.integrations._ray_pool import Worker, WorkerPool
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import Manifest
+from torch_tgb.manifest import Manifest, seal_namespace
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import open_store
 
@@ -384,6 +384,14 @@ class Fleet:
         producer = Producer(self.ns, producer_id=f"{self.prefix}-seal", layout=self.layout,
                             storage_options=self.storage_options or None, metadata=self._spec.metadata)
         producer.close(seal=True)
+        if not producer.sealed:
+            # Every shard is produced, but a shard's producer that died after its last commit is
+            # still marked open (its mark never landed): the fleet knows it is finished.
+            store = open_store(self.ns, self.storage_options or None)
+            try:
+                seal_namespace(Manifest(store), force=True)
+            finally:
+                store.close()
         return True
 
     def _shutdown_ray(self) -> None:

@@ -374,18 +374,21 @@ def _marks(view: ManifestState) -> str:
     return ", ".join(f"{pid} {s.status}" for pid, s in sorted(view.producers.items())) or "none"
 
 
-def seal_namespace(manifest: Manifest) -> int:
+def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
     """Seal the namespace now, unless a producer is still open; returns the sealing version.
 
     For jobs whose producers ran one after another (each closed, none
     ``done``), or that mix ``closed`` and ``done``: the seal is committed as
-    producer :data:`SEALER_ID`. Idempotent on a sealed namespace.
+    producer :data:`SEALER_ID`. Idempotent on a sealed namespace. ``force``
+    seals even while producers are marked open: for a coordinator that knows
+    they have all finished (a process that died after its last commit stays
+    marked open); a producer still running then meets :class:`NamespaceSealed`.
     """
     head = manifest.head()
     if head.sealed:
         return head.version
     still = sorted(pid for pid, s in head.producers.items() if s.status == "open" and pid != SEALER_ID)
-    if still:
+    if still and not force:
         raise ManifestError(
             f"{manifest.where}cannot seal at version={head.version}: producers {still} are still open "
             "(running, or crashed without closing): close or restart-and-close them first"
@@ -394,7 +397,7 @@ def seal_namespace(manifest: Manifest) -> int:
     committer.start()
     try:
         while True:
-            result = committer.attempt([], seal=True, mark="done", refuse_open=True)
+            result = committer.attempt([], seal=True, mark="done", refuse_open=not force)
             if result.committed:
                 return result.version
     except ManifestError:
