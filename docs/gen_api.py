@@ -42,6 +42,7 @@ MODULES = [
     ("torch_tgb.format", "the TGB object format"),
     ("torch_tgb.manifest", "the manifest log and commit protocol"),
     ("torch_tgb.distributed", "cross-rank helpers"),
+    ("torch_tgb.integrations.ray", "producer fleets on Ray (extra: torch-tgb[ray])"),
     ("torch_tgb.observability", "stats logging and Prometheus export"),
     ("torch_tgb.errors", "the error hierarchy"),
 ]
