@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -29,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, results_dir, save  # noqa: E402
 KINDS = ("token-file", "webdataset", "parquet", "lance")
 SEQ_LEN = 2048
 GLOBAL_BATCH = 16
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=20_000, help="documents in the corpus (default 20 000)")
     parser.add_argument("--sources", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
     parser.add_argument("--producers", default="1,2", help="producer counts to run (default 1,2)")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where ingest.json goes (default benchmarks/results)")
+    add_results_arg(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for name in ("ns", "source", "offsets", "column"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
@@ -179,18 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": SEQ_LEN,
         "global_batch": GLOBAL_BATCH,
         "points": points,
-        "machine": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_avg_1m": os.getloadavg()[0],
-        },
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / ("ingest_quick.json" if args.quick else "ingest.json")
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    report.pop("benchmark", None)
+    save(results_dir(args), "ingest_quick" if args.quick else "ingest", report)
     return 0
 
 

@@ -22,9 +22,7 @@ oversubscription, not scaling.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -35,7 +33,8 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-RESULTS = Path(__file__).parent / "results"
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import add_results_arg, results_dir, save  # noqa: E402
 SEQ_LEN = 512
 GLOBAL_BATCH = 16
 
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--steps-per-shard", type=int, default=None)
     p.add_argument("--work", type=int, default=8, help="sort rounds per global batch (the CPU-bound transform)")
-    p.add_argument("--results-dir", type=Path, default=RESULTS)
+    add_results_arg(p)
     args = p.parse_args(argv)
     steps = args.steps_per_shard or (6 if args.quick else 40)
 
@@ -147,19 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         "global_batch": GLOBAL_BATCH,
         "commit_policy": "dac",
         "points": points,
-        "machine": {
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_avg_1m_at_end": os.getloadavg()[0],
-            "note": "shared machine: other jobs ran at the same time",
-        },
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    out = args.results_dir / ("ray_ingest_quick.json" if args.quick else "ray_ingest.json")
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    report.pop("benchmark", None)
+    save(results_dir(args), "ray_ingest_quick" if args.quick else "ray_ingest", report)
     return 0
 
 
