@@ -1,13 +1,16 @@
-"""Parquet: documents from Parquet files (what Hugging Face ``datasets`` writes), by row group.
+"""Parquet and Arrow files (what Hugging Face ``datasets`` writes): documents by row group / record batch.
 
 ``column`` is a list-of-integers token column (``input_ids``) or a string
 column read with ``tokenizer=``. Units of sharding are the row groups of all
-files, in file order then row-group order, counted from the footers when the
-source is made. A unit is read with ``ParquetFile.iter_batches`` on its one
-row group; resuming inside it decodes the row group again and drops the rows
-already read. Paths are local files, directories (their ``*.parquet`` files,
-sorted) or fsspec URLs (``s3://...``, opened with ``storage_options``).
-Needs the ``parquet`` extra (pyarrow).
+Parquet files and the record batches of all Arrow IPC files (``*.arrow``,
+file or stream format: ``datasets.save_to_disk`` writes the stream format),
+in file order, counted when the source is made. A Parquet unit is read with
+``ParquetFile.iter_batches`` on its one row group; an Arrow file is memory
+mapped (zero copy) and a unit is one of its record batches. Resuming inside a
+unit decodes it again and drops the rows already read. Paths are local files,
+directories (their ``*.parquet`` files, else their ``*.arrow`` files, sorted)
+or fsspec URLs (``s3://...``, opened with ``storage_options``; an Arrow file
+is then read whole). Needs the ``parquet`` extra (pyarrow).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import Document, require
 
 pq = require("pyarrow.parquet", "parquet")
+pa = require("pyarrow", "parquet")
 
 from torch_tgb.sources._arrow import ArrowOptions, ArrowSource  # noqa: E402  (after the extra check)
 
@@ -30,7 +34,7 @@ __all__ = ["Parquet"]
 
 
 class Parquet(ArrowSource):
-    """Documents of the rows of Parquet files; units are row groups.
+    """Documents of the rows of Parquet (and Arrow IPC) files; units are row groups (record batches).
 
     ``column`` defaults to ``"input_ids"``; the other keywords are ``ArrowOptions``.
     """
@@ -46,14 +50,21 @@ class Parquet(ArrowSource):
         self.paths = _expand(paths)
         self._units: list[tuple[int, int, int]] = []  # (file index, row group, rows)
         for f, path in enumerate(self.paths):
-            parquet_file = self._file(f)
-            self._check_schema(parquet_file.schema_arrow, path)
-            meta = parquet_file.metadata
+            handle = self._file(f)
+            if _is_arrow(path):
+                self._check_schema(handle.schema, path)
+                self._units += [(f, b, batch.num_rows) for b, batch in enumerate(handle.to_batches())]
+                continue
+            self._check_schema(handle.schema_arrow, path)
+            meta = handle.metadata
             self._units += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
         self._set_num_units(len(self._units), ", ".join(self.paths) or "Parquet(paths=[])")
 
     def _file(self, f: int) -> Any:
+        """A ``ParquetFile``, or for an Arrow IPC file its ``Table`` (memory mapped when local)."""
         path = self.paths[f]
+        if path not in self._handles and _is_arrow(path):
+            self._handles[path] = self._arrow_table(path)
         if path not in self._handles:
             try:
                 if "://" in path:
@@ -68,15 +79,39 @@ class Parquet(ArrowSource):
                 raise SourceError(f"{path}: not a Parquet file: {e}") from e
         return self._handles[path]
 
+    def _arrow_table(self, path: str) -> Any:
+        try:
+            if "://" in path:
+                fsspec = require("fsspec", "parquet")
+                fs, inner = fsspec.core.url_to_fs(path, **self.storage_options)
+                with fs.open(inner, "rb") as fh:
+                    source: Any = pa.BufferReader(fh.read())
+            else:
+                source = pa.memory_map(path)
+            try:
+                return pa.ipc.open_file(source).read_all()
+            except pa.ArrowInvalid:  # not the file format: the stream format (datasets.save_to_disk)
+                source.seek(0)
+                return pa.ipc.open_stream(source).read_all()
+        except FileNotFoundError as e:
+            raise SourceError(f"{path}: no such Arrow file") from e
+        except Exception as e:  # ArrowInvalid (a ValueError) and OSError
+            raise SourceError(f"{path}: not an Arrow IPC file: {e}") from e
+
     def _unit_name(self, unit: int) -> str:
         f, group, _ = self._units[unit]
-        return f"{self.paths[f]} row group {group}"
+        what = "record batch" if _is_arrow(self.paths[f]) else "row group"
+        return f"{self.paths[f]} {what} {group}"
 
     def _unit_length(self, unit: int) -> int:
         return self._units[unit][2]
 
     def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
-        f, group, _ = self._units[unit]
+        f, group, rows = self._units[unit]
+        if _is_arrow(self.paths[f]):
+            batch = self._file(f).select(self.columns).to_batches()[group]
+            pieces = (batch.slice(i, self.batch_size) for i in range(0, rows, self.batch_size))
+            return self._documents(pieces, unit, skip=start, first_row=0)
         batches = self._file(f).iter_batches(batch_size=self.batch_size, row_groups=[group], columns=self.columns)
         return self._documents(batches, unit, skip=start, first_row=0)
 
@@ -86,10 +121,15 @@ def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     out: list[str] = []
     for item in (os.fspath(i) for i in items):
         if "://" not in item and os.path.isdir(item):
-            found = sorted(os.path.join(item, n) for n in os.listdir(item) if n.endswith(".parquet"))
+            names = sorted(os.listdir(item))
+            found = [n for n in names if n.endswith(".parquet")] or [n for n in names if _is_arrow(n)]
             if not found:
-                raise SourceError(f"{item}: empty source, no *.parquet files in the directory")
-            out += found
+                raise SourceError(f"{item}: empty source, no *.parquet or *.arrow files in the directory")
+            out += [os.path.join(item, n) for n in found]
         else:
             out.append(item)
     return out
+
+
+def _is_arrow(path: str) -> bool:
+    return path.endswith((".arrow", ".feather", ".ipc"))
