@@ -19,10 +19,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.cursor import Cursor
+from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.errors import LayoutError
 
-__all__ = ["EPOCHS_KEY", "EpochOrder", "epoch_cursor_of"]
+__all__ = ["EPOCHS_KEY", "EpochOrder", "canonical_state", "epoch_cursor_of", "next_step_of"]
 
 #: key of the epochs-mode position in a reader's state
 EPOCHS_KEY = "tgb_epochs"
@@ -100,3 +100,24 @@ def epoch_cursor_of(state: Any) -> tuple[Cursor, Mapping[str, Any]] | None:
         if best is None or cursor < best[0]:
             best = (cursor, saved)
     return best
+
+
+def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
+
+    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered) and, for
+    an epochs read, the smallest ``tgb_epochs`` position with its order settings. The
+    ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
+    under one key that loads on any world size).
+    """
+    out: dict[str, Any] = {CURSOR_KEY: cursor_of(state).to_json()}
+    found = epoch_cursor_of(state)
+    if found is not None:
+        out[EPOCHS_KEY] = dict(found[1])
+    return out
+
+
+def next_step_of(state: Mapping[str, Any]) -> int:
+    """The next step a reader in ``state`` delivers (through the epochs for an epochs read)."""
+    found = epoch_cursor_of(state)
+    return (cursor_of(state) if found is None else found[0]).step

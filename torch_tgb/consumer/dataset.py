@@ -26,106 +26,38 @@ the state keeps the position under ``"tgb_epochs"`` (``consumer/_epochs.py``).
 
 from __future__ import annotations
 
-import logging
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, epoch_cursor_of
+from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, canonical_state, epoch_cursor_of, next_step_of
+from torch_tgb.consumer._open import wait_for_dataset
+from torch_tgb.consumer.options import DP_SPLITS, ReaderOptions
 from torch_tgb.consumer.device import cast_integers
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position
-from torch_tgb.datapipes.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.footer_index import FooterIndex
-from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
+from torch_tgb.datapipes.poller import ManifestPoller
 from torch_tgb.datapipes.project import Project, cursor_at
 from torch_tgb.datapipes.range_reader import RangeReader
 from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
-from torch_tgb.errors import DataTimeout, LayoutError, ManifestError
-from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, SliceReader, verify_policy
+from torch_tgb.errors import LayoutError, ManifestError
+from torch_tgb.format import SliceReader
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = ["META_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
-log = logging.getLogger(__name__)
-
-#: how a reader with fewer DP ranks than the layout uses a TGB (see layout.plan_reads)
-DP_SPLITS = ("merge", "spread")
 
 #: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
 META_KEY = "__tgb_meta__"
-
-
-@dataclass(frozen=True)
-class ReaderOptions:
-    """Tuning of the read pipeline; the defaults suit local disks and S3 alike.
-
-    ``verify``: ``"first"`` checks each byte range's CRC32C the first time it
-    is read and never again, ``"always"`` on every read, ``"never"`` not at
-    all (``True``/``False`` mean always/never). ``read_mode``: ``"mmap"``
-    maps local objects (zero-copy; a file truncated in place under a live
-    mapping kills the process with SIGBUS, see docs/operations.md) or
-    ``"copy"`` (reads into private buffers: a truncation is a CorruptObject).
-    ``dtype``: cast every integer tensor to this dtype (e.g. ``torch.int64``
-    for an embedding lookup); ``None`` delivers the stored dtype as views of
-    the read bytes, with no copy.
-    """
-
-    footer_cache: int = 256
-    #: upcoming steps whose footers are fetched in one batched call
-    footer_lookahead: int = 8
-    verify: bool | str = "first"
-    #: read a local (mmap-able) namespace in the consumer's thread; prefetch then only serves remote stores
-    inline_local: bool = True
-    poll: PollPolicy = PollPolicy()
-    #: stop before this TGB step (exclusive); None: at the seal
-    stop_step: int | None = None
-    read_mode: str = "mmap"
-    dtype: torch.dtype | None = None
-    #: soft read failures (missing object, timeout, 5xx) absorbed per batched remote read
-    errors: ErrorBudget = ErrorBudget()
-    #: open objects (mappings) kept per reader; a segment object counts once
-    open_objects: int = 64
-    #: local objects smaller than this are read whole at open (cheaper than a mapping); larger ones mapped
-    small_object_bytes: int = READ_WHOLE_BELOW
-
-    def __post_init__(self) -> None:
-        verify_policy(self.verify)  # raises ValueError on an unknown policy
-        if self.read_mode not in READ_MODES:
-            raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
-        if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
-
-
-def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
-
-    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered) and, for
-    an epochs read, the smallest ``tgb_epochs`` position with its order settings. The
-    ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
-    under one key that loads on any world size).
-    """
-    out: dict[str, Any] = {CURSOR_KEY: cursor_of(state).to_json()}
-    found = epoch_cursor_of(state)
-    if found is not None:
-        out[EPOCHS_KEY] = dict(found[1])
-    return out
-
-
-def next_step_of(state: Mapping[str, Any]) -> int:
-    """The next step a reader in ``state`` delivers (through the epochs for an epochs read)."""
-    found = epoch_cursor_of(state)
-    return (cursor_of(state) if found is None else found[0]).step
 
 
 class TGBDataset(IterableDataset):
@@ -352,31 +284,7 @@ class TGBDataset(IterableDataset):
         if self._layout is not None:
             return store, Manifest(store), Layout.from_json(self._layout)
         manifest = Manifest(store)
-        info = manifest.dataset()
-        if info is None:
-            store.check_root()  # a missing bucket fails now; a missing local directory may still appear
-        started = time.monotonic()
-        interval = self.options.poll.min_interval
-        warn_every = self.options.poll.warn_every
-        warn_at = warn_every
-        while info is None:  # the consumer may start before the first producer
-            waited = time.monotonic() - started
-            if self.timeout is not None and waited >= self.timeout:
-                raise DataTimeout(
-                    f"{store.url}: no TGB namespace there (no {DATASET_KEY}) within timeout={self.timeout}s: "
-                    "a mistyped path, or no producer has started yet"
-                )
-            if warn_at is not None and warn_every is not None and waited >= warn_at:
-                log.warning(
-                    "%s: waiting %.0fs for a TGB namespace to appear (no %s yet): a mistyped path, or no "
-                    "producer has started yet; %s", store.url, waited, DATASET_KEY,
-                    "no timeout (timeout=None)" if self.timeout is None else f"timeout={self.timeout}s",
-                )
-                warn_at += warn_every
-            sleep = interval if self.timeout is None else min(interval, self.timeout - waited)
-            time.sleep(sleep if warn_at is None else max(0.0, min(sleep, warn_at - waited)))
-            interval = min(interval * self.options.poll.backoff, self.options.poll.max_interval)
-            info = manifest.dataset()
+        info = wait_for_dataset(store, manifest, timeout=self.timeout, poll=self.options.poll)
         self._layout = dict(info.layout)
         return store, manifest, Layout.from_json(info.layout)
 

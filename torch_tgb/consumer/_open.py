@@ -1,0 +1,49 @@
+"""Waiting for a namespace to appear: a reader may start before the first producer, but never waits silently."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.errors import DataTimeout
+from torch_tgb.manifest import DatasetInfo, Manifest
+from torch_tgb.manifest.keys import DATASET_KEY
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["wait_for_dataset"]
+
+log = logging.getLogger(__name__)
+
+
+def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float | None, poll: PollPolicy) -> DatasetInfo:
+    """The namespace's ``dataset.json``, waiting for it with backoff; a warning every ``poll.warn_every`` seconds.
+
+    A missing bucket fails at once (``store.check_root``); ``DataTimeout`` after ``timeout`` seconds.
+    """
+    info = manifest.dataset()
+    if info is None:
+        store.check_root()  # a missing bucket fails now; a missing local directory may still appear
+    started = time.monotonic()
+    interval = poll.min_interval
+    warn_every = poll.warn_every
+    warn_at = warn_every
+    while info is None:  # the consumer may start before the first producer
+        waited = time.monotonic() - started
+        if timeout is not None and waited >= timeout:
+            raise DataTimeout(
+                f"{store.url}: no TGB namespace there (no {DATASET_KEY}) within timeout={timeout}s: "
+                "a mistyped path, or no producer has started yet"
+            )
+        if warn_at is not None and warn_every is not None and waited >= warn_at:
+            log.warning(
+                "%s: waiting %.0fs for a TGB namespace to appear (no %s yet): a mistyped path, or no "
+                "producer has started yet; %s", store.url, waited, DATASET_KEY,
+                "no timeout (timeout=None)" if timeout is None else f"timeout={timeout}s",
+            )
+            warn_at += warn_every
+        sleep = interval if timeout is None else min(interval, timeout - waited)
+        time.sleep(sleep if warn_at is None else max(0.0, min(sleep, warn_at - waited)))
+        interval = min(interval * poll.backoff, poll.max_interval)
+        info = manifest.dataset()
+    return info

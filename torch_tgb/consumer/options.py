@@ -1,0 +1,57 @@
+"""ReaderOptions: how a TGBDataset reads (verify policy, read mode, caches, polling, error budget)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from torch_tgb.datapipes.batch_fetch import ErrorBudget
+from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
+
+__all__ = ["DP_SPLITS", "ReaderOptions"]
+
+#: how a reader with fewer DP ranks than the layout uses a TGB (see layout.plan_reads)
+DP_SPLITS = ("merge", "spread")
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """Tuning of the read pipeline; the defaults suit local disks and S3 alike.
+
+    ``verify``: ``"first"`` checks each byte range's CRC32C the first time it
+    is read and never again, ``"always"`` on every read, ``"never"`` not at
+    all (``True``/``False`` mean always/never). ``read_mode``: ``"mmap"``
+    maps local objects (zero-copy; a file truncated in place under a live
+    mapping kills the process with SIGBUS, see docs/operations.md) or
+    ``"copy"`` (reads into private buffers: a truncation is a CorruptObject).
+    ``dtype``: cast every integer tensor to this dtype (e.g. ``torch.int64``
+    for an embedding lookup); ``None`` delivers the stored dtype as views of
+    the read bytes, with no copy.
+    """
+
+    footer_cache: int = 256
+    #: upcoming steps whose footers are fetched in one batched call
+    footer_lookahead: int = 8
+    verify: bool | str = "first"
+    #: read a local (mmap-able) namespace in the consumer's thread; prefetch then only serves remote stores
+    inline_local: bool = True
+    poll: PollPolicy = PollPolicy()
+    #: stop before this TGB step (exclusive); None: at the seal
+    stop_step: int | None = None
+    read_mode: str = "mmap"
+    dtype: torch.dtype | None = None
+    #: soft read failures (missing object, timeout, 5xx) absorbed per batched remote read
+    errors: ErrorBudget = ErrorBudget()
+    #: open objects (mappings) kept per reader; a segment object counts once
+    open_objects: int = 64
+    #: local objects smaller than this are read whole at open (cheaper than a mapping); larger ones mapped
+    small_object_bytes: int = READ_WHOLE_BELOW
+
+    def __post_init__(self) -> None:
+        verify_policy(self.verify)  # raises ValueError on an unknown policy
+        if self.read_mode not in READ_MODES:
+            raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
+        if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
