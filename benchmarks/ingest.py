@@ -172,14 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"({point['seconds']:.1f} s)"
                 )
     report = {
-        "benchmark": "ingest",
         "quick": bool(args.quick),
         "corpus": {k: corpus[k] for k in ("docs", "tokens", "source_bytes")},
         "seq_len": SEQ_LEN,
         "global_batch": GLOBAL_BATCH,
         "points": points,
     }
-    report.pop("benchmark", None)
     save(results_dir(args), "ingest_quick" if args.quick else "ingest", report)
     return 0
 

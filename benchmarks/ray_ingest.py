@@ -137,7 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     report = {
-        "benchmark": "ray_ingest",
         "quick": bool(args.quick),
         "shards": args.shards,
         "steps_per_shard": steps,
@@ -147,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         "commit_policy": "dac",
         "points": points,
     }
-    report.pop("benchmark", None)
     save(results_dir(args), "ray_ingest_quick" if args.quick else "ray_ingest", report)
     return 0
 

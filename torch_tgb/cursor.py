@@ -23,7 +23,7 @@ from typing import Any
 
 from torch_tgb.errors import LayoutError
 
-__all__ = ["CURSOR_KEY", "Cursor", "cursor_of", "find_cursors"]
+__all__ = ["CURSOR_KEY", "Cursor", "cursor_of", "find_cursors", "find_under"]
 
 #: key under which every state dict of the consumer stores its cursor
 CURSOR_KEY = "tgb_cursor"
@@ -93,19 +93,28 @@ class Cursor:
         return self.position <= other.position
 
 
-def find_cursors(state: Any) -> Iterator[Cursor]:
-    """Every cursor stored under ``"tgb_cursor"`` anywhere inside ``state``."""
+def find_under(state: Any, key: str) -> Iterator[Mapping[str, Any]]:
+    """Every mapping stored under ``key`` anywhere inside ``state`` (dicts, lists and tuples, any depth).
+
+    A consumer's state nests: a StatefulDataLoader holds one snapshot per
+    worker, a DCP entry wraps the loader's. Readers find their positions here.
+    """
     stack = [state]
     while stack:
         node = stack.pop()
         if isinstance(node, Mapping):
             for k, v in node.items():
-                if k == CURSOR_KEY and isinstance(v, Mapping):
-                    yield Cursor.from_json(v)
+                if k == key and isinstance(v, Mapping):
+                    yield v
                 else:
                     stack.append(v)
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
+
+
+def find_cursors(state: Any) -> Iterator[Cursor]:
+    """Every cursor stored under ``"tgb_cursor"`` anywhere inside ``state``."""
+    return (Cursor.from_json(v) for v in find_under(state, CURSOR_KEY))
 
 
 def cursor_of(state: Any) -> Cursor:

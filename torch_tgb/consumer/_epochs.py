@@ -15,11 +15,11 @@ keeps two cursors apart:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
+from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, find_under
 from torch_tgb.errors import LayoutError
 
 __all__ = ["EPOCHS_KEY", "EpochOrder", "canonical_state", "epoch_cursor_of", "next_step_of"]
@@ -75,24 +75,10 @@ class EpochOrder:
             )
 
 
-def _epoch_states(state: Any) -> Iterator[Mapping[str, Any]]:
-    stack = [state]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                if k == EPOCHS_KEY and isinstance(v, Mapping):
-                    yield v
-                else:
-                    stack.append(v)
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
-
-
 def epoch_cursor_of(state: Any) -> tuple[Cursor, Mapping[str, Any]] | None:
     """The smallest epochs-mode position in ``state`` (any nesting) and its saved settings; None if there is none."""
     best: tuple[Cursor, Mapping[str, Any]] | None = None
-    for saved in _epoch_states(state):
+    for saved in find_under(state, EPOCHS_KEY):
         try:
             cursor = Cursor.from_json(saved["cursor"])
         except (KeyError, TypeError) as e:
