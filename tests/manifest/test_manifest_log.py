@@ -12,7 +12,9 @@ from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import (
     GC_BOUNDARY_KEY,
+    GC_BOUNDARY_PREFIX,
     SNAPSHOT_HINT_KEY,
+    boundary_key,
     Manifest,
     snapshot_key,
     version_key,
@@ -53,8 +55,12 @@ def test_latest_version_by_probing_is_logarithmic(store) -> None:
     assert counting.calls["exists"] <= 2 * math.ceil(math.log2(201)) + 2
     assert counting.total <= 2 * math.ceil(math.log2(201)) + 4
     counting.reset()
-    assert m.latest_version() == 201  # warm and idle: one probe plus the boundary
-    assert counting.total == 2
+    assert m.latest_version() == 201  # warm and idle: one probe plus the boundary ...
+    assert counting.total == 3  # ... a LIST of its generations, none yet: also the pre-generation object
+    store.put_if_absent(boundary_key(0, 0), b"{}")  # what creating dataset.json writes
+    counting.reset()
+    assert m.latest_version() == 201
+    assert counting.calls["exists"] == 1 and counting.calls["list"] == 1 and counting.total == 2
 
 
 def test_hint_bounds_cold_start(store) -> None:
@@ -150,7 +156,8 @@ def test_gc_boundary_protocol(store) -> None:
     with pytest.raises(ManifestError, match="above the GC boundary"):
         m.delete_versions_below(10)
     boundary = m.advance_gc_boundary(10, first)
-    assert (boundary.version, boundary.step) == (10, first) and store.exists(GC_BOUNDARY_KEY)
+    assert (boundary.version, boundary.step) == (10, first)
+    assert store.list(GC_BOUNDARY_PREFIX) == [boundary_key(10, first)]
     with pytest.raises(ManifestError, match="only forward"):
         m.advance_gc_boundary(9, 0)
     assert m.delete_versions_below(10) == 9

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.manifest.keys import version_key
+from torch_tgb.manifest.keys import GC_BOUNDARY_PREFIX, version_key
 
 LAYOUT = tgb.Layout(dp=1)
 
@@ -45,6 +45,11 @@ class Tamper:
         path = self.path(key)
         os.makedirs(path.parent, exist_ok=True)
         path.write_bytes(data)
+
+    def without_boundary_generations(self) -> None:
+        """Make it a namespace from before GC-boundary generations: ``_tgb/gc_boundary.json`` is read then."""
+        for path in self.path(GC_BOUNDARY_PREFIX).iterdir():
+            path.unlink()
 
     def read_all(self) -> list[int]:
         """Consume the namespace from step 0 (fresh dataset, fresh store)."""

@@ -19,7 +19,7 @@ from _watchdog import within
 
 import torch_tgb as tgb
 from torch_tgb.errors import InvalidKey, TGBError
-from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, version_key
+from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, boundary_key, version_key
 from torch_tgb.storage import LocalStore
 from torch_tgb.storage.local import open_regular
 
@@ -86,9 +86,18 @@ def test_fifo_as_manifest_version(tamper: Tamper, role: str) -> None:
 
 @pytest.mark.parametrize("role", ["consumer", "producer", "reclaimer"])
 def test_fifo_as_gc_boundary(tamper: Tamper, role: str) -> None:
+    tamper.without_boundary_generations()
     fifo = _fifo_at(tamper.path(GC_BOUNDARY_KEY))
     error = _outcome({"consumer": _consumer, "producer": _producer, "reclaimer": _reclaimer}[role](tamper), [fifo])
     assert isinstance(error, TGBError) and "gc_boundary" in str(error), error
+
+
+@pytest.mark.parametrize("role", ["consumer", "producer", "reclaimer"])
+def test_fifo_named_as_a_boundary_generation_is_not_one(tamper: Tamper, role: str) -> None:
+    """Generations are found by LIST and never opened; a FIFO is not a regular file, so not listed."""
+    fifo = _fifo_at(tamper.path(boundary_key(9, 9)))
+    error = _outcome({"consumer": _consumer, "producer": _producer, "reclaimer": _reclaimer}[role](tamper), [fifo])
+    assert error is None or isinstance(error, tgb.errors.NamespaceSealed), error  # (the producer: sealed)
 
 
 @pytest.mark.parametrize("role", ["consumer", "producer", "reclaimer"])

@@ -119,7 +119,7 @@ class Reclaimer:
         data_keys = store.list(DATA_PREFIX)
         live = live_checkpoints(store)
         safe_step = min((m.step for m in live), default=0)
-        before = manifest.repair_gc_boundary()  # undo a stale boundary write that landed late
+        before = manifest.repair_gc_boundary()  # re-create a deleted generation; drop lower ones landed late
         head = manifest.head()
         # What the existing boundary allows goes first: nothing is written yet, so this
         # frees space even when the disk is too full for the snapshot and boundary puts.

@@ -7,9 +7,11 @@ from torch_tgb.manifest.commit import AttemptResult, Committer, seal_namespace
 from torch_tgb.manifest.keys import (
     DATASET_KEY,
     GC_BOUNDARY_KEY,
+    GC_BOUNDARY_PREFIX,
     LOG_PREFIX,
     SNAPSHOT_HINT_KEY,
     SNAPSHOT_PREFIX,
+    boundary_key,
     snapshot_key,
     version_key,
 )
@@ -27,6 +29,7 @@ from torch_tgb.manifest.records import (
 __all__ = [
     "DATASET_KEY",
     "GC_BOUNDARY_KEY",
+    "GC_BOUNDARY_PREFIX",
     "LOG_PREFIX",
     "SNAPSHOT_HINT_KEY",
     "SNAPSHOT_PREFIX",
@@ -39,6 +42,7 @@ __all__ = [
     "ProducerState",
     "TGBEntry",
     "Version",
+    "boundary_key",
     "seal_namespace",
     "snapshot_key",
     "validate_producer_id",

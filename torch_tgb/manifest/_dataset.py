@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_tgb.errors import AmbiguousWriteError, CorruptObject, LayoutError, ManifestError, SchemaMismatch
-from torch_tgb.manifest.keys import DATASET_KEY
-from torch_tgb.manifest.records import DatasetInfo
+from torch_tgb.manifest._json import dump_json
+from torch_tgb.manifest.keys import DATASET_KEY, boundary_key
+from torch_tgb.manifest.records import DatasetInfo, GCBoundary
 from torch_tgb.storage import ObjectStore
 
 __all__ = ["check_dataset", "ensure_dataset"]
@@ -60,6 +61,9 @@ def ensure_dataset(
     for _ in range(8):
         try:
             if store.put_if_absent(DATASET_KEY, ours.encode()):
+                # The first GC-boundary generation: a reader's boundary read is then one LIST that finds one
+                # (without any, it also reads the pre-generation _tgb/gc_boundary.json).
+                store.put_if_absent(boundary_key(0, 0), dump_json(GCBoundary().to_json()))
                 return ours
         except AmbiguousWriteError:
             pass  # landed or not: read it back

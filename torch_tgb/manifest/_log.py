@@ -25,7 +25,9 @@ from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.keys import (
     DATASET_KEY,
     GC_BOUNDARY_KEY,
+    GC_BOUNDARY_PREFIX,
     SNAPSHOT_HINT_KEY,
+    boundary_of,
     SNAPSHOT_PREFIX,
     number_of,
     snapshot_key,
@@ -325,10 +327,11 @@ class LogReader:
     def gc_boundary(self) -> GCBoundary:
         """The current boundary (``GCBoundary(0, 0)`` before the first reclamation); never goes back.
 
-        The boundary only ever moves forward, so a stored value below one this
-        Manifest already read (or wrote) is a stale write that landed late (a
-        delayed retry): the higher one is returned, and the Reclaimer's next
-        pass writes it back (:meth:`repair_gc_boundary`).
+        The boundary is the highest of its immutable generations on storage
+        (:meth:`stored_gc_boundary`), which cannot go back: a late write only
+        re-creates a lower generation. This Manifest also never returns less
+        than a boundary it already read or wrote (a store whose LIST lags, or
+        a generation deleted by hand).
         """
         stored = self.stored_gc_boundary()
         with self._lock:
@@ -338,12 +341,24 @@ class LogReader:
         return stored
 
     def stored_gc_boundary(self) -> GCBoundary:
-        """What ``_tgb/gc_boundary.json`` holds now (may be stale: see :meth:`gc_boundary`)."""
+        """The highest generation under ``_tgb/gc_boundary/`` (one LIST; the names are the values).
+
+        A namespace reclaimed before boundary generations existed holds its
+        boundary in ``_tgb/gc_boundary.json``: that is read when no generation
+        exists, and the first new generation supersedes it.
+        """
+        generations = [g for g in map(boundary_of, self.store.list(GC_BOUNDARY_PREFIX)) if g is not None]
+        if generations:
+            return GCBoundary(*max(generations))
         try:
             data = self._get_bounded(GC_BOUNDARY_KEY)
         except ObjectNotFound:
             return GCBoundary()
         return GCBoundary.decode(data, what=f"{self.where}{GC_BOUNDARY_KEY}")
+
+    def boundary_generations(self) -> list[str]:
+        """The keys of every boundary generation on storage, lowest first."""
+        return sorted(k for k in self.store.list(GC_BOUNDARY_PREFIX) if boundary_of(k) is not None)
 
     def _saw_gc_boundary(self, boundary: GCBoundary) -> None:
         with self._lock:

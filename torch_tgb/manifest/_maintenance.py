@@ -13,7 +13,7 @@ import logging
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._json import dump_json
 from torch_tgb.manifest._log import LogReader
-from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, LOG_PREFIX, SNAPSHOT_HINT_KEY, number_of, snapshot_key
+from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, LOG_PREFIX, SNAPSHOT_HINT_KEY, boundary_key, number_of, snapshot_key
 from torch_tgb.manifest.records import FORMAT, GCBoundary, ManifestState
 
 __all__ = ["LogMaintenance"]
@@ -77,37 +77,51 @@ class LogMaintenance(LogReader):
         return boundary
 
     def repair_gc_boundary(self) -> GCBoundary:
-        """The boundary, after writing back the highest one seen if a stale write moved the stored one back.
+        """The boundary, after re-creating the highest one seen if storage no longer lists it.
 
-        The Reclaimer calls this first in every pass, before it deletes anything.
+        Generations are immutable, so a late write cannot lower the stored
+        boundary; only a deleted generation (by hand, or a store whose LIST
+        lags) can. Lower generations re-created by late writes are dropped.
+        The Reclaimer calls this first in every pass, before it deletes
+        anything.
         """
         current = self.gc_boundary()
         if self.stored_gc_boundary() != current:
-            log.warning("%sGC boundary went back to a stale value; writing version=%d, step=%d again",
+            log.warning("%sGC boundary on storage is below version=%d, step=%d; writing that generation again",
                         self.where, current.version, current.step)
             self._put_gc_boundary(current)
+        else:
+            self._drop_lower_generations(current)
         return current
 
     def _put_gc_boundary(self, boundary: GCBoundary) -> None:
-        """Write ``boundary`` and read it back until the store holds it (or a higher one).
+        """Create ``boundary``'s generation, check that storage lists it, then drop the lower ones.
 
-        A delayed retry of an older boundary write may land right after ours; the
-        read-back sees it and writes ours again, so nothing is deleted on the
-        strength of a boundary the store no longer holds. (One landing even later
-        is undone by the next pass's :meth:`repair_gc_boundary`; every Manifest
-        that read the higher boundary ignores it meanwhile.)
+        The generation is created with ``put_if_absent`` under a key that is
+        its value, so every write of it, a delayed retry included, writes the
+        same thing, and a late write of an older boundary only re-creates a
+        lower generation: the highest one, which readers take, never goes back.
         """
         self._saw_gc_boundary(boundary)
-        data = dump_json(boundary.to_json())
-        for _ in range(8):
-            self.store.put(GC_BOUNDARY_KEY, data)
-            stored = self.stored_gc_boundary()
-            if (stored.version, stored.step) >= (boundary.version, boundary.step):
-                return
-        raise ManifestError(
-            f"{self.where}{GC_BOUNDARY_KEY} keeps going back below version={boundary.version}, step={boundary.step} "
-            "after writing it 8 times (stale writes landing, or two Reclaimers on one namespace?)"
-        )
+        self.store.put_if_absent(boundary_key(boundary.version, boundary.step), dump_json(boundary.to_json()))
+        stored = self.stored_gc_boundary()
+        if (stored.version, stored.step) < (boundary.version, boundary.step):
+            raise ManifestError(
+                f"{self.where}GC boundary version={boundary.version}, step={boundary.step} was created but storage "
+                f"lists version={stored.version}, step={stored.step}: nothing is deleted on its strength"
+            )
+        self._drop_lower_generations(stored)
+
+    def _drop_lower_generations(self, current: GCBoundary) -> None:
+        """Delete the generations below ``current`` (which storage lists) and the pre-generation object.
+
+        Only tidiness: readers take the highest generation, so one re-created
+        late by a delayed write is harmless, and goes at the next pass.
+        """
+        top = boundary_key(current.version, current.step)
+        generations = self.boundary_generations()
+        if top in generations:  # (a boundary only in the pre-generation object stays there until the next advance)
+            self.store.delete([GC_BOUNDARY_KEY, *(k for k in generations if k < top)])
 
     def version_keys_below(self, version: int) -> list[str]:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""

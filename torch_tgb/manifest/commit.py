@@ -16,7 +16,7 @@ v). An attempt:
    token means it landed (4); another token is a conflict (the next attempt
    rebases on it); missing after an ambiguous reply means it did not land
    (retry the same bytes into the same slot).
-4. **GC boundary**: re-read ``_tgb/gc_boundary.json``. A created version
+4. **GC boundary**: re-read it (the highest generation under ``_tgb/gc_boundary/``). A created version
    strictly below the boundary either was reclaimed right after we created
    it (the boundary's snapshot includes our commit: success) or sits in a slot
    reclaimed before we wrote it (a stalled writer whose base was deleted; the

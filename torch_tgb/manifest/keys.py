@@ -11,8 +11,11 @@ from typing import NamedTuple
 __all__ = [
     "DATASET_KEY",
     "GC_BOUNDARY_KEY",
+    "GC_BOUNDARY_PREFIX",
     "LOG_PREFIX",
     "ObjectName",
+    "boundary_key",
+    "boundary_of",
     "SNAPSHOT_HINT_KEY",
     "SNAPSHOT_PREFIX",
     "number_of",
@@ -26,7 +29,8 @@ DATASET_KEY = "_tgb/dataset.json"
 LOG_PREFIX = "_tgb/log/"
 SNAPSHOT_PREFIX = "_tgb/snapshots/"
 SNAPSHOT_HINT_KEY = "_tgb/snapshot_hint.json"
-GC_BOUNDARY_KEY = "_tgb/gc_boundary.json"
+GC_BOUNDARY_PREFIX = "_tgb/gc_boundary/"
+GC_BOUNDARY_KEY = "_tgb/gc_boundary.json"  # before boundary generations: read only when none exists
 
 
 def version_key(number: int) -> str:
@@ -35,6 +39,22 @@ def version_key(number: int) -> str:
 
 def snapshot_key(number: int) -> str:
     return f"{SNAPSHOT_PREFIX}{number:020d}.json"
+
+
+def boundary_key(version: int, step: int) -> str:
+    """The immutable object of one GC-boundary generation: its name is its value (see docs/protocol.md)."""
+    return f"{GC_BOUNDARY_PREFIX}{version:020d}-{step:020d}.json"
+
+
+_BOUNDARY_NAME = re.compile(r"([0-9]{20})-([0-9]{20})\.json")
+
+
+def boundary_of(key: str) -> tuple[int, int] | None:
+    """``(version, step)`` of a boundary generation's key; ``None`` for anything else (a backend's temp file)."""
+    match = _BOUNDARY_NAME.fullmatch(key[len(GC_BOUNDARY_PREFIX) :]) if key.startswith(GC_BOUNDARY_PREFIX) else None
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2))
 
 
 def number_of(key: str, prefix: str) -> int | None:
