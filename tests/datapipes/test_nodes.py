@@ -25,7 +25,7 @@ from torch_tgb.datapipes import (
 from torch_tgb.errors import CorruptObject, DataTimeout, LayoutError, ManifestError
 from torch_tgb.layout import Mesh, plan_reads
 from torch_tgb.manifest import Manifest, ManifestState
-from torch_tgb.storage import open_store
+from torch_tgb.storage import ForwardingStore, open_store
 from torch_tgb.testing.resume import run_resume_test
 
 N_STEPS = 9
@@ -102,8 +102,30 @@ def test_reader_resume_and_exact_data(store: Any, prefetch: int, inline_local: b
         assert all(torch.equal(b.tensors[k], want[k]) for k in want)
 
 
+class _Remote(ForwardingStore):
+    """The namespace as a remote store sees it: no local path, so footers and slices go through requests."""
+
+    def local_path(self, key: str) -> str | None:
+        return None
+
+
+def test_local_footers_are_parsed_one_task_at_a_time(store: Any) -> None:
+    """Locally there is no round trip to save: a step never pays for the next steps' footers (flat p95)."""
+    reader = pipeline(store, Mesh(0, 2, 0, 2), lookahead=4)
+    footers = reader.source
+    fetched: list[int] = []
+    fetch_one = footers._fetch_one_local
+    footers._fetch_one_local = lambda e: (fetched.append(e.entry.size), fetch_one(e))[1]
+    batches: list[int] = []
+    fetch = footers._fetch
+    footers._fetch = lambda entries: (batches.append(len(entries)), fetch(entries))[1]
+    assert len(list(reader)) == N_STEPS
+    assert batches == [4] and len(fetched) == N_STEPS - 4  # the first task learns the store is local
+
+
 def test_footers_are_fetched_in_batches_and_stay_warm(store: Any) -> None:
     stats = ReadStats()
+    store = _Remote(store)
     reader = pipeline(store, Mesh(0, 2, 0, 2), stats=stats, lookahead=4)
     footers = reader.source
     batches: list[int] = []

@@ -39,7 +39,7 @@ from torch_tgb.consumer._open import wait_for_dataset
 from torch_tgb.consumer.options import DP_SPLITS, ReaderOptions
 from torch_tgb.consumer.device import cast_integers
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
-from torch_tgb.datapipes._types import Position
+from torch_tgb.datapipes._types import Position, ReadTask
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.poller import ManifestPoller
 from torch_tgb.datapipes.project import Project, cursor_at
@@ -123,7 +123,7 @@ class TGBDataset(IterableDataset):
         self._start: Cursor | None = Cursor(0) if self._order is None else None  # None: the start of the first epoch
         self._restore: dict[str, Any] | None = None  # exact same-setting state, checked at iteration
         self._reader: RangeReader | None = None
-        self._delivered: Position | None = None  # while iterating: the position after the last delivered step
+        self._delivered: _Delivered | None = None  # while iterating: what tells the position after the last step
         self._layout: dict[str, Any] | None = None
         self._stats = ReadStats()
 
@@ -218,7 +218,7 @@ class TGBDataset(IterableDataset):
     def _position(self) -> dict[str, Any]:
         """``tgb_cursor`` with the origin/index/plan it was derived from."""
         if self._delivered is not None:
-            pos = self._delivered
+            pos = self._delivered.position()
             return {CURSOR_KEY: pos.cursor.to_json(), "origin": pos.origin.to_json(), "index": pos.index, "plan": pos.plan}
         if self._restore is not None:
             return {k: self._restore[k] for k in (CURSOR_KEY, "origin", "index", "plan")}
@@ -358,7 +358,7 @@ class TGBDataset(IterableDataset):
         store, manifest, layout = self._open()
         reader, project = self._build(store, manifest, layout)
         self._reader = reader
-        self._delivered = project.position()
+        self._delivered = delivered = _Delivered(project)
         in_worker = get_worker_info() is not None
         checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
         meta = self.emit_meta and in_worker
@@ -381,7 +381,7 @@ class TGBDataset(IterableDataset):
                     return
                 self._stats.add(stall_s=time.perf_counter() - started, steps=1)
                 task = batch.task
-                self._delivered = project.position_after(task)
+                delivered.task = task  # the position is derived only when asked for (not per step)
                 if checker is not None:
                     checker.check(task.cursor, task.keys)
                 tensors = batch.tensors
@@ -403,3 +403,16 @@ class TGBDataset(IterableDataset):
                 self._restore = {**self._setting(), **self._position()}
                 self._reader = None
                 self._delivered = None
+
+
+class _Delivered:
+    """The position after the last delivered step, derived on demand from that step's task."""
+
+    __slots__ = ("project", "task")
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.task: ReadTask | None = None
+
+    def position(self) -> Position:
+        return self.project.position() if self.task is None else self.project.position_after(self.task)

@@ -94,8 +94,15 @@ class FooterIndex(BaseNode[ReadTask]):
         task, state = self._pending[0]
         cache = self._cache
         if any(e.address not in cache for e in task.entries):
-            self._pull_ready()
-            self._fetch([e for t, _ in self._pending for e in t.entries])
+            if self._local:
+                # no round trip to save: parse this task's footers only, so that a step never pays
+                # for the next ``lookahead`` steps' footers (that batching made every 8th step slow)
+                for e in task.entries:
+                    if e.address not in cache:
+                        self._fetch_one_local(e)
+            else:
+                self._pull_ready()
+                self._fetch([e for t, _ in self._pending for e in t.entries])
         else:
             self.stats.add(footer_cache_hits=len(task.entries))
         self._pending.popleft()
@@ -136,18 +143,7 @@ class FooterIndex(BaseNode[ReadTask]):
                 todo[e.address] = e
         if not todo:
             return
-        requests = []
-        for e in todo.values():
-            entry = e.entry
-            # The entry's numbers decide how much is read: check them before any allocation.
-            end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
-            if entry.footer_offset < 0 or end != entry.size or not (0 < entry.footer_length <= MAX_FOOTER_BYTES):
-                raise ManifestError(
-                    f"{self.store.url}: manifest entry for step={e.step} of object "
-                    f"{e.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
-                    f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
-                )
-            requests.append(RangeRequest(e.key, entry.footer_offset, entry.size))
+        requests = [self._footer_range(e) for e in todo.values()]
         if self._local is None:  # one namespace lives on one backend: ask once
             self._local = self.store.local_path(requests[0].key) is not None
         if self._local:
@@ -161,13 +157,42 @@ class FooterIndex(BaseNode[ReadTask]):
         for (address, e), blob in zip(todo.items(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
             self._cache[address] = footer
-        # Evict least recently used, but never a footer a buffered task still needs.
+        if len(self._cache) > self.cache_size:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop least recently used footers, never one a buffered task still needs: O(evicted), not O(cache)."""
+        over = len(self._cache) - self.cache_size
         needed = {e.address for t, _ in self._pending for e in t.entries}
-        for key in list(self._cache):
-            if len(self._cache) <= self.cache_size:
-                break
-            if key not in needed:
-                del self._cache[key]
+        victims = []
+        for address in self._cache:  # oldest first
+            if address not in needed:
+                victims.append(address)
+                if len(victims) == over:
+                    break
+        for address in victims:
+            del self._cache[address]
+
+    def _footer_range(self, e: StepEntry) -> RangeRequest:
+        """Where ``e``'s footer lies; the entry's numbers decide how much is read: checked before any allocation."""
+        entry = e.entry
+        end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
+        if entry.footer_offset < 0 or end != entry.size or not (0 < entry.footer_length <= MAX_FOOTER_BYTES):
+            raise ManifestError(
+                f"{self.store.url}: manifest entry for step={e.step} of object "
+                f"{e.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
+                f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
+            )
+        return RangeRequest(e.key, entry.footer_offset, entry.size)
+
+    def _fetch_one_local(self, e: StepEntry) -> None:
+        """One footer of a local object, through the shared mapping: the step path's share of footer work."""
+        r = self._footer_range(e)
+        blob = self._local_range(r)
+        self.stats.add(footer_requests=1, bytes_read=len(blob))
+        self._cache[e.address] = parse_footer(blob, key=e.key, size=r.end, footer_offset=r.start)
+        if len(self._cache) > self.cache_size:
+            self._evict()
 
     def _local_range(self, r: RangeRequest) -> bytes | memoryview:
         view = self.slices.view(r.key, r.start, r.end) if self.slices is not None else None
