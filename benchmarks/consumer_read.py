@@ -20,6 +20,9 @@ Three measurements, printed and saved as JSON under benchmarks/results/:
    the floor of the same round, p50/p95 per batch.
 4. ``remote``: one rank on LatencyStore (20 ms RTT): steady throughput vs the
    store's bandwidth model, requests per rank-step.
+5. ``train_wait`` (``_train_wait.py``): how long a training loop with a fixed
+   CPU step waits in ``next()`` per step on tgb.DataLoader vs the
+   DataLoader-over-memmap baseline, interleaved rounds.
 
 Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--results-dir DIR] [--only SECTION]
 """
@@ -52,6 +55,7 @@ from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, machine, results_dir  # noqa: E402
 from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
+from _train_wait import train_wait  # noqa: E402
 
 KB = 1000
 
@@ -265,6 +269,12 @@ def run_hot_path(args: argparse.Namespace) -> dict[str, Any]:
                         log=lambda line: print(line, flush=True))
 
 
+def run_train_wait(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return train_wait(quick=args.quick, rounds=args.rounds, tmp=tmp, compute_ms=args.compute_ms,
+                          log=lambda line: print(line, flush=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI / a laptop)")
@@ -275,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth", type=float, default=100e6, help="LatencyStore bytes/s per stream")
     parser.add_argument("--rounds", type=int, default=None, help="hot path: interleaved rounds (default 5, quick 3)")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 8], help="hot path: reader processes")
-    parser.add_argument("--only", choices=["amplification", "requests", "hot_path", "remote"], default=None)
+    parser.add_argument("--only", choices=["amplification", "requests", "hot_path", "remote", "train_wait"],
+                        default=None)
+    parser.add_argument("--compute-ms", type=float, default=5.0, help="train_wait: CPU time of one training step")
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/consumer_read.json)")
     add_results_arg(parser)
@@ -302,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             "requests": requests_per_step(args) if args.only in (None, "requests") else None,
             "hot_path": run_hot_path(args) if args.only in (None, "hot_path") else None,
             "remote": remote(args) if args.only in (None, "remote") else None,
+            "train_wait": run_train_wait(args) if args.only in (None, "train_wait") else None,
         }
     finally:
         if s3 is not None:

@@ -294,6 +294,17 @@ def collected_sections(results: dict[str, Any]) -> list[str]:
                        f"{r['p50_us']:.1f} / {r['p95_us']:.1f} | {r['ratio_to_floor']:.3f} | "
                        f"{r.get('p50_ratio_to_floor', float('nan')):.3f} |")
         out.append("")
+    if cr and cr.get("train_wait") and cr["train_wait"].get("results"):
+        tw = cr["train_wait"]
+        out += [f"**Waiting per training step** (issue 15: no more than the DataLoader-over-memmap baseline; a loop "
+                f"with a {tw['compute_ms']:.0f} ms 1-thread CPU step, {tw['steps']} steps of 32×512 int64, "
+                f"{tw['rounds']} interleaved rounds, {_when(cr)}):", "",
+                "| loader | wait mean / p50 / p95 µs | × baseline (mean wait) |", "|---|---|---|"]
+        for r in tw["results"]:
+            out.append(f"| {r['loader']} | {r['wait_mean_us']:.0f} / {r['wait_p50_us']:.0f} / {r['wait_p95_us']:.0f} | "
+                       f"{r['wait_over_baseline']:.2f} |")
+        out += ["", "Worker processes (`_w2`) compete with the step for this machine's 2 cores, so they wait "
+                "longer here than they would on a training node.", ""]
     lc = results.get("lifecycle")
     if lc:
         out += [f"**Lifecycle** (seed 000 §7.5: −72%, 34.85 → 9.76 GiB): peak bytes reduced by "
