@@ -33,7 +33,7 @@ class ReaderOptions:
 
     footer_cache: int = 256
     #: upcoming steps whose footers are fetched in one batched call
-    footer_lookahead: int = 8
+    footer_lookahead: int = 32
     verify: bool | str = "first"
     #: read a local (mmap-able) namespace in the consumer's thread; prefetch then only serves remote stores
     inline_local: bool = True

@@ -49,7 +49,7 @@ class FooterIndex(BaseNode[ReadTask]):
         store: ObjectStore,
         *,
         cache_size: int = 256,
-        lookahead: int = 8,
+        lookahead: int = 32,
         stats: ReadStats | None = None,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),

@@ -12,8 +12,11 @@ thread hand-offs of prefetching.
 
 With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
 feeder thread pulls tasks from the source and hands them to a pool of
-``prefetch`` reader threads, so at most ``prefetch`` steps are being fetched
-at once; results are delivered strictly in step order. Upcoming steps the
+``prefetch`` reader threads. A window of ``prefetch`` slots bounds the steps
+fetched or fetched-but-undelivered (the memory a reader holds ahead); each
+delivered step frees a slot at once, so reads stay continuously in flight
+(``prefetch`` streams: what ``benchmarks/consumer_read.py``'s remote model
+assumes). Results are delivered strictly in step order. Upcoming steps the
 source already has (``available()``, up to ``prefetch``) are read together:
 their ranges go out as one ordered batched ``get_ranges`` call
 (:func:`~torch_tgb.datapipes.batch_fetch.fetch_ranges`), whose soft failures
@@ -87,6 +90,7 @@ class RangeReader(BaseNode[StepBatch]):
         self._feeder: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop = threading.Event()
+        self._slots: threading.Semaphore | None = None  # one per step fetched but not yet delivered
         self._ended: _End | None = None
         # keeps local objects mapped; shared with FooterIndex when the caller passes one
         self._slices = slices if slices is not None else SliceReader(store, verify=verify)
@@ -129,6 +133,8 @@ class RangeReader(BaseNode[StepBatch]):
                 raise item.error
             raise StopIteration
         future, index, state = item
+        assert self._slots is not None
+        self._slots.release()  # this step leaves the window: the feeder may start another
         try:
             batch = future.result()[index]
         except BaseException:
@@ -212,7 +218,8 @@ class RangeReader(BaseNode[StepBatch]):
 
     def _start(self) -> None:
         self._stop.clear()
-        self._queue = queue.Queue(maxsize=self.prefetch)
+        self._queue = queue.Queue()  # bounded by the slots: at most ``prefetch`` steps fetched ahead
+        self._slots = threading.Semaphore(self.prefetch)
         self._pool = concurrent.futures.ThreadPoolExecutor(self.prefetch, thread_name_prefix="tgb-read")
         self._feeder = threading.Thread(target=self._feed, name="tgb-feeder", daemon=True)
         self._feeder.start()
@@ -227,16 +234,30 @@ class RangeReader(BaseNode[StepBatch]):
                 continue
         return False
 
+    def _take_slot(self) -> bool:
+        """Wait for room in the window of ``prefetch`` steps; False once stopping."""
+        assert self._slots is not None
+        while not self._stop.is_set():
+            if self._slots.acquire(timeout=_POLL):
+                return True
+        return False
+
     def _feed(self) -> None:
-        assert self._pool is not None
+        assert self._pool is not None and self._slots is not None
         while not self._stop.is_set():
             group: list[tuple[ReadTask, dict]] = []
             end: _End | None = None
+            if not self._take_slot():
+                return
             try:
                 task = next(self.source)
                 group.append((task, self.source.state_dict()))
-                # upcoming steps already committed join this step's batched read (one call)
-                while len(group) < self.prefetch and self._source_lookahead and self.source.available(1) > 0:  # type: ignore[attr-defined]
+                # upcoming steps already committed join this step's batched read (one call), as far as
+                # the window has room: a step delivered frees a slot, so reads stay continuously in flight
+                while self._source_lookahead and self._slots.acquire(blocking=False):
+                    if self.source.available(1) <= 0:  # type: ignore[attr-defined]
+                        self._slots.release()
+                        break
                     task = next(self.source)
                     group.append((task, self.source.state_dict()))
             except StopIteration:
