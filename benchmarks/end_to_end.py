@@ -8,18 +8,30 @@ small torch model (embedding + MLP + LM head) trains on 8x256 batches.
     processes doing the transform, in the trainer's process group;
 (b) disaggregated: ``--workers`` producer process(es) run the same
     transform and write TGBs with ``tgb.Producer``; the trainer reads them
-    with ``tgb.DataLoader``.
+    with ``tgb.DataLoader``;
+(c) Ray fleet: the same producers as ``--workers`` Ray actors
+    (``torch_tgb.integrations.ray.Fleet``, one shard per actor, offsets
+    dealt as in (b)); the trainer reads as in (b). Without Ray: recorded as
+    not installed.
 Equal total CPU: one trainer process (1 torch thread) + ``--workers`` data
-processes in both. Reported: steps/s and step latency p50/p95 (wall time
-between the trainer's steps, waiting included).
+processes in all three (Ray adds its own GCS and raylet processes, said in
+the results). Reported: steps/s and step latency p50/p95 (wall time between
+the trainer's steps, waiting included) and the first step's wait.
 
-Crash: at a third of the run one data process gets SIGKILL. (a) the
+Crash: at a third of the run one data process gets SIGKILL (the crash runs
+use a transform of about 0.6 trainer step, ``crash_setup``, so that the
+producers are still producing at the kill and a backlog exists). (a) the
 DataLoader raises in the trainer (the run dies; steps until then are
 reported). (b) the trainer keeps stepping on what is committed while a
 replacement producer starts after ``--outage`` seconds and resumes at its
-``resume_offset``; reported: steps during the outage, the longest wait, and
-an exactly-once check (offsets 0..N-1 each delivered once, contents equal
-to a recomputation).
+``resume_offset``; reported: steps during the outage, the longest wait
+between steps, an exactly-once check (offsets 0..N-1 each delivered once,
+contents equal to a recomputation), and whether the producer was still running when killed
+(when it outpaces the trainer it may have finished). (c) ``ray.kill`` of the
+actor running a shard at the same step: Ray restarts it and the fleet gives
+it the shard back, which resumes at its last commit; reported as (b), the
+outage running from the kill until the fleet shows a new attempt of the
+shard committing.
 
 Usage: python benchmarks/end_to_end.py [--quick] [--results-dir DIR]
 """
@@ -27,6 +39,8 @@ Usage: python benchmarks/end_to_end.py [--quick] [--results-dir DIR]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import hashlib
 import multiprocessing as mp
 import os
@@ -43,11 +57,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _e2e_ray
 from _common import add_results_arg, pct, results_dir, save
 
 import torch_tgb as tgb
 
 ROWS, SEQ, VOCAB = 8, 256, 2000
+CRASH_RATIO = 0.6  # the crash runs' transform, as a fraction of the trainer's step (see crash_setup)
 WORDS = [f"w{chr(97 + i % 26)}{chr(97 + (i // 26) % 26)}{i % 7}" for i in range(3000)]
 
 
@@ -131,7 +147,8 @@ def train(batches, n: int, *, on_step=None) -> dict[str, Any]:
 def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:
     t = run["times"][warmup:]
     return {"steps": len(run["times"]), "steps_per_s": len(t) / sum(t) if t else 0.0,
-            "step_p50_ms": pct(t, 50) * 1e3, "step_p95_ms": pct(t, 95) * 1e3, "error": run["error"]}
+            "step_p50_ms": pct(t, 50) * 1e3, "step_p95_ms": pct(t, 95) * 1e3, "error": run["error"],
+            "first_step_s": run["times"][0] if run["times"] else None}
 
 
 def colocated(args, transform: Transform, crash_at: int | None) -> dict[str, Any]:
@@ -177,6 +194,7 @@ def disaggregated(args, ns: str, crash_at: int | None) -> dict[str, Any]:
     def on_step(step: int) -> None:
         outage["step_now"] = step
         if step == crash_at:
+            outage["producer_running_at_kill"] = procs[0].poll() is None  # else it had finished: nothing lost
             procs[0].send_signal(signal.SIGKILL)
             outage["killed_at_step"] = step
             outage["killed_t"] = time.perf_counter()
@@ -195,6 +213,12 @@ def disaggregated(args, ns: str, crash_at: int | None) -> dict[str, Any]:
     return run
 
 
+def ray_fleet(args, ns: str, crash_at: int | None) -> dict[str, Any]:
+    """(c): the producers of (b) as a Ray fleet, read as in (b); at ``crash_at`` one actor is killed."""
+    return _e2e_ray.ray_fleet(ns, make_transform=functools.partial(Transform, str(args.tokenizer), args.words),
+                              steps=args.steps, workers=args.workers, train=train, crash_at=crash_at)
+
+
 def exactly_once(run: dict[str, Any], transform: Transform, n: int, checks: int) -> dict[str, Any]:
     offsets = run["offsets"]
     by_offset = dict(zip(offsets, run["digests"]))
@@ -206,6 +230,36 @@ def exactly_once(run: dict[str, Any], transform: Transform, n: int, checks: int)
             "checked_offsets": len(sample)}
 
 
+def warm_ms(transform: Transform, reps: int = 3) -> float:
+    """Median ms of ``transform`` on a few offsets after one untimed call (which loads the tokenizer)."""
+    transform(0)
+    times = []
+    for offset in range(1, reps + 1):
+        t = time.perf_counter()
+        transform(offset)
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[reps // 2]
+
+
+def crash_setup(args, colocated_runs: list[dict[str, Any]]) -> tuple[argparse.Namespace, Transform]:
+    """The crash runs' settings: a transform heavier than the steady one unless ``--crash-words`` is given.
+
+    A producer much faster than the trainer finishes before the kill at step N/3 and the crash tests nothing;
+    one slower than the trainer leaves no backlog to step on during the outage. So the crash runs scale the
+    words per row for a transform of about ``CRASH_RATIO`` of the trainer's step p50 measured in the steady (a)
+    rounds (scaled twice, timing the transform each time); all three setups use it.
+    """
+    step_ms = sorted(r["step_p50_ms"] for r in colocated_runs)[len(colocated_runs) // 2]
+    words = args.crash_words or args.words
+    for _ in range(0 if args.crash_words else 2):
+        ms = warm_ms(Transform(str(args.tokenizer), words))
+        words = max(args.words, round(words * CRASH_RATIO * step_ms / ms))
+    crash = argparse.Namespace(**{**vars(args), "words": words})
+    heavier = Transform(str(args.tokenizer), words)
+    crash.transform_ms = warm_ms(heavier)
+    return crash, heavier
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="40 steps, lighter transform")
@@ -213,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--words", type=int, default=None, help="words of generated text per row (the CPU cost)")
     parser.add_argument("--workers", type=int, default=1, help="data processes in both setups")
     parser.add_argument("--outage", type=float, default=2.0, help="seconds before the killed producer restarts")
+    parser.add_argument("--crash-words", type=int, default=None,
+                        help=f"words per row in the crash runs (default: a transform of ~{CRASH_RATIO} trainer step)")
     parser.add_argument("--produce", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
@@ -226,7 +282,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = results_dir(args)
     warmup = 5
-    with tempfile.TemporaryDirectory(prefix="tgb-e2e-") as tmp:
+    try:
+        import ray
+
+        import torch_tgb.integrations.ray  # noqa: F401 - the fleet; fails here, not in the first (c) run
+        ray_ok = True
+    except ImportError as e:
+        ray_ok, ray_missing = False, f"ray not installed ({e}): pip install 'torch-tgb[ray]'"
+        print(f"(c) ray fleet: {ray_missing}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if ray_ok:
+            # started once for the whole run: its own processes (GCS, raylet) idle beside (a) and (b) too
+            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+            stack.callback(ray.shutdown)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tgb-e2e-"))
         args.tokenizer = Path(tmp) / "bpe.json"
         train_tokenizer(args.tokenizer)
         transform = Transform(str(args.tokenizer), args.words)
@@ -236,35 +305,62 @@ def main(argv: list[str] | None = None) -> int:
         result: dict[str, Any] = {
             "quick": args.quick, "steps": args.steps, "batch": [ROWS, SEQ], "transform_ms_per_batch": transform_ms,
             "cpu_split": f"trainer: 1 process, 1 torch thread; data: {args.workers} process(es) "
-            f"(DataLoader workers in (a), tgb.Producer processes in (b)); machine has {os.cpu_count()} cores",
+            f"(DataLoader workers in (a), tgb.Producer processes in (b), Ray actors of num_cpus=1 in a Ray started "
+            f"with num_cpus={args.workers} in (c)); machine has {os.cpu_count()} cores",
+            "ray": "measured" if ray_ok else ray_missing,
+            "ray_overhead": "(c) also runs Ray's own processes (GCS, raylet; up for the whole script, so beside (a) "
+            "and (b) too) and the fleet's driver thread in the trainer process (polls every 0.1 s)",
             "paper": "seed 000 §7.2: disaggregated producers keep the trainer stepping; the colocated loader "
             "shares the trainer's failure domain",
         }
-        runs: dict[str, list] = {"colocated": [], "disaggregated": []}
-        for r in range(2 if args.quick else 3):  # interleaved A B A B
+        runs: dict[str, list] = {"colocated": [], "disaggregated": [], **({"ray_fleet": []} if ray_ok else {})}
+        for r in range(2 if args.quick else 3):  # interleaved A B C A B C
             runs["colocated"].append(summarise(colocated(args, transform, None), warmup))
             runs["disaggregated"].append(
                 summarise(disaggregated(args, str(Path(tmp) / f"ns{r}"), None), warmup))
-            print(f"round {r}: colocated {runs['colocated'][-1]['steps_per_s']:.2f} steps/s, "
-                  f"disaggregated {runs['disaggregated'][-1]['steps_per_s']:.2f} steps/s", flush=True)
+            if ray_ok:
+                c = ray_fleet(args, str(Path(tmp) / f"ray{r}"), None)
+                runs["ray_fleet"].append({**summarise(c, warmup), **c["outage"]})  # worker deaths without a kill
+            print(f"round {r}: " + ", ".join(f"{k} {v[-1]['steps_per_s']:.2f}" for k, v in runs.items())
+                  + " steps/s", flush=True)
         result["steady"] = runs
+        crash, crash_transform = crash_setup(args, runs["colocated"])
         crash_at = args.steps // 3
-        a = colocated(args, transform, crash_at)
-        b = disaggregated(args, str(Path(tmp) / "ns_crash"), crash_at)
+        a = colocated(crash, crash_transform, crash_at)
+        b = disaggregated(crash, str(Path(tmp) / "ns_crash"), crash_at)
         o = b["outage"]
         outage_steps = (o.get("restarted_at_step", 0) - o.get("killed_at_step", 0)) if o else None
+        checks = 10 if args.quick else 30
         result["crash"] = {
-            "killed_at_step": crash_at, "outage_s": args.outage,
+            "killed_at_step": crash_at, "outage_s": args.outage, "words": crash.words,
+            "target_ratio_to_step": CRASH_RATIO, "transform_ms_per_batch": crash.transform_ms,
             "colocated": {**summarise(a, warmup), "survived": a["error"] is None and len(a["times"]) == args.steps},
             "disaggregated": {**summarise(b, warmup), "survived": b["error"] is None and len(b["times"]) == args.steps,
                               "steps_during_outage": outage_steps,
-                              "longest_wait_s": max(b["times"]) if b["times"] else None,
-                              "exactly_once": exactly_once(b, transform, args.steps, 10 if args.quick else 30)},
+                              "producer_running_at_kill": o.get("producer_running_at_kill"),
+                              "longest_wait_s": max(b["times"][1:], default=None),
+                              "exactly_once": exactly_once(b, crash_transform, args.steps, checks)},
         }
+        if ray_ok:
+            c = ray_fleet(crash, str(Path(tmp) / "ray_crash"), crash_at)
+            o = c["outage"]
+            result["crash"]["ray_fleet"] = {
+                **summarise(c, warmup), "survived": c["error"] is None and len(c["times"]) == args.steps,
+                **o, "steps_during_outage": (o["resumed_at_step"] - o["killed_at_step"]
+                                             if o.get("resumed_at_step") is not None else None),
+                "longest_wait_s": max(c["times"][1:], default=None),
+                "exactly_once": exactly_once(c, crash_transform, args.steps, checks)}
         print(f"crash: colocated survived={result['crash']['colocated']['survived']} "
               f"({result['crash']['colocated']['error']}); disaggregated survived="
-              f"{result['crash']['disaggregated']['survived']}, steps during outage {outage_steps}, "
+              f"{result['crash']['disaggregated']['survived']}, steps during outage {outage_steps}, producer running "
+              f"at the kill {result['crash']['disaggregated']['producer_running_at_kill']}, "
               f"exactly once {result['crash']['disaggregated']['exactly_once']}", flush=True)
+        if ray_ok:
+            f = result["crash"]["ray_fleet"]
+            print(f"crash: ray fleet survived={f['survived']}, actor killed at trainer step {f.get('killed_at_step')} "
+                  f"({f.get('not_killed', 'killed')}), "
+                  f"resumed after {f.get('resumed_after_s')} s, steps during outage {f['steps_during_outage']}, "
+                  f"worker deaths {f.get('worker_deaths')}, exactly once {f['exactly_once']}", flush=True)
     save(out, "end_to_end", result)
     return 0
 

@@ -22,7 +22,9 @@ from torch_tgb.cli._common import CommandError, add_storage_option_flag
 __all__ = ["SUITES", "add_parser", "find_benchmarks", "run"]
 
 # (script, arguments) in run order. "quick" needs no peer installs and no
-# redis-server and finishes in a few minutes on 2 cores; "all" is the report's.
+# redis-server and finishes in a few minutes on 2 cores (peers' loopback S3
+# section uses moto, end_to_end's (c) Ray: each is recorded as missing
+# without them); "all" is the report's.
 SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "quick": [
         ("commit_cost", ["--quick"]),
