@@ -45,6 +45,9 @@ from _peers import BATCH_TOKENS, BUILTIN, PEERS, installed
 from _peers_s3 import BUCKET, NO_ENDPOINT, S3_PEERS, RequestCounter, probe_get_rate, upload
 
 
+RESUME_STEP = 10_000  # "time to resume at step 10,000" (issue 19): replaying peers pay for every step skipped
+
+
 def _digest(batch) -> str:
     return hashlib.blake2b(batch.numpy().tobytes(), digest_size=8).hexdigest()
 
@@ -97,14 +100,15 @@ def worker_s3(peer: str, work: Path, endpoint: str, steps: int, max_s: float) ->
 
 def worker_resume(peer: str, work: Path, step: int, check: int) -> dict[str, Any]:
     spec = PEERS[peer]
-    it, _ = spec.open(work, 0, 1, None)
-    reference = [_digest(next(it)) for _ in range(step + check)][step:]
-    state = step
+    # one uninterrupted pass: the state after `step` batches (what a checkpoint holds), then the reference
+    it, state_fn = spec.open(work, 0, 1, None)
+    for _ in range(step):
+        next(it)
+    state: Any = step
     if spec.resume == "state_dict":
-        it, state_fn = spec.open(work, 0, 1, None)
-        for _ in range(step):
-            next(it)
+        assert state_fn is not None, peer
         state = json.loads(json.dumps(state_fn(), default=str)) if peer == "torch_tgb" else state_fn()
+    reference = [_digest(next(it)) for _ in range(check)]
     started = time.perf_counter()
     if spec.resume == "replay":
         it, _ = spec.open(work, 0, 1, None)
@@ -320,10 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2M tokens, 2 rounds, 1 rank")
     parser.add_argument("--peers", default="all", help="builtin | all | comma list of " + ",".join(PEERS))
-    parser.add_argument("--tokens", type=int, default=None, help="corpus size (default 8M; --quick 2M)")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help="corpus size (default: enough for --resume-step plus its check; --quick 2M)")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--worlds", default=None, help="rank-process counts, e.g. 1,4")
-    parser.add_argument("--resume-step", type=int, default=None, help="resume at this step (default: a quarter in)")
+    parser.add_argument("--resume-step", type=int, default=None,
+                        help="resume at this step (default 10,000, the issue's; --quick: a quarter in)")
     parser.add_argument("--max-seconds", type=float, default=4.0, help="stop a rank's pass after this long")
     parser.add_argument("--worker-timeout", type=float, default=600)
     parser.add_argument("--no-s3", dest="s3", action="store_false",
@@ -353,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
             out = worker_throughput(args.worker, args.work, args.rank, args.world, args.steps, args.max_seconds)
         print(json.dumps(out))
         return 0
-    args.tokens = args.tokens or (2 << 20 if args.quick else 8 << 20)
+    if args.resume_step is None and not args.quick:
+        args.resume_step = RESUME_STEP
+    # the corpus covers the resume point and the batches compared after it
+    args.tokens = args.tokens or (2 << 20 if args.quick else max(8 << 20, (args.resume_step + 64) * BATCH_TOKENS))
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.worlds = [int(w) for w in (args.worlds or ("1" if args.quick else "1,4")).split(",")]
     args.resume_step = args.resume_step or args.tokens // BATCH_TOKENS // 4
