@@ -140,6 +140,14 @@ class TGBEntry:
 
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> TGBEntry:
+        entry = _entry_fast(obj)  # the common, well-formed case without per-field bookkeeping
+        if entry is None:
+            entry = cls._from_fields(obj, what=what)  # anything else: checked field by field, worded
+        entry.validate(what=what)
+        return entry
+
+    @classmethod
+    def _from_fields(cls, obj: object, *, what: str) -> TGBEntry:
         f = Fields(obj, what=what)
         entry = cls(
             key=f.string("key"),
@@ -154,7 +162,6 @@ class TGBEntry:
             object_size=f.integer("object_size", default=0) or None,  # no object has 0 bytes
         )
         f.done()
-        entry.validate(what=what)
         return entry
 
     def validate(self, *, what: str) -> None:
@@ -185,6 +192,34 @@ class TGBEntry:
                 f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
                 f"lies outside the object's {self.size} bytes (key {self.key!r})"
             )
+
+
+_ENTRY_FIELDS = frozenset(
+    ("key", "size", "footer_offset", "footer_length", "producer", "offset", "samples", "tokens", "start", "object_size")
+)
+
+
+def _entry_fast(obj: object) -> TGBEntry | None:
+    """A :class:`TGBEntry` from a well-formed JSON object, or ``None`` (the field-by-field path decides).
+
+    Accepts exactly what ``TGBEntry._from_fields`` accepts and nothing more
+    (``tests/manifest/test_entry_decode.py`` holds the two paths to that), so
+    only error wording lives in the slow path.
+    """
+    if type(obj) is not dict or not obj.keys() <= _ENTRY_FIELDS:
+        return None
+    get = obj.get
+    key, producer = get("key"), get("producer")
+    numbers = (get("size"), get("footer_offset"), get("footer_length"), get("offset"),
+               get("samples", 0), get("tokens", 0), get("start", 0), get("object_size", 0))
+    if type(key) is not str or type(producer) is not str:
+        return None
+    for n in numbers:
+        if type(n) is not int or n < 0:
+            return None
+    size, footer_offset, footer_length, offset, samples, tokens, start, object_size = numbers
+    return TGBEntry(key, size, footer_offset, footer_length, producer, offset, samples, tokens, start,
+                    object_size or None)
 
 
 #: a producer's mark in the log: started and may commit more ("open"), closed and may
