@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 
@@ -277,3 +278,46 @@ def test_giant_metadata_is_not_read_whole(store) -> None:
     with pytest.raises(ManifestError, match="version=3: more than .* exceeds the metadata limit"):
         Manifest(counting).read_version(3)
     assert counting.calls["get"] == 0 and counting.calls["get_range"] == 1
+
+
+def test_warm_reader_never_replays_a_zombie_version_below_the_boundary(store) -> None:
+    """Chaos seed 1008 (faulty store): a reader whose cached state lies below a new GC boundary replayed a
+    version that a stalled committer had just re-created in a reclaimed slot (it deletes it once it reads
+    the boundary) and failed with a fork error. Slots below the boundary are never read."""
+    c = started(store, "p0", snapshot_every=1000)
+    commit(c, 1)
+    reader = Manifest(store)
+    assert reader.head().version == 2
+    for _ in range(10):
+        commit(c, 1)
+    reclaim_to(store, 8)
+    # a stalled committer's version 3, built on the view it had: well-formed, but it does not follow version 2
+    zombie = dataclasses.replace(reader.read_version(2), number=3, first_step=0, token="0" * 32)
+    store.put(version_key(3), zombie.encode())
+    head = reader.head()
+    assert (head.version, head.num_steps) == (12, 11)
+
+
+def test_a_zombie_that_folds_cleanly_is_not_trusted(store) -> None:
+    """The boundary moves past a reader's replay and a stalled committer re-creates a reclaimed slot with a
+    version that folds cleanly onto the real chain: the reader must start again from the boundary, not keep it."""
+    c = started(store, "p0", snapshot_every=1000)
+    commit(c, 1)
+    reader = Manifest(store)
+    assert reader.head().version == 2
+    for _ in range(6):
+        commit(c, 1)
+    real = Manifest(store).read_version(5)
+    zombie_key = real.entries[0].key.replace("-o", "-o9")[: len(real.entries[0].key)]
+
+    def reclaim_then_recreate() -> None:
+        reclaim_to(store, 6)
+        entry = dataclasses.replace(real.entries[0], key=zombie_key)
+        store.put(version_key(5), dataclasses.replace(real, token="1" * 32, entries=(entry,)).encode())
+
+    hooked = HookStore(store, "get", lambda k: k == version_key(4), reclaim_then_recreate)
+    hooked.max_in_flight = 1  # the replay reads versions in order
+    reader.store = hooked
+    head = reader.head()
+    assert hooked.fired and (head.version, head.num_steps) == (8, 7)
+    assert 5 not in reader._versions  # the re-created slot was read, and is not kept: nothing below the boundary is

@@ -46,6 +46,10 @@ from torch_tgb.storage import ObjectStore
 __all__ = ["LogReader"]
 
 
+#: head() starts again from the new boundary this often when reclamations keep passing its replay
+_HEAD_ATTEMPTS = 8
+
+
 class _Reclaimed(ManifestError):
     """The versions needed were reclaimed (possibly while we read): callers may retry from the new boundary."""
 
@@ -284,24 +288,60 @@ class LogReader:
         return state
 
     def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
-        """The full state (steps, producers, sealed) after version ``number``."""
+        """The full state (steps, producers, sealed) after version ``number``.
+
+        Never reads a version below the GC boundary: a slot there may hold a
+        version a stalled committer has just re-created on a stale view (it
+        deletes it once it reads the boundary). A cached state below the
+        boundary is therefore not replayed from, and a replay that fails
+        because the boundary moved past it meanwhile is reported as
+        :class:`_Reclaimed` (callers start again from the boundary).
+        """
         with self._lock:
             cached = self._state
-        if cached is not None and cached.version <= number:
+        if cached is not None and cached.version <= number and (boundary is None or cached.version >= boundary.version):
             try:
-                return self.replay(cached, number)
-            except ObjectNotFound:  # versions after our cached state were reclaimed meanwhile
-                boundary = None  # the boundary we were given is stale: re-read it
+                return self._replay_above_boundary(cached, number)
+            except _Reclaimed:  # the boundary moved past our cached state: start from its snapshot
+                boundary = None
                 with self._lock:
                     self._hint = None
+        return self._replay_above_boundary(self._base_state(number, boundary), number)
+
+    def _replay_above_boundary(self, state: ManifestState, number: int) -> ManifestState:
+        """``replay(state, number)``; a failure caused by a reclamation since ``state`` raises :class:`_Reclaimed`."""
         try:
-            return self.replay(self._base_state(number, boundary), number)
-        except ObjectNotFound as e:  # reclaimed while we replayed: report it as such
+            replayed = self.replay(state, number)
+        except _Reclaimed:
+            raise
+        except ObjectNotFound as e:  # versions after ``state`` were deleted: reclaimed while we replayed
             raise _Reclaimed(f"{self.where}state at version={number}: {e}") from e
+        except ManifestError as e:
+            # A version that does not follow ``state`` is a fork unless the boundary moved past ``state``:
+            # then it is a stalled committer's version in a reclaimed slot, which it deletes itself.
+            boundary = self.gc_boundary()
+            if boundary.version > state.version:
+                self._forget_below(boundary.version)
+                raise _Reclaimed(f"{self.where}state at version={number}: reclaimed while replaying ({e})") from e
+            raise
+        if number > state.version:
+            boundary = self.gc_boundary()
+            if boundary.version > state.version:
+                # The boundary passed versions we just read: one re-created in its reclaimed slot by a stalled
+                # committer may fold cleanly, so none of them is trusted: start again from the boundary.
+                self._forget_below(boundary.version)
+                raise _Reclaimed(f"{self.where}state at version={number}: the GC boundary moved while replaying")
+        return replayed
+
+    def _forget_below(self, version: int) -> None:
+        """Drop cached versions below ``version``: nobody reads below the boundary, and one may be a stale re-creation."""
+        with self._lock:
+            for number in [n for n in self._versions if n < version]:
+                del self._versions[number]
 
     def head(self) -> ManifestState:
         """The state at the newest version: version, num_steps, sealed, producers."""
-        for attempt in range(4):
+        for attempt in range(_HEAD_ATTEMPTS):
             latest, boundary = self._probe_latest()
             with self._lock:
                 cached = self._state
@@ -315,7 +355,7 @@ class LogReader:
                 # versions we probed were deleted. Start again from the new boundary.
                 with self._lock:
                     self._hint = None
-                if attempt == 3:
+                if attempt == _HEAD_ATTEMPTS - 1:
                     raise
         with self._lock:
             if self._state is None or self._state.version < state.version:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from torch_tgb.errors import InvalidKey, ManifestError
 from torch_tgb.manifest._json import Fields, dump_json, load_json
@@ -217,7 +217,7 @@ def _entry_fast(obj: object) -> TGBEntry | None:
     for n in numbers:
         if type(n) is not int or n < 0:
             return None
-    size, footer_offset, footer_length, offset, samples, tokens, start, object_size = numbers
+    size, footer_offset, footer_length, offset, samples, tokens, start, object_size = cast("tuple[int, ...]", numbers)
     return TGBEntry(key, size, footer_offset, footer_length, producer, offset, samples, tokens, start,
                     object_size or None)
 
