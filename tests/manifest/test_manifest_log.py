@@ -254,14 +254,20 @@ def test_cold_start_racing_a_reclamation(store) -> None:
     assert hooked.fired and (head.version, head.num_steps) == (13, 12)
 
 
-def test_warm_reader_with_stale_boundary_recovers(store) -> None:
-    """B7: the cached state's replay hits deleted versions; the fallback re-reads the boundary."""
+def warm_reader(store, *, later: int) -> Manifest:
+    """A reader that cached the state at version 2, then ``later`` more one-entry versions committed."""
     c = started(store, "p0", snapshot_every=1000)
     commit(c, 1)
     reader = Manifest(store)
     assert reader.head().version == 2
-    for _ in range(10):
+    for _ in range(later):
         commit(c, 1)
+    return reader
+
+
+def test_warm_reader_with_stale_boundary_recovers(store) -> None:
+    """B7: the cached state's replay hits deleted versions; the fallback re-reads the boundary."""
+    reader = warm_reader(store, later=10)
     hooked = HookStore(store, "get", lambda k: k == GC_BOUNDARY_KEY, lambda: reclaim_to(store, 8))
     reader.store = hooked
     head = reader.head()
@@ -284,12 +290,7 @@ def test_warm_reader_never_replays_a_zombie_version_below_the_boundary(store) ->
     """Chaos seed 1008 (faulty store): a reader whose cached state lies below a new GC boundary replayed a
     version that a stalled committer had just re-created in a reclaimed slot (it deletes it once it reads
     the boundary) and failed with a fork error. Slots below the boundary are never read."""
-    c = started(store, "p0", snapshot_every=1000)
-    commit(c, 1)
-    reader = Manifest(store)
-    assert reader.head().version == 2
-    for _ in range(10):
-        commit(c, 1)
+    reader = warm_reader(store, later=10)
     reclaim_to(store, 8)
     # a stalled committer's version 3, built on the view it had: well-formed, but it does not follow version 2
     zombie = dataclasses.replace(reader.read_version(2), number=3, first_step=0, token="0" * 32)
@@ -301,12 +302,7 @@ def test_warm_reader_never_replays_a_zombie_version_below_the_boundary(store) ->
 def test_a_zombie_that_folds_cleanly_is_not_trusted(store) -> None:
     """The boundary moves past a reader's replay and a stalled committer re-creates a reclaimed slot with a
     version that folds cleanly onto the real chain: the reader must start again from the boundary, not keep it."""
-    c = started(store, "p0", snapshot_every=1000)
-    commit(c, 1)
-    reader = Manifest(store)
-    assert reader.head().version == 2
-    for _ in range(6):
-        commit(c, 1)
+    reader = warm_reader(store, later=6)
     real = Manifest(store).read_version(5)
     zombie_key = real.entries[0].key.replace("-o", "-o9")[: len(real.entries[0].key)]
 
