@@ -50,3 +50,11 @@ def test_s3_url_is_fsspec_and_credentials_never_in_url(s3_namespace):
     assert store.url == url
     secret_url = url.replace("s3://", "s3://AKIDSECRET:hunter2@") + "?token=abc"
     assert FsspecStore(secret_url, options).url == url
+
+
+def test_a_cached_s3_listing_is_refused() -> None:
+    """The GC boundary is the highest generation a LIST shows: a cached listing could show an old one."""
+    from torch_tgb.storage.fsspec_store import FsspecStore
+
+    with pytest.raises(ValueError, match="use_listings_cache"):
+        FsspecStore("s3://bucket/ns", {"use_listings_cache": True})
