@@ -63,7 +63,7 @@ KB = 1000
 class DenseReader(RangeReader):
     """Baseline: fetch the whole TGB object, keep this rank's slice."""
 
-    def _read_many(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
+    def _read_remote(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
         return [self._read_pieces(task) for task in tasks]
 
     def _read_pieces(self, task: ReadTask) -> list[dict]:

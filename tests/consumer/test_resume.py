@@ -17,6 +17,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.consumer._support import LAYOUT, make_batch, produce
 from torch_tgb.consumer import Cursor, DataLoader, TGBDataset, cursor_of
+from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.datapipes.project import cursor_at
 from torch_tgb.layout import Layout, Mesh, plan_reads
 
@@ -163,3 +164,13 @@ def test_loader_stats_sum_workers(namespace: str) -> None:
     assert stats.steps == N_STEPS
     assert stats.data_requests == N_STEPS
     assert stats.read_amplification >= 1.0
+
+
+@pytest.mark.parametrize("inline_local", [True, False])
+def test_local_reads_report_their_fetch_latency(namespace: str, inline_local: bool) -> None:
+    """Inline and prefetched local reads both feed ``fetch_p50_s``/``fetch_p95_s`` (the lean local path did not)."""
+    ds = TGBDataset(namespace, mesh=Mesh(0, 2, 0, 2), options=ReaderOptions(inline_local=inline_local))
+    assert len(list(ds)) == N_STEPS
+    stats = ds.stats()
+    assert stats.data_requests == N_STEPS and stats.fetch_p95_s >= stats.fetch_p50_s > 0
+    assert len(ds._stats._latencies) == N_STEPS  # one sample per step, not only the first step's

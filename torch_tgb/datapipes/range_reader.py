@@ -152,6 +152,7 @@ class RangeReader(BaseNode[StepBatch]):
 
     def _read_local(self, task: ReadTask) -> StepBatch:
         """One task of a mapped local namespace: a slice view per piece, no request objects, one stats update."""
+        started = time.perf_counter()
         parts = []
         nbytes = useful = 0
         try:
@@ -165,16 +166,22 @@ class RangeReader(BaseNode[StepBatch]):
                     useful += tensor.length
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.store.url}: step={task.cursor.step}: {e}") from e
+        self.stats.fetch_latency(time.perf_counter() - started)
         self.stats.add(data_requests=len(parts), bytes_read=nbytes, useful_bytes=useful)
         return StepBatch(task, task.assemble(parts))
 
     def read_group(self, tasks: Sequence[ReadTask]) -> list[StepBatch]:
         """Fetch the pieces of several upcoming steps at once (a reader thread), assemble each."""
-        parts = self._read_many(tasks)
+        if self._local is None:  # one namespace lives on one backend: ask once
+            key = next((t.entries[p.tgb].key for t in tasks for p in t.pieces), None)
+            self._local = key is not None and self.store.local_path(key) is not None
+        if self._local:
+            return [self._read_local(task) for task in tasks]
+        parts = self._read_remote(tasks)
         return [StepBatch(task, task.assemble(p)) for task, p in zip(tasks, parts)]
 
-    def _read_many(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
-        """Each task's slices, in piece order; remote ranges of all tasks in one batched call."""
+    def _read_remote(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
+        """Each task's slices, in piece order; the ranges of all tasks in one batched call."""
         infos = []
         owner = []
         for t, task in enumerate(tasks):
@@ -184,15 +191,10 @@ class RangeReader(BaseNode[StepBatch]):
                 infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
                 owner.append(t)
         started = time.perf_counter()
-        if self._local is None:  # one namespace lives on one backend: ask once
-            self._local = self.store.local_path(infos[0][0]) is not None if infos else False
         parts: list[dict] = []
         i = 0
         try:
-            if self._local:
-                for i, (key, footer, info) in enumerate(infos):
-                    parts.append(self._slices.read(key, footer, info))
-            elif infos:
+            if infos:
                 requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
                 blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
                 # into writable buffers: tensors never view an immutable bytes object
