@@ -373,32 +373,37 @@ class LogReader:
         than a boundary it already read or wrote (a store whose LIST lags, or
         a generation deleted by hand).
         """
-        stored = self.stored_gc_boundary()
+        return self._at_least_seen(self.stored_gc_boundary())
+
+    def _at_least_seen(self, stored: GCBoundary) -> GCBoundary:
+        """``stored``, or the higher boundary this Manifest already read or wrote."""
         with self._lock:
             if _order(stored) < _order(self._gc_highest):
                 return self._gc_highest
             self._gc_highest = stored
         return stored
 
-    def stored_gc_boundary(self) -> GCBoundary:
+    def stored_gc_boundary(self, generations: list[tuple[int, int]] | None = None) -> GCBoundary:
         """The highest generation under ``_tgb/gc_boundary/`` (one LIST; the names are the values).
 
+        ``generations``: a listing the caller already holds (:meth:`_boundary_generations`).
         A namespace reclaimed before boundary generations existed holds its
         boundary in ``_tgb/gc_boundary.json``: that is read when no generation
         exists, and the first new generation supersedes it.
         """
-        generations = [g for g in map(boundary_of, self.store.list(GC_BOUNDARY_PREFIX)) if g is not None]
+        if generations is None:
+            generations = self._boundary_generations()
         if generations:
-            return GCBoundary(*max(generations))
+            return GCBoundary(*generations[-1])
         try:
             data = self._get_bounded(GC_BOUNDARY_KEY)
         except ObjectNotFound:
             return GCBoundary()
         return GCBoundary.decode(data, what=f"{self.where}{GC_BOUNDARY_KEY}")
 
-    def boundary_generations(self) -> list[str]:
-        """The keys of every boundary generation on storage, lowest first."""
-        return sorted(k for k in self.store.list(GC_BOUNDARY_PREFIX) if boundary_of(k) is not None)
+    def _boundary_generations(self) -> list[tuple[int, int]]:
+        """``(version, step)`` of every boundary generation on storage, lowest first (one LIST)."""
+        return sorted(g for g in map(boundary_of, self.store.list(GC_BOUNDARY_PREFIX)) if g is not None)
 
     def _saw_gc_boundary(self, boundary: GCBoundary) -> None:
         with self._lock:

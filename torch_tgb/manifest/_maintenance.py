@@ -85,13 +85,15 @@ class LogMaintenance(LogReader):
         The Reclaimer calls this first in every pass, before it deletes
         anything.
         """
-        current = self.gc_boundary()
-        if self.stored_gc_boundary() != current:
+        generations = self._boundary_generations()
+        stored = self.stored_gc_boundary(generations)
+        current = self._at_least_seen(stored)
+        if stored != current:
             log.warning("%sGC boundary on storage is below version=%d, step=%d; writing that generation again",
                         self.where, current.version, current.step)
             self._put_gc_boundary(current)
         else:
-            self._drop_lower_generations(current)
+            self._drop_lower_generations(current, generations, legacy=False)
         return current
 
     def _put_gc_boundary(self, boundary: GCBoundary) -> None:
@@ -104,24 +106,29 @@ class LogMaintenance(LogReader):
         """
         self._saw_gc_boundary(boundary)
         self.store.put_if_absent(boundary_key(boundary.version, boundary.step), dump_json(boundary.to_json()))
-        stored = self.stored_gc_boundary()
+        generations = self._boundary_generations()
+        stored = self.stored_gc_boundary(generations)
         if (stored.version, stored.step) < (boundary.version, boundary.step):
             raise ManifestError(
                 f"{self.where}GC boundary version={boundary.version}, step={boundary.step} was created but storage "
                 f"lists version={stored.version}, step={stored.step}: nothing is deleted on its strength"
             )
-        self._drop_lower_generations(stored)
+        self._drop_lower_generations(stored, generations, legacy=True)
 
-    def _drop_lower_generations(self, current: GCBoundary) -> None:
-        """Delete the generations below ``current`` (which storage lists) and the pre-generation object.
+    def _drop_lower_generations(self, current: GCBoundary, generations: list[tuple[int, int]], *, legacy: bool) -> None:
+        """Delete the generations below ``current`` (which ``generations``, a fresh listing, holds).
 
+        ``legacy``: also the pre-generation ``_tgb/gc_boundary.json`` (an
+        advance does it; a pass with nothing lower to drop makes no request).
         Only tidiness: readers take the highest generation, so one re-created
         late by a delayed write is harmless, and goes at the next pass.
         """
-        top = boundary_key(current.version, current.step)
-        generations = self.boundary_generations()
-        if top in generations:  # (a boundary only in the pre-generation object stays there until the next advance)
-            self.store.delete([GC_BOUNDARY_KEY, *(k for k in generations if k < top)])
+        top = (current.version, current.step)
+        if top not in generations:  # a boundary only in the pre-generation object stays there until an advance
+            return
+        lower = [boundary_key(*g) for g in generations if g < top]
+        if lower or legacy:
+            self.store.delete([GC_BOUNDARY_KEY, *lower] if legacy else lower)
 
     def version_keys_below(self, version: int) -> list[str]:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
