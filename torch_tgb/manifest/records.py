@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from torch_tgb.errors import InvalidKey, ManifestError
@@ -194,9 +194,7 @@ class TGBEntry:
             )
 
 
-_ENTRY_FIELDS = frozenset(
-    ("key", "size", "footer_offset", "footer_length", "producer", "offset", "samples", "tokens", "start", "object_size")
-)
+_ENTRY_FIELDS = frozenset(f.name for f in fields(TGBEntry))  # the JSON keys are the field names (to_json)
 
 
 def _entry_fast(obj: object) -> TGBEntry | None:

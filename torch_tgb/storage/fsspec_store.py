@@ -80,13 +80,13 @@ class FsspecStore(ObjectStore):
         protocol = urlsplit(url).scheme or "file"
         # a deep copy: botocore writes into nested option dicts it is given
         options = copy.deepcopy({**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})})
-        if options.get("use_listings_cache") and "use_listings_cache" in _PROTOCOL_DEFAULTS.get(protocol, {}):
-            # the GC boundary and the Reclaimer's decisions are LISTs: a cached listing could show an old boundary
-            raise ValueError(
-                f"{redact_url(url)}: storage option use_listings_cache=True is not supported: the manifest's GC "
-                "boundary is read by LIST and must see other writers at once"
-            )
         if protocol in ("s3", "s3a"):
+            if options["use_listings_cache"]:
+                # the GC boundary and the Reclaimer's decisions are LISTs: a cached listing could show an old one
+                raise ValueError(
+                    f"{redact_url(url)}: storage option use_listings_cache=True is not supported: the manifest's "
+                    "GC boundary is read by LIST and must see other writers at once"
+                )
             config = options.setdefault("config_kwargs", {})
             # botocore allows 10 connections by default: too few for max_in_flight reads
             config.setdefault("max_pool_connections", max(10, max_in_flight))
