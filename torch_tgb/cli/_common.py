@@ -8,11 +8,12 @@ manifest, the producer) happen inside ``run`` so that ``tgb --help`` is fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torch_tgb.errors import TGBError
@@ -22,6 +23,7 @@ __all__ = [
     "CommandError",
     "add_json_flag",
     "add_storage_option_flag",
+    "argument_errors",
     "parse_storage_options",
     "print_json",
     "require_namespace",
@@ -31,6 +33,20 @@ __all__ = [
 
 class CommandError(TGBError):
     """A command-line usage or precondition failure (bad option, missing module, ...)."""
+
+
+@contextlib.contextmanager
+def argument_errors() -> Iterator[None]:
+    """A ``ValueError``/``TypeError`` the library raises for a bad option value, as a :class:`CommandError`.
+
+    TGB errors (some subclass ``ValueError``) pass through as they are.
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        if isinstance(e, TGBError):
+            raise
+        raise CommandError(str(e)) from e
 
 
 def add_storage_option_flag(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch_tgb.cli._common import CommandError, print_json, storage_options
-from torch_tgb.errors import TGBError
+from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
 from torch_tgb.layout import Layout
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
@@ -171,7 +170,7 @@ def produce(args: argparse.Namespace) -> int:
 
     layout = Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
     started = time.perf_counter()
-    try:
+    with argument_errors():  # a bad --producer-id, --commit-policy or --max-lag
         producer = Producer(
             args.ns,
             producer_id=args.producer_id,
@@ -181,10 +180,6 @@ def produce(args: argparse.Namespace) -> int:
             storage_options=storage_options(args),
             config=_segments(args),
         )
-    except (ValueError, TypeError) as e:  # a bad --producer-id, --commit-policy or --max-lag
-        if isinstance(e, TGBError):
-            raise
-        raise CommandError(str(e)) from e
     with producer, _observed(producer, args):
         start = producer.resume_offset
         interval = 1.0 / args.rate if args.rate else 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from torch_tgb.cli._common import CommandError, print_json, storage_options
+from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
 from torch_tgb.errors import TGBError
 
 __all__ = [
@@ -191,16 +191,12 @@ def produce_source(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard)
     layout = source_layout(args)
     pipeline = source_pipeline(args, *shard)
-    try:
+    with argument_errors():  # a bad --producer-id, --commit-policy or --max-lag
         report = produce(
             args.ns, pipeline, producer_id=args.producer_id, layout=layout, storage_options=storage_options(args),
             commit_policy=args.commit_policy, max_lag=args.max_lag, max_steps=args.steps, seal=args.seal,
             metadata=source_metadata(args),
         )
-    except (ValueError, TypeError) as e:  # a bad --producer-id, --commit-policy or --max-lag
-        if isinstance(e, TGBError):
-            raise
-        raise CommandError(str(e)) from e
     counts = pipeline.state_dict()
     summary = {
         "ns": args.ns,
