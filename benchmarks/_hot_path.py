@@ -10,7 +10,14 @@ DP rank of ``Layout(dp=P)`` and reads its 32/P x 512 slice of every step):
 * ``tgb_one``: TGBDataset over a namespace with one TGB per object (what a
   streaming ``Producer`` writes by default);
 * ``tgb_segments``: TGBDataset over the same batches in ~256 MiB segment
-  objects (what ``write_dataset`` writes).
+  objects (what ``write_dataset`` writes), read by the run path
+  (``datapipes.local_runs``) with the default ``verify="first"``: each
+  slice's CRC32C is checked once, which the floor does not do;
+* ``tgb_segments_noverify``: the same with ``verify="never"``, the floor's
+  terms (the difference between the two rows is the CRC32C itself);
+* ``tgb_segments_steps``: the same with ``ReaderOptions(runs=False)``, the
+  step-by-step pipeline (``Project -> FooterIndex -> RangeReader``) that the
+  run path replaces for this shape.
 
 Each loader delivers either the stored dtype (uint32, no copy where the loader
 allows it) or int64 (``ReaderOptions(dtype=torch.int64)`` for torch_tgb, a cast
@@ -40,7 +47,14 @@ from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LocalStore
 
 SHAPE = (32, 512)
-LOADERS = ("floor", "dl_memmap", "tgb_one", "tgb_segments")
+LOADERS = ("floor", "dl_memmap", "tgb_one", "tgb_segments", "tgb_segments_noverify", "tgb_segments_steps")
+#: ReaderOptions of each torch_tgb loader (besides the dtype), and the namespace it reads
+TGB_READS = {
+    "tgb_one": ("tgb_one", {}),
+    "tgb_segments": ("tgb_segments", {}),
+    "tgb_segments_noverify": ("tgb_segments", {"verify": "never"}),
+    "tgb_segments_steps": ("tgb_segments", {"runs": False}),
+}
 DTYPES = {"stored": None, "int64": torch.int64}
 
 
@@ -75,8 +89,9 @@ def _batches(loader: str, corpus: dict[str, Any], rank: int, world: int, dtype: 
     elif loader == "dl_memmap":
         yield from _dataloader(corpus, rank, world, dtype)
     else:
-        ds = TGBDataset(corpus[(loader, world)], mesh=Mesh(rank, world), prefetch=4,
-                        options=ReaderOptions(dtype=dtype))
+        name, options = TGB_READS[loader]
+        ds = TGBDataset(corpus[(name, world)], mesh=Mesh(rank, world), prefetch=4,
+                        options=ReaderOptions(dtype=dtype, **options))
         for batch in ds:
             yield batch["input_ids"]
 

@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from torch_tgb.consumer import TGBDataset
+from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.producer import Producer
+from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import open_store
 
 SHAPE = (32, 512)
@@ -35,6 +36,30 @@ def local_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
             p.append({"input_ids": torch.from_numpy(rng.integers(0, 50000, size=SHAPE, dtype=np.uint32))}, offset=offset)
         p.close(seal=True)
     return ns
+
+
+@pytest.fixture(scope="module")
+def segment_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same batches in segment objects (what write_dataset and tgb produce write)."""
+    ns = str(tmp_path_factory.mktemp("seg"))
+    rng = np.random.default_rng(0)
+    with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64",
+                  config=ProducerConfig.bulk()) as p:
+        for offset in range(STEPS):
+            p.append({"input_ids": torch.from_numpy(rng.integers(0, 50000, size=SHAPE, dtype=np.uint32))}, offset=offset)
+        p.close(seal=True)
+    return ns
+
+
+@pytest.mark.parametrize("runs", [True, False], ids=["run_path", "step_path"])
+def test_segments_run_path_vs_step_path(benchmark, segment_ns: str, runs: bool) -> None:
+    """The run path (datapipes.local_runs) against the step-by-step pipeline it replaces, int64 delivery."""
+    options = ReaderOptions(dtype=torch.int64, runs=runs)
+
+    def run() -> int:
+        return sum(1 for _ in TGBDataset(segment_ns, mesh=Mesh(0, 1), options=options))
+
+    assert benchmark.pedantic(run, rounds=3, iterations=1) == STEPS
 
 
 def test_dataset_hot_path(benchmark, local_ns: str) -> None:

@@ -15,6 +15,7 @@ import torch
 import torch_tgb.format._reader as reader_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.datapipes.local_runs import LocalRuns
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
 from torch_tgb.layout import Layout, Mesh
@@ -78,19 +79,29 @@ def _count_crcs(monkeypatch) -> list[int]:
     return calls
 
 
+def _read_all(reader) -> int:
+    """Steps read by what ``TGBDataset._build`` returns: a RangeReader (steps) or LocalRuns (runs of steps)."""
+    if isinstance(reader, LocalRuns):
+        return sum(len([run.slices.read(i) for i in range(len(run))]) for run in reader)
+    return sum(1 for _ in reader)
+
+
 @pytest.mark.parametrize("verify, second_pass", [("first", 0), ("always", 1), ("never", 0), (True, 1), (False, 0)])
-@pytest.mark.parametrize("local", [True, False])
-def test_verify_policy_checks_each_byte_range_once_by_default(tmp_path, monkeypatch, verify, second_pass, local) -> None:
+@pytest.mark.parametrize("local, runs, segment_tgbs", [(True, True, 3), (True, False, 3), (True, True, 1), (False, False, 1)])
+def test_verify_policy_checks_each_byte_range_once_by_default(
+    tmp_path, monkeypatch, verify, second_pass, local, runs, segment_tgbs
+) -> None:
     ns = str(tmp_path / "ns") if local else MemoryStore(f"hp-{uuid.uuid4().hex}")
-    _produce(ns)
+    _produce(ns, segment_tgbs=segment_tgbs)
     calls = _count_crcs(monkeypatch)
-    ds = TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=ReaderOptions(verify=verify))
+    ds = TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=ReaderOptions(verify=verify, runs=runs))
     store = open_store(ns)
     reader, _ = ds._build(store, Manifest(store), Layout(dp=2))
-    first = sum(1 for _ in reader)
+    assert isinstance(reader, LocalRuns) == (local and runs)
+    first = _read_all(reader)
     after_first = len(calls)
     reader.reset(None)
-    assert sum(1 for _ in reader) == first == STEPS
+    assert _read_all(reader) == first == STEPS
     per_pass = STEPS * 2  # two tensors per slice
     assert after_first == (0 if verify in ("never", False) else per_pass)
     assert len(calls) - after_first == second_pass * per_pass

@@ -41,16 +41,18 @@ from torch_tgb.consumer.device import cast_integers
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position, ReadTask
 from torch_tgb.datapipes.footer_index import FooterIndex
+from torch_tgb.datapipes.local_runs import LocalRuns, StepRun
 from torch_tgb.datapipes.poller import ManifestPoller
 from torch_tgb.datapipes.project import Project, cursor_at
 from torch_tgb.datapipes.range_reader import RangeReader
 from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
-from torch_tgb.errors import LayoutError, ManifestError
+from torch_tgb.errors import CorruptObject, LayoutError, ManifestError
 from torch_tgb.format import SliceReader
-from torch_tgb.layout import Layout, Mesh, plan_reads
+from torch_tgb.layout import Layout, Mesh, Piece, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
+from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = ["META_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
@@ -288,7 +290,7 @@ class TGBDataset(IterableDataset):
         self._layout = dict(info.layout)
         return store, manifest, Layout.from_json(info.layout)
 
-    def _build(self, store: ObjectStore, manifest: Manifest, layout: Layout) -> tuple[RangeReader, Project]:
+    def _build(self, store: ObjectStore, manifest: Manifest, layout: Layout) -> tuple[RangeReader | LocalRuns, Project]:
         plan = plan_reads(layout, self.mesh, dp_split=self.dp_split)
         worker, workers = self._current_worker()
         setting = self._setting()
@@ -327,6 +329,14 @@ class TGBDataset(IterableDataset):
         # one open-object cache for footers and slices: each object is opened, checked and mapped once
         slices = SliceReader(store, verify=self.options.verify, mode=self.options.read_mode,
                              cache_size=self.options.open_objects, read_whole_below=self.options.small_object_bytes)
+        piece = self._run_piece(store, plan)
+        if piece is not None:
+            # the run path: the Project only counts positions (it validated the origin above)
+            at = project.position()
+            runs = LocalRuns(steps, slices, namespace=store.url, dp=piece.dp, cp=piece.cp, start_step=at.cursor.step,
+                             version=at.cursor.version, cast=self.options.dtype, stats=self._stats)
+            runs.reset(None)
+            return runs, project
         footers = FooterIndex(
             project,
             store,
@@ -349,6 +359,27 @@ class TGBDataset(IterableDataset):
         reader.reset(None)
         return reader, project
 
+    def _run_piece(self, store: ObjectStore, plan: ReadPlan) -> Piece | None:
+        """The one whole slice every step reads when the run path applies (see ``datapipes.local_runs``), else None.
+
+        It applies to a read by one process (no DataLoader workers, or just one;
+        a stream or epochs) of a mapped local namespace whose plan reads one
+        whole piece per step, with no consistency check (so no step metadata
+        either: ``emit_meta`` implies ``check_consistency``).
+        """
+        o = self.options
+        if not o.runs or self.check_consistency or self._current_worker()[1] != 1:
+            return None
+        if o.read_mode != "mmap" or not o.inline_local or plan.tgbs_per_step != 1 or plan.steps_per_tgb != 1:
+            return None
+        reads = plan.reads(0)
+        if len(reads.pieces) != 1 or len(reads.parts) != 1 or len(reads.parts[0]) != 1:
+            return None
+        whole = reads.parts[0][0]
+        if whole.lo != 0 or whole.hi != 1 or store.local_path(DATASET_KEY) is None:
+            return None
+        return reads.pieces[0]
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if self._reader is not None:  # an earlier iterator still open: continue from its position
             self._restore = {**self._setting(), **self._position()}
@@ -359,41 +390,11 @@ class TGBDataset(IterableDataset):
         reader, project = self._build(store, manifest, layout)
         self._reader = reader
         self._delivered = delivered = _Delivered(project)
-        in_worker = get_worker_info() is not None
-        checker = ConsistencyChecker(namespace=store.url) if self.check_consistency and not in_worker else None
-        meta = self.emit_meta and in_worker
-        cast = self.options.dtype
-        if self.check_consistency and in_worker and not meta:
-            warnings.warn(
-                "check_consistency needs the main process: inside DataLoader workers it runs only "
-                "under tgb.DataLoader (a plain StatefulDataLoader cannot forward the step metadata)",
-                stacklevel=2,
-            )
         try:
-            while True:
-                started = time.perf_counter()
-                try:
-                    batch = next(reader)
-                except StopIteration:
-                    self._stats.add(stall_s=time.perf_counter() - started)
-                    if checker is not None:
-                        checker.check_end()
-                    return
-                self._stats.add(stall_s=time.perf_counter() - started, steps=1)
-                task = batch.task
-                delivered.task = task  # the position is derived only when asked for (not per step)
-                if checker is not None:
-                    checker.check(task.cursor, task.keys)
-                tensors = batch.tensors
-                if cast is not None:
-                    tensors = cast_integers(tensors, cast)
-                if meta:
-                    from torch_tgb.distributed.consistency import keys_digest
-
-                    c = task.cursor
-                    tensors = dict(tensors)
-                    tensors[META_KEY] = torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])
-                yield tensors
+            if isinstance(reader, LocalRuns):
+                yield from self._deliver_runs(reader, delivered)
+            else:
+                yield from self._deliver_steps(reader, delivered, store.url)
         finally:
             reader.close()
             if not isinstance(self.ns, ObjectStore):  # a store handed in belongs to the caller
@@ -404,15 +405,89 @@ class TGBDataset(IterableDataset):
                 self._reader = None
                 self._delivered = None
 
+    def _deliver_steps(
+        self, reader: RangeReader, delivered: _Delivered, namespace: str
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """The step-by-step pipeline: one ReadTask per step."""
+        in_worker = get_worker_info() is not None
+        checker = ConsistencyChecker(namespace=namespace) if self.check_consistency and not in_worker else None
+        meta = self.emit_meta and in_worker
+        cast = self.options.dtype
+        if self.check_consistency and in_worker and not meta:
+            warnings.warn(
+                "check_consistency needs the main process: inside DataLoader workers it runs only "
+                "under tgb.DataLoader (a plain StatefulDataLoader cannot forward the step metadata)",
+                stacklevel=3,
+            )
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(reader)
+            except StopIteration:
+                self._stats.delivered(time.perf_counter() - started, steps=0)
+                if checker is not None:
+                    checker.check_end()
+                return
+            self._stats.delivered(time.perf_counter() - started)
+            task = batch.task
+            delivered.task = task  # the position is derived only when asked for (not per step)
+            if checker is not None:
+                checker.check(task.cursor, task.keys)
+            tensors = batch.tensors
+            if cast is not None:
+                tensors = cast_integers(tensors, cast)
+            if meta:
+                from torch_tgb.distributed.consistency import keys_digest
+
+                c = task.cursor
+                tensors = dict(tensors)
+                tensors[META_KEY] = torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])
+            yield tensors
+
+    def _deliver_runs(self, runs: LocalRuns, delivered: _Delivered) -> Iterator[dict[str, torch.Tensor]]:
+        """The run path: a run of steps of one mapped object at a time, a view (and CRC) per step."""
+        stats = self._stats
+        clock = time.perf_counter
+        while True:
+            started = clock()
+            try:
+                run = next(runs)
+            except StopIteration:
+                stats.delivered(clock() - started, steps=0)
+                return
+            read = run.slices.read
+            step = run.first_step
+            delivered.run = run
+            for i in range(len(run)):
+                try:
+                    tensors = read(i)
+                except CorruptObject as e:  # the format names object/slice/tensor; add the step
+                    raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
+                delivered.done = i + 1
+                stats.delivered(clock() - started)
+                yield tensors
+                started = clock()
+
 
 class _Delivered:
-    """The position after the last delivered step, derived on demand from that step's task."""
+    """The position after the last delivered step, derived on demand (not per step).
 
-    __slots__ = ("project", "task")
+    Step path: from that step's task. Run path: ``done`` steps of ``run``
+    delivered (TGB steps, one per consumer step: the run path reads 1:1 plans).
+    """
+
+    __slots__ = ("done", "project", "run", "task")
 
     def __init__(self, project: Project) -> None:
         self.project = project
         self.task: ReadTask | None = None
+        self.run: StepRun | None = None
+        self.done = 0
 
     def position(self) -> Position:
-        return self.project.position() if self.task is None else self.project.position_after(self.task)
+        if self.run is not None and self.done:
+            step = self.run.first_step + self.done  # TGB step == consumer step + origin under a 1:1 plan
+            return self.project.position_at(step - self.project.cursor(0).step, self.run.version)
+        if self.task is not None:
+            return self.project.position_after(self.task)
+        return self.project.position()

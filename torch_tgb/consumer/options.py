@@ -48,6 +48,9 @@ class ReaderOptions:
     open_objects: int = 64
     #: local objects smaller than this are read whole at open (cheaper than a mapping); larger ones mapped
     small_object_bytes: int = READ_WHOLE_BELOW
+    #: read consecutive steps of one mapped local object as a run (datapipes.local_runs) where the plan
+    #: allows it; False: every step through the step-by-step pipeline (same tensors, same positions)
+    runs: bool = True
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy

@@ -26,6 +26,7 @@ __all__ = [
     "ManifestView",
     "Position",
     "ReadTask",
+    "RunSource",
     "StepBatch",
     "StepEntry",
     "StepLookahead",
@@ -69,6 +70,15 @@ class Interruptible(Protocol):
 @runtime_checkable
 class StepSource(StepLookahead, Protocol):
     """What ``Project`` reads from: a step stream it can position (``ManifestPoller``, ``BlockShuffle``)."""
+
+    def state_at(self, step: int, version: int = 0) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class RunSource(Protocol):
+    """A step source that hands out runs of steps at once (``ManifestPoller``, ``BlockShuffle``): the run path's."""
+
+    def next_run(self, limit: int) -> tuple[int, int, list[TGBEntry]]: ...
 
     def state_at(self, step: int, version: int = 0) -> dict[str, int]: ...
 

@@ -30,12 +30,29 @@ from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import ManifestError
 from torch_tgb.format import TRAILER_SIZE, Footer, SliceReader, parse_footer
+from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore, RangeRequest
 
-__all__ = ["MAX_FOOTER_BYTES", "FooterIndex"]
+__all__ = ["MAX_FOOTER_BYTES", "FooterIndex", "check_footer_location", "footer_location_ok"]
 
 #: no real footer is larger (it is a few dozen bytes per tensor); a bigger claim is corrupt
 MAX_FOOTER_BYTES = 64 << 20
+
+
+def footer_location_ok(entry: TGBEntry) -> bool:
+    """Whether ``entry``'s footer ends its TGB and has a sane length (checked before any read or allocation)."""
+    end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
+    return entry.footer_offset >= 0 and end == entry.size and 0 < entry.footer_length <= MAX_FOOTER_BYTES
+
+
+def check_footer_location(entry: TGBEntry, step: int, namespace: str) -> None:
+    """Raise ManifestError unless :func:`footer_location_ok`."""
+    if not footer_location_ok(entry):
+        raise ManifestError(
+            f"{namespace}: manifest entry for {step=} of object "
+            f"{entry.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
+            f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
+        )
 
 
 class FooterIndex(BaseNode[ReadTask]):
@@ -175,15 +192,8 @@ class FooterIndex(BaseNode[ReadTask]):
 
     def _footer_range(self, e: StepEntry) -> RangeRequest:
         """Where ``e``'s footer lies; the entry's numbers decide how much is read: checked before any allocation."""
-        entry = e.entry
-        end = entry.footer_offset + entry.footer_length + TRAILER_SIZE
-        if entry.footer_offset < 0 or end != entry.size or not (0 < entry.footer_length <= MAX_FOOTER_BYTES):
-            raise ManifestError(
-                f"{self.store.url}: manifest entry for step={e.step} of object "
-                f"{e.key!r}: footer at {entry.footer_offset} of length {entry.footer_length} does not end "
-                f"an object of {entry.size} bytes (or exceeds {MAX_FOOTER_BYTES} bytes)"
-            )
-        return RangeRequest(e.key, entry.footer_offset, entry.size)
+        check_footer_location(e.entry, e.step, self.store.url)
+        return RangeRequest(e.key, e.entry.footer_offset, e.entry.size)
 
     def _fetch_one_local(self, e: StepEntry) -> None:
         """One footer of a local object, through the shared mapping: the step path's share of footer work."""

@@ -31,7 +31,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import ManifestView, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import DataTimeout, ManifestError
-from torch_tgb.manifest.records import ManifestState
+from torch_tgb.manifest.records import ManifestState, TGBEntry
 
 __all__ = ["ManifestPoller", "PollPolicy", "describe_producers"]
 
@@ -164,6 +164,30 @@ class ManifestPoller(BaseNode[StepEntry]):
         self._next_step = item.step + 1
         return item
 
+    def next_run(self, limit: int) -> tuple[int, int, list[TGBEntry]]:
+        """Up to ``limit`` consecutive steps at once: ``(first step, version, entries)``.
+
+        Waits (as :meth:`next` does) only for the first; the others are steps
+        already committed. The run path of a local reader takes its steps this
+        way: no :class:`StepEntry` per step.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if self._buffer:  # steps buffered by next(): hand those out first, in order
+            item = self.next()
+            return item.step, item.version, [item.entry]
+        step = self._next_step
+        if self.stop_step is not None and step >= self.stop_step:
+            raise StopIteration
+        if step >= self._known_steps:
+            self._wait_for(step)
+        stop = min(self._known_steps, step + limit)
+        if self.stop_step is not None:
+            stop = min(stop, self.stop_step)
+        entries = self._entries(step, stop)
+        self._next_step = stop
+        return step, self._version, entries
+
     # --- internals -------------------------------------------------------------
 
     def _poll(self) -> None:
@@ -183,13 +207,17 @@ class ManifestPoller(BaseNode[StepEntry]):
         stop = min(self._known_steps, step + self.policy.batch)
         if self.stop_step is not None:
             stop = min(stop, self.stop_step)
+        entries = self._entries(step, stop)
+        self._buffer.extend(StepEntry(step + i, self._version, e) for i, e in enumerate(entries))
+
+    def _entries(self, step: int, stop: int) -> list[TGBEntry]:
         entries = self.manifest.entries(step, stop)
         if len(entries) != stop - step:  # the manifest disagrees with itself: fail loud, never skip
             raise ManifestError(
                 f"{self.namespace}: manifest version {self._version} reports {self._known_steps} steps "
                 f"but returned {len(entries)} entries for steps [{step}, {stop})"
             )
-        self._buffer.extend(StepEntry(step + i, self._version, e) for i, e in enumerate(entries))
+        return entries
 
     def _wait_for(self, step: int) -> None:
         """Poll until ``step`` is committed; StopIteration at the seal."""

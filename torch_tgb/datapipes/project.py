@@ -149,7 +149,7 @@ class Project(BaseNode[ReadTask]):
 
     def position(self) -> Position:
         """Where this node stands: the next step it yields and how it counts (see :class:`Position`)."""
-        return self._position_at(self._index, self._version)
+        return self.position_at(self._index, self._version)
 
     def position_after(self, task: ReadTask) -> Position:
         """Where a consumer stands once it has delivered ``task`` (a task of this node).
@@ -157,9 +157,10 @@ class Project(BaseNode[ReadTask]):
         Stages downstream buffer and prefetch, so the node itself may be ahead
         of what was delivered; this is the position a checkpoint must hold.
         """
-        return self._position_at(task.index + self.num_workers, task.cursor.version)
+        return self.position_at(task.index + self.num_workers, task.cursor.version)
 
-    def _position_at(self, index: int, version: int) -> Position:
+    def position_at(self, index: int, version: int) -> Position:
+        """The position before consumer step ``index`` (counted from the origin), at manifest ``version``."""
         plan = self._ratios()
         cursor = cursor_at(self._origin, index, version=version, **plan)
         return Position(cursor, self._origin, index, plan["tgbs_per_step"], plan["steps_per_tgb"])

@@ -110,8 +110,37 @@ class BlockShuffle(BaseNode[StepEntry]):
         return head
 
     def next(self) -> StepEntry:
-        head = self._head
-        n = int(head.num_steps)
+        position, step = self._locate()
+        self._next = position + 1
+        version = int(self._head.version)
+        self._version = max(self._version, version)
+        return StepEntry(position, version, self._entries[step], manifest_step=step)
+
+    def next_run(self, limit: int) -> tuple[int, int, list[TGBEntry]]:
+        """Up to ``limit`` positions at once whose TGBs are consecutive in the manifest (inside one block).
+
+        ``(first position, version, entries)``, as ``ManifestPoller.next_run``
+        gives them: the run path reads a block-shuffled epoch a block at a time.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        position, step = self._locate()
+        order = self._order[1] if self._order is not None else None
+        assert order is not None  # set by _locate
+        index = position % self.num_steps
+        count = 1
+        stop = self.stop_step
+        while (count < limit and index + count < len(order) and int(order[index + count]) == step + count
+               and step + count in self._entries and (stop is None or position + count < stop)):
+            count += 1
+        self._next = position + count
+        version = int(self._head.version)
+        self._version = max(self._version, version)
+        return position, version, [self._entries[s] for s in range(step, step + count)]
+
+    def _locate(self) -> tuple[int, int]:
+        """The next position and its TGB's manifest step; loads that TGB's block of entries."""
+        n = int(self._head.num_steps)
         position = self.next_step
         stop = self.stop_step
         if n == 0 or (stop is not None and position >= stop):
@@ -124,6 +153,4 @@ class BlockShuffle(BaseNode[StepEntry]):
             start = step - step % self.block_size
             stop_block = min(start + self.block_size, n)
             self._entries = dict(zip(range(start, stop_block), self.manifest.entries(start, stop_block)))
-        self._next = position + 1
-        self._version = max(self._version, int(head.version))
-        return StepEntry(position, int(head.version), self._entries[step], manifest_step=step)
+        return position, step

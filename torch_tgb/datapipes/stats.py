@@ -72,12 +72,23 @@ class ReadStats:
         self._lock = threading.Lock()
         self._counts: dict[str, float] = {}
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._steps = 0  # written by the delivering thread only (see delivered)
+        self._stall_s = 0.0
 
     def add(self, **amounts: float) -> None:
         """Add to named counters (field names of ConsumerStats)."""
         with self._lock:
             for name, amount in amounts.items():
                 self._counts[name] = self._counts.get(name, 0) + amount
+
+    def delivered(self, stall_s: float, steps: int = 1) -> None:
+        """``steps`` handed to the trainer after ``stall_s`` seconds in next().
+
+        Called per step by the one thread that delivers them, so it takes no
+        lock (a single writer; ``snapshot`` reads two plain numbers).
+        """
+        self._steps += steps
+        self._stall_s += stall_s
 
     def fetch_latency(self, seconds: float) -> None:
         with self._lock:
@@ -87,12 +98,14 @@ class ReadStats:
         with self._lock:
             self._counts.clear()
             self._latencies.clear()
+            self._steps = 0
+            self._stall_s = 0.0
 
     def snapshot(self) -> ConsumerStats:
         with self._lock:
             c = dict(self._counts)
             lat = np.fromiter(self._latencies, dtype=np.float64)
-        steps = int(c.get("steps", 0))
+        steps = int(c.get("steps", 0)) + self._steps
         useful = int(c.get("useful_bytes", 0))
         read = int(c.get("bytes_read", 0))
         data_req = int(c.get("data_requests", 0))
@@ -108,7 +121,7 @@ class ReadStats:
             manifest_polls=int(c.get("manifest_polls", 0)),
             read_amplification=read / useful if useful else 0.0,
             requests_per_step=(data_req + footer_req) / steps if steps else 0.0,
-            stall_s=float(c.get("stall_s", 0.0)),
+            stall_s=float(c.get("stall_s", 0.0)) + self._stall_s,
             poll_wait_s=float(c.get("poll_wait_s", 0.0)),
             fetch_p50_s=float(np.percentile(lat, 50)) if lat.size else 0.0,
             fetch_p95_s=float(np.percentile(lat, 95)) if lat.size else 0.0,

@@ -39,12 +39,14 @@ from torch_tgb.format._reader import (
     READ_WHOLE_BELOW,
     VERIFY_POLICIES,
     SliceReader,
+    SliceRun,
     decode_slice,
     read_footer,
     read_slice,
     verify_policy,
     writable,
 )
+from torch_tgb.format._run import FooterRun, parse_footer_run
 from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 
@@ -59,9 +61,11 @@ __all__ = [
     "TRAILER_SIZE",
     "DType",
     "Footer",
+    "FooterRun",
     "SliceData",
     "SliceInfo",
     "SliceReader",
+    "SliceRun",
     "TGBObject",
     "TensorInfo",
     "VERIFY_POLICIES",
@@ -71,6 +75,7 @@ __all__ = [
     "encode_tgb",
     "padding_ranges",
     "parse_footer",
+    "parse_footer_run",
     "read_footer",
     "read_slice",
     "schema_fingerprint",

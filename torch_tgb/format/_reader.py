@@ -14,6 +14,7 @@ import mmap
 import os
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import google_crc32c
@@ -22,12 +23,13 @@ import torch
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
+from torch_tgb.format._run import parse_footer_run
 from torch_tgb.storage.local import open_regular
 
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["READ_MODES", "VERIFY_POLICIES", "SliceReader", "decode_slice", "read_footer", "read_slice", "verify_policy", "writable"]
+__all__ = ["READ_MODES", "VERIFY_POLICIES", "SliceReader", "SliceRun", "decode_slice", "read_footer", "read_slice", "verify_policy", "writable"]
 
 _MISSING = object()
 
@@ -234,10 +236,36 @@ class SliceReader:
         return (key, slice_info.start) not in self._verified
 
     def _mark(self, key: str, slice_info: SliceInfo) -> None:
-        with self._lock:
-            self._verified[(key, slice_info.start)] = None
-            if len(self._verified) > _VERIFIED_MAX:
-                self._verified.pop(next(iter(self._verified)))
+        self._mark_range(key, slice_info.start)
+
+    def _mark_range(self, key: str, start: int) -> None:
+        verified = self._verified
+        verified[(key, start)] = None  # one dict store: atomic under the GIL, no lock on the hot path
+        if len(verified) > _VERIFIED_MAX:
+            with self._lock:
+                while len(verified) > _VERIFIED_MAX:
+                    verified.pop(next(iter(verified)))
+
+    def run(
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0,
+        *, cast: torch.dtype | None = None,
+    ) -> SliceRun | None:
+        """Slice ``(dp, cp)`` of a leading run of consecutive TGBs of the mapped object ``key``.
+
+        ``tgbs`` are ``(footer_offset, size)`` of the TGBs, as their manifest
+        entries say; ``size`` is the object's (checked against the file at its
+        first open). The run covers at least the first TGB (see
+        :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
+        ``mode="copy"``).
+        """
+        mm = self._maps.get(key, _MISSING)
+        if mm is _MISSING:
+            mm = self._mapping(key, size)
+        if mm is None:
+            return None
+        footers = parse_footer_run(mm, tgbs, key=key)
+        info, crcs = footers.slice_run(dp, cp)
+        return SliceRun(self, key, mm, info, footers.shifts, crcs, cast)
 
     def read(
         self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | str | None = None
@@ -300,6 +328,66 @@ class SliceReader:
         """Drop the mapping of ``key`` (e.g. before the object is deleted)."""
         with self._lock:
             self._maps.pop(key, None)
+
+
+class SliceRun:
+    """One slice of each TGB of a run in one mapped object: ``read(i)`` gives TGB ``i``'s tensors.
+
+    Built by :meth:`SliceReader.run`. The decode plan is the first TGB's;
+    TGB ``i``'s tensors lie ``shifts[i]`` bytes further and carry
+    ``crcs[i]``, so a read is one view per tensor, a CRC under the reader's
+    verify policy and an optional cast (``cast``: integer tensors to that
+    dtype, e.g. ``torch.int64``).
+    """
+
+    __slots__ = ("_always", "_first", "_plan", "_reader", "buffer", "crcs", "info", "key", "shifts")
+
+    def __init__(
+        self, reader: SliceReader, key: str, buffer: Any, info: SliceInfo, shifts: list[int],
+        crcs: list[tuple[int, ...]], cast: torch.dtype | None,
+    ) -> None:
+        self._reader = reader
+        self.key = key
+        self.buffer = buffer
+        self.info = info
+        self.shifts = shifts
+        self.crcs = crcs
+        self._always = reader.verify == "always"
+        self._first = reader.verify == "first"
+        plan = []
+        for (name, np_dtype, count, offset, shape, view, _crc), t in zip(info.decode_plan, info.tensors):
+            dtype = t._dt.torch_dtype  # what the tensor is delivered as
+            integer = not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+            plan.append((name, np_dtype, count, offset, shape, view, cast if integer and cast != dtype else None))
+        self._plan = tuple(plan)
+
+    def __len__(self) -> int:
+        return len(self.shifts)
+
+    def read(self, i: int) -> dict[str, torch.Tensor]:
+        """TGB ``i``'s tensors of this slice (views of the mapping unless cast)."""
+        d = self.shifts[i]
+        start = self.info.start + d
+        check = self._always or (self._first and (self.key, start) not in self._reader._verified)
+        crcs = self.crcs[i]
+        buffer = self.buffer
+        out = {}
+        j = 0
+        for name, np_dtype, count, offset, shape, view, cast in self._plan:
+            arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
+            if check and google_crc32c.value(arr) != crcs[j]:
+                raise CorruptObject(
+                    f"object {self.key!r}, slice (dp={self.info.dp}, cp={self.info.cp}), tensor {name!r}: "
+                    f"CRC32C mismatch (stored {crcs[j]:#010x})"
+                )
+            j += 1
+            tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
+            if view is not None:
+                tensor = tensor.view(view)
+            out[name] = tensor if cast is None else tensor.to(cast)
+        if check and self._first:
+            self._reader._mark_range(self.key, start)
+        return out
 
 
 def writable(data: Any) -> Any:

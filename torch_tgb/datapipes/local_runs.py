@@ -1,0 +1,150 @@
+"""LocalRuns: the run path of a mapped local namespace.
+
+When a rank reads one whole slice of each TGB per step (``plan_reads``
+gives one piece per step and no re-assembly), one process reads, and the
+namespace is local and mapped, the per-step pipeline ``Project ->
+FooterIndex -> RangeReader`` does work that a run of consecutive steps
+shares: every TGB of a segment object lives in one mapping and has the
+same footer up to where it lies. ``LocalRuns`` reads the poller's
+committed steps in runs (:meth:`ManifestPoller.next_run`), cut where the
+object changes, parses each run's footers as one table
+(:func:`torch_tgb.format.parse_footer_run`) and hands out a
+:class:`StepRun`: step ``first_step + i`` is ``run.read(i)``, one view per
+tensor plus the CRC the verify policy asks for. A step then costs about
+what the memory floor costs plus that CRC (``benchmarks/consumer_read.py``,
+section ``hot_path``).
+
+The manifest entries' footer numbers are checked before anything is read,
+as FooterIndex checks them. A run stops at the first TGB whose footer is not
+a shifted copy of the run's first; that TGB starts the next run and is
+parsed in full, so corrupt bytes fail with the full parser's message.
+
+State: the poller's state at the first step not yet handed out in a run
+(steps taken from the poller beyond a cut run are taken again after a
+reset, never skipped).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torchdata.nodes import BaseNode
+
+from torch_tgb.datapipes.footer_index import check_footer_location, footer_location_ok
+from torch_tgb.datapipes._types import RunSource, StepEntry
+from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.errors import CorruptObject
+from torch_tgb.format import SliceReader, SliceRun
+from torch_tgb.manifest import TGBEntry
+
+__all__ = ["MAX_RUN", "LocalRuns", "StepRun"]
+
+#: steps taken from the poller per run at most
+MAX_RUN = 1024
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """Steps ``first_step .. first_step + len(slices) - 1`` (TGB steps), seen at manifest ``version``."""
+
+    first_step: int
+    version: int
+    slices: SliceRun
+
+    def __len__(self) -> int:
+        return len(self.slices)
+
+
+class LocalRuns(BaseNode[StepRun]):
+    """Runs of consecutive steps of one object, from a step source positioned at ``start_step``.
+
+    ``source`` is a :class:`RunSource` node: the ``ManifestPoller`` of a stream
+    or the ``BlockShuffle`` of an epochs read (whose runs stay inside a block).
+    ``namespace`` names the store in errors.
+    """
+
+    SOURCE_KEY = "source"
+
+    def __init__(
+        self,
+        source: BaseNode[StepEntry],
+        slices: SliceReader,
+        *,
+        namespace: str,
+        dp: int,
+        cp: int = 0,
+        start_step: int = 0,
+        version: int = 0,
+        cast: torch.dtype | None = None,
+        max_run: int = MAX_RUN,
+        stats: ReadStats | None = None,
+    ) -> None:
+        super().__init__()
+        if max_run < 1:
+            raise ValueError(f"max_run must be >= 1, got {max_run}")
+        self.source: BaseNode[StepEntry] = source
+        if not isinstance(source, RunSource):
+            raise TypeError(f"LocalRuns reads a run source (ManifestPoller, BlockShuffle), got {type(source).__name__}")
+        self._runs: RunSource = source
+        self.namespace = namespace
+        self.slices = slices
+        self.dp, self.cp = dp, cp
+        self.start_step, self.start_version = start_step, version
+        self.cast = cast
+        self.max_run = max_run
+        self.stats = stats if stats is not None else ReadStats()
+        # steps taken from the poller but not yet in a run: (step, version, entries, index of that step)
+        self._left: tuple[int, int, list[TGBEntry], int] | None = None
+        self._state: dict[str, Any] | None = None
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+        self._left = None
+        if initial_state is not None:
+            self.source.reset(initial_state[self.SOURCE_KEY])
+        else:
+            self.source.reset(self._runs.state_at(self.start_step, self.start_version))
+        self._state = self.source.state_dict()
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self._state}
+
+    def close(self) -> None:
+        """Nothing runs in the background; for symmetry with RangeReader."""
+
+    def next(self) -> StepRun:
+        if self._left is None:
+            step, version, entries = self._runs.next_run(self.max_run)
+            self._left = (step, version, entries, 0)
+        step, version, entries, at = self._left
+        started = time.perf_counter()
+        first = entries[at]
+        key = first.key
+        check_footer_location(first, step, self.namespace)
+        tgbs = [(first.footer_offset, first.size)]
+        for i in range(at + 1, len(entries)):
+            e = entries[i]
+            if e.key != key or not footer_location_ok(e):
+                break  # a bad entry starts the next run: the steps before it are delivered, then it raises at its step
+            tgbs.append((e.footer_offset, e.size))
+        object_size = first.size if first.object_size is None else first.object_size
+        try:
+            run = self.slices.run(key, object_size, tgbs, self.dp, self.cp, cast=self.cast)
+        except CorruptObject as e:  # the format names object/slice/tensor; add the step
+            raise CorruptObject(f"{self.namespace}: step={step}: {e}") from e
+        if run is None:
+            raise CorruptObject(f"{self.namespace}: object {key!r} is not a mapped local file")
+        n = len(run)
+        # the steps after this run stay here until a later run takes them (never skipped)
+        self._left = (step + n, version, entries, at + n) if at + n < len(entries) else None
+        self._state = self._runs.state_at(step + n, version)
+        info = run.info
+        useful = sum(t.length for t in info.tensors)
+        footer_bytes = sum(end - offset for offset, end in tgbs[:n])
+        self.stats.fetch_latency(time.perf_counter() - started)
+        self.stats.add(footer_requests=n, data_requests=n, bytes_read=n * info.length + footer_bytes,
+                       useful_bytes=n * useful)
+        return StepRun(step, version, run)
