@@ -49,7 +49,7 @@ from torch_tgb.datapipes._types import ReadTask
 from torch_tgb.format import decode_slice
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.producer import Producer
+from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -111,9 +111,11 @@ class SharedLinkStore(LatencyStore):
         time.sleep(max(done, stream) - now + self.rtt)
 
 
-def produce_uniform(store_url: str, world: int, slice_bytes: int, steps: int, options: dict | None = None) -> None:
+def produce_uniform(store_url: str, world: int, slice_bytes: int, steps: int, options: dict | None = None,
+                    config: ProducerConfig = ProducerConfig()) -> None:
     layout = Layout(dp=world)
-    with Producer(store_url, producer_id="bench", layout=layout, commit_policy="fixed:8", storage_options=options) as p:
+    with Producer(store_url, producer_id="bench", layout=layout, commit_policy="fixed:8", storage_options=options,
+                  config=config) as p:
         for offset in range(steps):
             payload = torch.full((world, slice_bytes), offset % 251, dtype=torch.uint8)
             p.append({"payload": payload}, offset=offset)
@@ -213,28 +215,33 @@ def amplification(args: argparse.Namespace, s3: Any) -> list[dict[str, Any]]:
 
 
 def requests_per_step(args: argparse.Namespace) -> dict[str, float]:
-    url = f"memory://bench-req-{uuid.uuid4().hex[:6]}"
+    """Range requests per rank-step on a remote store, cold and warm (footers cached), per object kind.
+
+    ``one``: a streaming producer's default, one TGB per object (a cold step
+    reads a footer and a slice); ``segments``: 64 TGBs per segment object,
+    whose footers come from the segment index (one tail read per segment).
+    """
     steps = 64 if args.quick else 256
-    produce_uniform(url, 8, 10 * KB, steps)
-    store = open_store(url)
-    stats = ReadStats()
-    poller = ManifestPoller(Manifest(store), stats=stats)
-    footers = FooterIndex(Project(poller, plan_reads(Layout(dp=8), Mesh(3, 8))), store, stats=stats, cache_size=4096)
-    reader = RangeReader(footers, store, prefetch=2, stats=stats)
-    n = sum(1 for _ in reader)
-    cold = stats.snapshot()
-    reader.reset(None)
-    m = sum(1 for _ in reader)
-    warm = stats.snapshot()
-    reader.close()
-    out = {
-        "steps": n,
-        "cold_requests_per_step": cold.requests / n,
-        "cold_footer_batches": footers.lookahead,
-        "warm_requests_per_step": (warm.requests - cold.requests) / m,
-    }
-    print(f"requests per rank-step: cold {out['cold_requests_per_step']:.3f} (footers batched "
-          f"{footers.lookahead} per call), warm {out['warm_requests_per_step']:.3f}", flush=True)
+    out: dict[str, float] = {"steps": steps}
+    for kind, config in (("one", ProducerConfig()), ("segments", ProducerConfig(segment_tgbs=64))):
+        url = f"memory://bench-req-{uuid.uuid4().hex[:6]}"
+        produce_uniform(url, 8, 10 * KB, steps, config=config)
+        store = open_store(url)
+        stats = ReadStats()
+        poller = ManifestPoller(Manifest(store), stats=stats)
+        footers = FooterIndex(Project(poller, plan_reads(Layout(dp=8), Mesh(3, 8))), store, stats=stats,
+                              cache_size=4096)
+        reader = RangeReader(footers, store, prefetch=2, stats=stats)
+        n = sum(1 for _ in reader)
+        cold = stats.snapshot()
+        reader.reset(None)
+        m = sum(1 for _ in reader)
+        warm = stats.snapshot()
+        reader.close()
+        out[f"{kind}_cold_requests_per_step"] = cold.requests / n
+        out[f"{kind}_warm_requests_per_step"] = (warm.requests - cold.requests) / m
+        print(f"requests per rank-step ({kind}): cold {out[f'{kind}_cold_requests_per_step']:.3f}, "
+              f"warm {out[f'{kind}_warm_requests_per_step']:.3f}", flush=True)
     return out
 
 

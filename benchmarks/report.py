@@ -418,6 +418,14 @@ def collected_sections(results: dict[str, Any]) -> list[str]:
                        f"{r['p50_us']:.1f} / {r['p95_us']:.1f} | {r['ratio_to_floor']:.3f} | "
                        f"{r.get('p50_ratio_to_floor', float('nan')):.3f} |")
         out += ["", hot_path_reading(h["results"], (cr.get("machine") or {}).get("cores")), ""]
+    req = (cr or {}).get("requests") or {}
+    if "segments_cold_requests_per_step" in req:
+        out += [f"**Range requests per rank-step on a remote store** (issue 15: ≤ 1.05 in steady state; one rank of "
+                f"dp=8, {req['steps']} steps, {_when(cr)}): one TGB per object cold "
+                f"{req['one_cold_requests_per_step']:.3f}, warm {req['one_warm_requests_per_step']:.3f} (a cold "
+                f"step reads the object's footer and the slice); segments of 64 TGBs cold "
+                f"{req['segments_cold_requests_per_step']:.3f}, warm {req['segments_warm_requests_per_step']:.3f} "
+                "(the footers come from the segment index: one tail read per segment).", ""]
     if cr and cr.get("train_wait") and cr["train_wait"].get("results"):
         tw = cr["train_wait"]
         out += [f"**Waiting per training step** (issue 15: no more than the DataLoader-over-memmap baseline; a loop "

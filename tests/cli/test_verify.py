@@ -91,3 +91,27 @@ def test_verify_finds_a_broken_step_sequence(small_ns, capsys):
     assert code == 1
     first = report["problems"][0]
     assert first["version"] == 3 and f"first_step={true_first + 3}, expected {true_first}" in first["message"]
+
+
+def test_verify_checks_a_segment_index_once_per_object(tmp_path, capsys):
+    import torch
+
+    from torch_tgb.layout import Layout
+    from torch_tgb.producer import Producer, ProducerConfig
+
+    ns = str(tmp_path / "seg")
+    with Producer(ns, producer_id="p", layout=Layout(dp=2), config=ProducerConfig(segment_tgbs=4)) as p:
+        for offset in range(8):
+            p.append({"x": torch.full((4, 8), offset, dtype=torch.int32)}, offset=offset)
+        p.close(seal=True)
+    code, report = _verify_json(ns, capsys)
+    assert code == 0 and report["steps_checked"] == 8
+    entry = _entry(ns, 5)
+    path = Path(ns) / entry.key
+    data = bytearray(path.read_bytes())
+    data[entry.total_size - 30] ^= 0x01  # the segment index, not any TGB
+    path.write_bytes(bytes(data))
+    code, report = _verify_json(ns, capsys, "--no-crc")
+    assert code == 1
+    [problem] = report["problems"]  # once for the segment, at its first step
+    assert problem["step"] == 4 and problem["key"] == entry.key and "segment index" in problem["message"]

@@ -264,9 +264,10 @@ def _check_objects(
 ) -> None:
     """Step 3: every referenced object exists with its size, footer and (optionally) CRCs."""
     from torch_tgb._progress import progress
-    from torch_tgb.format import check_padding, decode_slice, read_footer
+    from torch_tgb.format import check_padding, decode_slice, read_footer, read_segment_index
 
     want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
+    indexes: dict[str, Any] = {}  # segment object -> its index (None: written without one)
     for number, step, entry in progress(entries, desc="verify", unit="step"):
         if step < boundary_step:
             continue  # reclaimed steps of the kept boundary version: their objects may be gone
@@ -291,6 +292,17 @@ def _check_objects(
                     **where,
                 )
             slices = footer.slices()
+            if entry.object_size is not None:  # a segment: its index must repeat this footer exactly
+                if entry.key not in indexes:
+                    indexes[entry.key] = None  # a bad index is reported once, at the segment's first step
+                    try:
+                        indexes[entry.key] = read_segment_index(store, entry.key, entry.total_size)
+                    except TGBError as e:
+                        problem(f"segment index: {type(e).__name__}: {e}", **where)
+                index = indexes[entry.key]
+                indexed = None if index is None else index.footer(entry.footer_offset, entry.size)
+                if index is not None and (indexed is None or indexed.slices() != slices):
+                    problem("the segment index does not repeat this TGB's footer", **where)
             if not crc:
                 report.bytes_checked += entry.footer_length
                 continue

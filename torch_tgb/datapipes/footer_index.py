@@ -28,8 +28,8 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.stats import ReadStats
-from torch_tgb.errors import ManifestError
-from torch_tgb.format import TRAILER_SIZE, Footer, SliceReader, parse_footer
+from torch_tgb.errors import CorruptObject, ManifestError
+from torch_tgb.format import TRAILER_SIZE, Footer, SegmentIndex, SliceReader, parse_footer, parse_index_trailer
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore, RangeRequest
 
@@ -37,6 +37,12 @@ __all__ = ["MAX_FOOTER_BYTES", "FooterIndex", "check_footer_location", "footer_l
 
 #: no real footer is larger (it is a few dozen bytes per tensor); a bigger claim is corrupt
 MAX_FOOTER_BYTES = 64 << 20
+#: no real segment index is larger (~250 bytes per TGB of a 256 MiB segment); a bigger claim is corrupt
+MAX_INDEX_BYTES = 64 << 20
+#: bytes read from a segment's end to find its index (and, usually, all of it)
+_TAIL_READ = 256 << 10
+#: segment indexes kept (a reader streams through one segment at a time)
+_INDEXES_KEPT = 4
 
 
 def footer_location_ok(entry: TGBEntry) -> bool:
@@ -85,6 +91,8 @@ class FooterIndex(BaseNode[ReadTask]):
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
         self._local: bool | None = None
+        # segment object -> its index (None: a segment written without one), most recent last
+        self._indexes: OrderedDict[str, SegmentIndex | None] = OrderedDict()
         # runtime Protocol checks cost microseconds each: decided once, off the step path
         self._source_lookahead = isinstance(source, Lookahead)
 
@@ -168,14 +176,64 @@ class FooterIndex(BaseNode[ReadTask]):
             # shared mapping when there is one (the object is opened once, not per footer)
             blobs: list[bytes | memoryview] = [self._local_range(r) for r in requests]
         else:
+            todo = self._from_segment_indexes(todo)  # a segment's footers: one tail read per object
+            requests = [self._footer_range(e) for e in todo.values()]
             # one batched call; soft failures re-read within the error budget, hard ones raised
-            blobs = list(fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats))
+            blobs = list(fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)) if todo else []
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
         for (address, e), blob in zip(todo.items(), blobs):
             footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
             self._cache[address] = footer
         if len(self._cache) > self.cache_size:
             self._evict()
+
+    def _from_segment_indexes(self, todo: dict[tuple[str, int], StepEntry]) -> dict[tuple[str, int], StepEntry]:
+        """Cache the footers that segment indexes hold; the entries left to read one footer each.
+
+        The index of each segment object not seen yet is fetched with one tail
+        read (all of them in one batched call; a second read only for an index
+        longer than the tail). A segment without an index (an older writer) is
+        remembered as such and read footer by footer.
+        """
+        keys = {e.key: e.entry.total_size for e in todo.values() if e.entry.object_size is not None}
+        self._load_indexes({k: size for k, size in keys.items() if k not in self._indexes})
+        left = {}
+        for address, e in todo.items():
+            index = self._indexes.get(e.key)
+            footer = None if index is None else index.footer(e.entry.footer_offset, e.entry.size)
+            if footer is None:
+                left[address] = e
+            else:
+                self._cache[address] = footer
+        for key in keys:
+            if key in self._indexes:
+                self._indexes.move_to_end(key)
+        while len(self._indexes) > _INDEXES_KEPT:
+            self._indexes.popitem(last=False)
+        return left
+
+    def _load_indexes(self, objects: dict[str, int]) -> None:
+        if not objects:
+            return
+        tails = [RangeRequest(key, max(0, size - _TAIL_READ), size) for key, size in objects.items()]
+        blobs = list(fetch_ranges(self.store, tails, budget=self.errors, stats=self.stats))
+        more = []
+        for r, blob in zip(tails, blobs):
+            found = parse_index_trailer(blob, key=r.key, object_size=r.end)
+            if found is None:
+                self._indexes[r.key] = None
+            elif found[0] >= r.start:
+                self._indexes[r.key] = SegmentIndex(blob[found[0] - r.start :], key=r.key, object_size=r.end)
+            elif r.end - found[0] > MAX_INDEX_BYTES:
+                raise CorruptObject(f"{self.store.url}: object {r.key!r}: segment index of {r.end - found[0]} bytes "
+                                    f"(more than {MAX_INDEX_BYTES})")
+            else:
+                more.append((RangeRequest(r.key, found[0], r.start), blob, r.end))
+        rest = list(fetch_ranges(self.store, [m[0] for m in more], budget=self.errors, stats=self.stats)) if more else []
+        for (r, tail, size), head in zip(more, rest):
+            self._indexes[r.key] = SegmentIndex(bytes(head) + bytes(tail), key=r.key, object_size=size)
+        self.stats.add(footer_requests=len(tails) + len(more),
+                       bytes_read=sum(len(b) for b in blobs) + sum(len(b) for b in rest))
 
     def _evict(self) -> None:
         """Drop least recently used footers, never one a buffered task still needs: O(evicted), not O(cache)."""

@@ -47,12 +47,20 @@ from torch_tgb.format._reader import (
     writable,
 )
 from torch_tgb.format._run import FooterRun, parse_footer_run
+from torch_tgb.format._segment_index import (
+    INDEX_TRAILER_SIZE,
+    SegmentIndex,
+    encode_segment_index,
+    parse_index_trailer,
+    read_segment_index,
+)
 from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 
 __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
+    "INDEX_TRAILER_SIZE",
     "READ_MODES",
     "READ_WHOLE_BELOW",
     "SLICE_ALIGN",
@@ -62,6 +70,7 @@ __all__ = [
     "DType",
     "Footer",
     "FooterRun",
+    "SegmentIndex",
     "SliceData",
     "SliceInfo",
     "SliceReader",
@@ -72,11 +81,14 @@ __all__ = [
     "check_padding",
     "check_schema",
     "decode_slice",
+    "encode_segment_index",
     "encode_tgb",
     "padding_ranges",
     "parse_footer",
     "parse_footer_run",
+    "parse_index_trailer",
     "read_footer",
+    "read_segment_index",
     "read_slice",
     "schema_fingerprint",
     "schema_of",

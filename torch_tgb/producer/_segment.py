@@ -10,6 +10,10 @@ unwritten segment dies with its process (nothing to clean up); a written,
 uncommitted one is an orphan like any uncommitted object, and a restarted
 producer rewrites from its committed ``next_offset`` under a new key.
 
+A segment of several TGBs ends with a segment index (every TGB's footer
+once more, ``format/_segment_index.py``): a remote reader fetches it once
+instead of one footer per TGB.
+
 With ``segment_tgbs == 1`` (the streaming default) every TGB is its own
 object, written at once, exactly as before segments existed.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb
+from torch_tgb.format import SLICE_ALIGN, SliceData, encode_segment_index, encode_tgb
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore
 
@@ -84,9 +88,11 @@ class SegmentWriter:
         if not self._open:
             return []
         key = self.key_for(self._open[0].offset)
+        single = len(self._open) == 1
+        if not single:
+            self._data += encode_segment_index(self._data, [(t.footer_offset, t.size) for t in self._open])
         self.store.put(key, self._data)
         total = len(self._data)
-        single = len(self._open) == 1
         entries = [
             TGBEntry(key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
                      t.tokens, start=t.start, object_size=None if single else total)
