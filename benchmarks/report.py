@@ -113,7 +113,10 @@ def peers_section(r: dict[str, Any], plots: Path) -> list[str]:
     tgb, dl, floor = med("torch_tgb"), med("dataloader_memmap"), med("floor")
     reading = ["**Reading.**"]
     if tgb and floor:
-        reading.append(f"torch_tgb delivers {tgb / floor:.3f}× the raw memmap floor (issue 15's goal is ≥ 0.67×).")
+        reading.append(f"torch_tgb delivers {tgb / floor:.3f}× the raw memmap floor here: as users run it, "
+                       "through tgb.DataLoader (a StatefulDataLoader, whose own per-batch work costs more than the "
+                       "floor's whole step) and with `labels` and `document_ids` beside the tokens; issue 15's ≥ 0.67× goal is "
+                       "for the dataset at the bare token shape, measured in the hot-path section below.")
     if tgb and dl:
         word = "faster than" if tgb > dl else "slower than"
         reading.append(f"It is {max(tgb, dl) / min(tgb, dl):.2f}× {word} a plain DataLoader over np.memmap.")

@@ -1,7 +1,8 @@
 """Hypothesis fuzzing of every parser of untrusted bytes.
 
 Targets: the TGB footer/trailer (``parse_footer``, ``read_footer`` and slice
-decoding), manifest versions, snapshots, GC boundary, ``dataset.json``
+decoding), a segment's run of footers (``parse_footer_run``) and its index
+(``parse_index_trailer``, ``SegmentIndex``), manifest versions, snapshots, GC boundary, ``dataset.json``
 (+ ``Layout.from_json``), watermarks, and the LLMBATCH header. Inputs are
 random bytes and mutations of valid objects (bit flips, overwritten fields,
 truncation, splices). Properties: only ``TGBError`` subclasses escape; no
@@ -130,6 +131,49 @@ def test_fuzz_footer_header_fields(fields: tuple[int, int, int], body: bytes) ->
     _bounded(lambda: parse_footer(data, key="k", size=len(data), footer_offset=0), 8 * len(data) + (1 << 20))
     bad = body + struct.pack("<QII8s", length, crc32c_of(body), 1, TRAILER_MAGIC)
     _bounded(lambda: _read_all(bad), 8 * len(bad) + (1 << 20))
+
+
+# --- segments: a run of footers, the segment index --------------------------------
+
+
+def _segment_bytes(n: int = 4) -> tuple[bytes, list[tuple[int, int]]]:
+    from torch_tgb.format import SLICE_ALIGN, encode_segment_index
+
+    data = bytearray()
+    tgbs = []
+    for i in range(n):
+        base = len(data) + (-len(data) % SLICE_ALIGN)
+        buffers, obj = encode_tgb([SliceData(0, 0, {"ids": torch.arange(16, dtype=torch.int32) + i})], base=base)
+        data += bytes(base - len(data))
+        for b in buffers:
+            data += b
+        tgbs.append((obj.footer_offset, obj.size))
+    return bytes(data) + encode_segment_index(data, tgbs), tgbs
+
+
+SEGMENT, SEGMENT_TGBS = _segment_bytes()
+
+
+def _read_segment(data: bytes) -> None:
+    from torch_tgb.format import INDEX_TRAILER_SIZE, SegmentIndex, parse_footer_run, parse_index_trailer
+
+    found = parse_index_trailer(data[-INDEX_TRAILER_SIZE:], key="seg", object_size=len(data))
+    if found is not None:
+        index = SegmentIndex(data[max(0, found[0]) :], key="seg", object_size=len(data))
+        for fo, size in SEGMENT_TGBS:
+            index.footer(fo, size)
+    i = 0
+    while i < len(SEGMENT_TGBS):
+        run = parse_footer_run(data, SEGMENT_TGBS[i:], key="seg")
+        for j in range(len(run)):
+            run.slice(j, 0, 0)
+        i += len(run)
+
+
+@FUZZ
+@given(data=mutated(SEGMENT, SEGMENT_TGBS[0][0]))
+def test_fuzz_segment_footers_and_index(data: bytes) -> None:
+    _bounded(lambda: _read_segment(data), 8 * len(SEGMENT) + (1 << 20))
 
 
 # --- manifest JSON ------------------------------------------------------------

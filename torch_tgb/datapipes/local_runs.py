@@ -19,6 +19,10 @@ as FooterIndex checks them. A run stops at the first TGB whose footer is not
 a shifted copy of the run's first; that TGB starts the next run and is
 parsed in full, so corrupt bytes fail with the full parser's message.
 
+Statistics: each step counts one data request and one footer read, as on
+the step path; ``fetch_p50_s``/``fetch_p95_s`` sample the time to set up a
+run (map, check, index), once per run.
+
 State: the poller's state at the first step not yet handed out in a run
 (steps taken from the poller beyond a cut run are taken again after a
 reset, never skipped).
