@@ -2,7 +2,8 @@
 
 Consumer: ``ManifestPoller -> Project -> FooterIndex -> RangeReader`` is what
 ``TGBDataset`` composes; ``BlockShuffle`` gives random access over a sealed
-namespace. Producer: ``Mix -> Pack -> GlobalBatches`` turns document streams
+namespace; ``LocalRuns`` is the run path that replaces the last three stages
+for a mapped local read of one whole slice per step. Producer: ``Mix -> Pack -> GlobalBatches`` turns document streams
 into the global batches a ``Producer`` appends (mixture by schedule, packed
 rows with attention metadata, cost-balanced dp slices); they wrap the pure
 functions of ``torch_tgb.transforms``. Every stage is a ``torchdata.nodes.BaseNode`` with
@@ -13,6 +14,7 @@ from torch_tgb.datapipes._types import ReadTask, StepBatch, StepEntry
 from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.footer_index import FooterIndex
 from torch_tgb.datapipes.global_batches import BatchStats, GlobalBatches
+from torch_tgb.datapipes.local_runs import LocalRuns, StepRun
 from torch_tgb.datapipes.mix import Mix, MixStats
 from torch_tgb.datapipes.pack import Pack, PackStats
 from torch_tgb.datapipes.poller import ManifestPoller, PollPolicy
@@ -28,6 +30,7 @@ __all__ = [
     "ErrorBudget",
     "FooterIndex",
     "GlobalBatches",
+    "LocalRuns",
     "ManifestPoller",
     "Mix",
     "MixStats",
@@ -40,6 +43,7 @@ __all__ = [
     "ReadTask",
     "StepBatch",
     "StepEntry",
+    "StepRun",
     "fetch_ranges",
     "merge_stats",
 ]

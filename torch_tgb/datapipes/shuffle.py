@@ -125,8 +125,8 @@ class BlockShuffle(BaseNode[StepEntry]):
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
         position, step = self._locate()
-        order = self._order[1] if self._order is not None else None
-        assert order is not None  # set by _locate
+        assert self._order is not None  # set by _locate
+        order = self._order[1]
         index = position % self.num_steps
         count = 1
         stop = self.stop_step
