@@ -225,3 +225,16 @@ def test_a_bad_footer_location_inside_a_run_fails_at_its_own_step(tmp_path) -> N
             for b in ds:
                 got.append(b)
         assert len(got) == 5 if runs else len(got) <= 5
+
+
+def test_a_corrupt_first_step_of_a_later_run_leaves_the_position_after_the_last_delivered(tmp_path) -> None:
+    ns = str(tmp_path / "ns")
+    produce(ns, 4, n=8)  # objects hold steps 0..3 and 4..7: step 4 starts the second run
+    _flip_payload_byte(ns, 4)
+    ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), prefetch=0)
+    got = []
+    with pytest.raises(CorruptObject, match="step=4"):
+        for b in ds:
+            got.append(b)
+    assert len(got) == 4 and ds.step == 4
+    assert ds.state_dict()["tgb_cursor"]["step"] == 4

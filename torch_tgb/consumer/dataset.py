@@ -457,13 +457,13 @@ class TGBDataset(IterableDataset):
                 return
             read = run.slices.read
             step = run.first_step
-            delivered.run = run
             for i in range(len(run)):
                 try:
                     tensors = read(i)
                 except CorruptObject as e:  # the format names object/slice/tensor; add the step
                     raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
-                delivered.done = i + 1
+                # only once step i is in hand: a failed read leaves the position after the last delivered step
+                delivered.run, delivered.done = run, i + 1
                 stats.delivered(clock() - started)
                 yield tensors
                 started = clock()
