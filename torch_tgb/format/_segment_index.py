@@ -55,8 +55,8 @@ _ROW = np.dtype([("footer_offset", "<u8"), ("size", "<u8")])
 def encode_segment_index(data: Any, tgbs: Sequence[tuple[int, int]]) -> bytes:
     """The index of the TGBs ``(footer_offset, size)`` of the segment bytes ``data``, trailer included."""
     rows = np.array(tgbs, dtype=np.uint64).reshape(-1, 2).view(_ROW).reshape(-1)
-    view = memoryview(data)
-    body = b"".join([rows.tobytes(), *(bytes(view[fo:size]) for fo, size in tgbs)])
+    with memoryview(data) as view:  # released before the caller grows ``data`` (a bytearray) by the index
+        body = b"".join([rows.tobytes(), *(bytes(view[fo:size]) for fo, size in tgbs)])
     return body + _INDEX_TRAILER.pack(len(body), crc32c_of(body), len(tgbs), INDEX_MAGIC)
 
 
