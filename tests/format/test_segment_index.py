@@ -105,3 +105,14 @@ def test_absurd_trailer_claims_are_refused_before_any_allocation() -> None:
         bad = obj[:-INDEX_TRAILER_SIZE] + struct.pack("<QII8s", length, 0, count, b"\x89TGBIDX\n")
         with pytest.raises(CorruptObject, match="does not fit"):
             parse_index_trailer(bad[-INDEX_TRAILER_SIZE:], key="seg", object_size=len(bad))
+
+
+def test_an_index_claiming_more_than_the_bound_is_refused_at_its_trailer() -> None:
+    """Every reader (the consumer's FooterIndex, tgb verify) learns the bound before fetching the rest."""
+    import struct
+
+    from torch_tgb.format import MAX_INDEX_BYTES
+
+    trailer = struct.pack("<QII8s", MAX_INDEX_BYTES + 8, 0, 1, b"\x89TGBIDX\n")
+    with pytest.raises(CorruptObject, match="more than"):
+        parse_index_trailer(trailer, key="seg", object_size=1 << 30)

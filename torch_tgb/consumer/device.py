@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from torch_tgb.format import is_integer
+
 __all__ = ["DeviceFeed", "cast_integers"]
 
 
@@ -28,8 +30,7 @@ def cast_integers(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -
     """Integer tensors cast to ``dtype`` (a copy); others as they are. ``None``: unchanged."""
     if dtype is None:
         return tensors
-    return {k: t if (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool) else t.to(dtype)
-            for k, t in tensors.items()}
+    return {k: t.to(dtype) if is_integer(t.dtype) else t for k, t in tensors.items()}
 
 
 class DeviceFeed:
@@ -67,7 +68,7 @@ class DeviceFeed:
                 host = v if v.is_pinned() else v.pin_memory()
                 hosts.append(host)
                 t = host.to(self.device, non_blocking=True)
-                if self.dtype is not None and not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+                if self.dtype is not None and is_integer(t.dtype):
                     t = t.to(self.dtype)  # cast on the device, on the side stream
                 out[k] = t
         return out, hosts

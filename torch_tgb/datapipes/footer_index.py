@@ -28,8 +28,16 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
 from torch_tgb.datapipes.stats import ReadStats
-from torch_tgb.errors import CorruptObject, ManifestError
-from torch_tgb.format import TRAILER_SIZE, Footer, SegmentIndex, SliceReader, parse_footer, parse_index_trailer
+from torch_tgb.errors import ManifestError
+from torch_tgb.format import (
+    INDEX_TAIL_READ,
+    TRAILER_SIZE,
+    Footer,
+    SegmentIndex,
+    SliceReader,
+    parse_footer,
+    parse_index_trailer,
+)
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore, RangeRequest
 
@@ -37,10 +45,8 @@ __all__ = ["MAX_FOOTER_BYTES", "FooterIndex", "check_footer_location", "footer_l
 
 #: no real footer is larger (it is a few dozen bytes per tensor); a bigger claim is corrupt
 MAX_FOOTER_BYTES = 64 << 20
-#: no real segment index is larger (~250 bytes per TGB of a 256 MiB segment); a bigger claim is corrupt
-MAX_INDEX_BYTES = 64 << 20
-#: bytes read from a segment's end to find its index (and, usually, all of it)
-_TAIL_READ = 256 << 10
+#: bytes read from a segment's end to find its index (a module attribute: tests shorten it)
+_TAIL_READ = INDEX_TAIL_READ
 #: segment indexes kept (a reader streams through one segment at a time)
 _INDEXES_KEPT = 4
 
@@ -224,10 +230,7 @@ class FooterIndex(BaseNode[ReadTask]):
                 self._indexes[r.key] = None
             elif found[0] >= r.start:
                 self._indexes[r.key] = SegmentIndex(blob[found[0] - r.start :], key=r.key, object_size=r.end)
-            elif r.end - found[0] > MAX_INDEX_BYTES:
-                raise CorruptObject(f"{self.store.url}: object {r.key!r}: segment index of {r.end - found[0]} bytes "
-                                    f"(more than {MAX_INDEX_BYTES})")
-            else:
+            else:  # parse_index_trailer bounded the index: the rest is fetched in the second call
                 more.append((RangeRequest(r.key, found[0], r.start), blob, r.end))
         rest = list(fetch_ranges(self.store, [m[0] for m in more], budget=self.errors, stats=self.stats)) if more else []
         for (r, tail, size), head in zip(more, rest):

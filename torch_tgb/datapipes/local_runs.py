@@ -134,9 +134,8 @@ class LocalRuns(BaseNode[StepRun]):
             if e.key != key or not footer_location_ok(e):
                 break  # a bad entry starts the next run: the steps before it are delivered, then it raises at its step
             tgbs.append((e.footer_offset, e.size))
-        object_size = first.size if first.object_size is None else first.object_size
         try:
-            run = self.slices.run(key, object_size, tgbs, self.dp, self.cp, cast=self.cast)
+            run = self.slices.run(key, first.total_size, tgbs, self.dp, self.cp, cast=self.cast)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.namespace}: step={step}: {e}") from e
         if run is None:

@@ -21,7 +21,7 @@ Every slice starts on a 4096-byte boundary so a memory-mapped object yields
 page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
-from torch_tgb.format._dtypes import DTYPES, DType
+from torch_tgb.format._dtypes import DTYPES, DType, is_integer
 from torch_tgb.format._footer import (
     FORMAT_VERSION,
     SLICE_ALIGN,
@@ -48,7 +48,9 @@ from torch_tgb.format._reader import (
 )
 from torch_tgb.format._run import FooterRun, parse_footer_run
 from torch_tgb.format._segment_index import (
+    INDEX_TAIL_READ,
     INDEX_TRAILER_SIZE,
+    MAX_INDEX_BYTES,
     SegmentIndex,
     encode_segment_index,
     parse_index_trailer,
@@ -60,7 +62,9 @@ from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
+    "INDEX_TAIL_READ",
     "INDEX_TRAILER_SIZE",
+    "MAX_INDEX_BYTES",
     "READ_MODES",
     "READ_WHOLE_BELOW",
     "SLICE_ALIGN",
@@ -83,6 +87,7 @@ __all__ = [
     "decode_slice",
     "encode_segment_index",
     "encode_tgb",
+    "is_integer",
     "padding_ranges",
     "parse_footer",
     "parse_footer_run",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "DType", "dtype_by_code", "dtype_by_name", "dtype_of_tensor"]
+__all__ = ["DTYPES", "DType", "dtype_by_code", "dtype_by_name", "dtype_of_tensor", "is_integer"]
 
 
 @dataclass(frozen=True)
@@ -61,3 +61,8 @@ def dtype_by_name(name: str) -> DType | None:
 
 def dtype_of_tensor(dtype: torch.dtype) -> DType | None:
     return _BY_TORCH.get(dtype)
+
+
+def is_integer(dtype: torch.dtype) -> bool:
+    """Whether a ``dtype`` cast (``ReaderOptions.dtype``, e.g. token ids to int64) applies: not float, complex or bool."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
+from torch_tgb.format._dtypes import is_integer
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
 from torch_tgb.format._run import parse_footer_run
 from torch_tgb.storage.local import open_regular
@@ -103,13 +104,18 @@ def decode_slice(
         arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset - base_offset)
         # google_crc32c reads the array's bytes in place (no copy)
         if verify and google_crc32c.value(arr) != crc:
-            raise CorruptObject(
-                f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), tensor {name!r}: "
-                f"CRC32C mismatch (stored {crc:#010x})"
-            )
+            raise _crc_mismatch(key, slice_info, name, crc)
         tensor = torch.from_numpy(arr.reshape(shape))
         out[name] = tensor if view is None else tensor.view(view)
     return out
+
+
+def _crc_mismatch(key: str, slice_info: SliceInfo, name: str, crc: int) -> CorruptObject:
+    """The error of a tensor whose bytes do not match its stored CRC32C (decode_slice and SliceRun word it alike)."""
+    return CorruptObject(
+        f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), tensor {name!r}: "
+        f"CRC32C mismatch (stored {crc:#010x})"
+    )
 
 
 def _open_local(path: str, key: str, read_below: int) -> mmap.mmap | bytearray:
@@ -258,9 +264,7 @@ class SliceReader:
         :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
         ``mode="copy"``).
         """
-        mm = self._maps.get(key, _MISSING)
-        if mm is _MISSING:
-            mm = self._mapping(key, size)
+        mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
         if mm is None:
             return None
         footers = parse_footer_run(mm, tgbs, key=key)
@@ -357,8 +361,7 @@ class SliceRun:
         plan = []
         for (name, np_dtype, count, offset, shape, view, _crc), t in zip(info.decode_plan, info.tensors):
             dtype = t._dt.torch_dtype  # what the tensor is delivered as
-            integer = not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-            plan.append((name, np_dtype, count, offset, shape, view, cast if integer and cast != dtype else None))
+            plan.append((name, np_dtype, count, offset, shape, view, cast if is_integer(dtype) and cast != dtype else None))
         self._plan = tuple(plan)
 
     def __len__(self) -> int:
@@ -376,10 +379,7 @@ class SliceRun:
         for name, np_dtype, count, offset, shape, view, cast in self._plan:
             arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
             if check and google_crc32c.value(arr) != crcs[j]:
-                raise CorruptObject(
-                    f"object {self.key!r}, slice (dp={self.info.dp}, cp={self.info.cp}), tensor {name!r}: "
-                    f"CRC32C mismatch (stored {crcs[j]:#010x})"
-                )
+                raise _crc_mismatch(self.key, self.info, name, crcs[j])
             j += 1
             tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
             if view is not None:

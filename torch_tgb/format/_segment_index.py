@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INDEX_MAGIC",
+    "INDEX_TAIL_READ",
     "INDEX_TRAILER_SIZE",
+    "MAX_INDEX_BYTES",
     "SegmentIndex",
     "encode_segment_index",
     "parse_index_trailer",
@@ -50,6 +52,10 @@ INDEX_MAGIC = b"\x89TGBIDX\n"
 _INDEX_TRAILER = struct.Struct("<QII8s")
 INDEX_TRAILER_SIZE = _INDEX_TRAILER.size  # 24, the size of a TGB trailer: one tail read tells them apart
 _ROW = np.dtype([("footer_offset", "<u8"), ("size", "<u8")])
+#: no real index is larger (~250 bytes per TGB of a 256 MiB segment); a bigger claim is corrupt
+MAX_INDEX_BYTES = 64 << 20
+#: bytes read from a segment's end to find its index (and, usually, all of it)
+INDEX_TAIL_READ = 256 << 10
 
 
 def encode_segment_index(data: Any, tgbs: Sequence[tuple[int, int]]) -> bytes:
@@ -73,6 +79,8 @@ def parse_index_trailer(tail: bytes, *, key: str, object_size: int) -> tuple[int
     if count < 1 or length > object_size - INDEX_TRAILER_SIZE or length < count * (_ROW.itemsize + TRAILER_SIZE):
         raise CorruptObject(f"object {key!r}: segment index of {length} bytes for {count} TGBs does not fit "
                             f"an object of {object_size} bytes")
+    if length > MAX_INDEX_BYTES:  # checked before a reader fetches the rest of it
+        raise CorruptObject(f"object {key!r}: segment index of {length} bytes (more than {MAX_INDEX_BYTES})")
     return object_size - INDEX_TRAILER_SIZE - length, count
 
 
@@ -118,7 +126,9 @@ class SegmentIndex:
         return parse_footer(self._body[start:end], key=self.key, size=size, footer_offset=footer_offset)
 
 
-def read_segment_index(store: ObjectStore, key: str, object_size: int, *, tail: int = 256 << 10) -> SegmentIndex | None:
+def read_segment_index(
+    store: ObjectStore, key: str, object_size: int, *, tail: int = INDEX_TAIL_READ
+) -> SegmentIndex | None:
     """The index of segment object ``key`` (``object_size`` bytes), or None when it has none.
 
     One range read of the object's last ``tail`` bytes, a second one only for
