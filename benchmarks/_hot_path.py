@@ -17,7 +17,10 @@ DP rank of ``Layout(dp=P)`` and reads its 32/P x 512 slice of every step):
   terms (the difference between the two rows is the CRC32C itself);
 * ``tgb_segments_steps``: the same with ``ReaderOptions(runs=False)``, the
   step-by-step pipeline (``Project -> FooterIndex -> RangeReader``) that the
-  run path replaces for this shape.
+  run path replaces for this shape;
+* ``tgb_loader``: ``tgb_segments`` read through ``tgb.DataLoader(num_workers=0)``
+  (what a training loop holds): the row minus ``tgb_segments`` is the
+  loader's own cost per step.
 
 Each loader delivers either the stored dtype (uint32, no copy where the loader
 allows it) or int64 (``ReaderOptions(dtype=torch.int64)`` for torch_tgb, a cast
@@ -40,21 +43,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_tgb.consumer import TGBDataset
+from torch_tgb.consumer import DataLoader, TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.layout import Layout, Mesh
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LocalStore
 
 SHAPE = (32, 512)
-LOADERS = ("floor", "dl_memmap", "tgb_one", "tgb_segments", "tgb_segments_noverify", "tgb_segments_steps")
+LOADERS = ("floor", "dl_memmap", "tgb_one", "tgb_segments", "tgb_segments_noverify", "tgb_segments_steps", "tgb_loader")
 #: ReaderOptions of each torch_tgb loader (besides the dtype), and the namespace it reads
 TGB_READS = {
     "tgb_one": ("tgb_one", {}),
     "tgb_segments": ("tgb_segments", {}),
     "tgb_segments_noverify": ("tgb_segments", {"verify": "never"}),
     "tgb_segments_steps": ("tgb_segments", {"runs": False}),
+    "tgb_loader": ("tgb_segments", {}),
 }
+#: the torch_tgb loaders read through tgb.DataLoader rather than a bare TGBDataset
+THROUGH_LOADER = frozenset({"tgb_loader"})
 DTYPES = {"stored": None, "int64": torch.int64}
 
 
@@ -92,7 +98,7 @@ def _batches(loader: str, corpus: dict[str, Any], rank: int, world: int, dtype: 
         name, options = TGB_READS[loader]
         ds = TGBDataset(corpus[(name, world)], mesh=Mesh(rank, world), prefetch=4,
                         options=ReaderOptions(dtype=dtype, **options))
-        for batch in ds:
+        for batch in DataLoader(ds) if loader in THROUGH_LOADER else ds:
             yield batch["input_ids"]
 
 

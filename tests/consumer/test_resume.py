@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -174,3 +175,57 @@ def test_local_reads_report_their_fetch_latency(namespace: str, inline_local: bo
     stats = ds.stats()
     assert stats.data_requests == N_STEPS and stats.fetch_p95_s >= stats.fetch_p50_s > 0
     assert len(ds._stats._latencies) == N_STEPS  # one sample per step, not only the first step's
+
+
+def _loader_keys(state: dict) -> dict:
+    """The StatefulDataLoader's own counters in a state (the dataset's part carries timings)."""
+    return {k: v for k, v in state.items() if k not in ("dataset_state", "fetcher_state")}
+
+
+def test_in_process_iterator_keeps_the_stateful_dataloader_state(namespace: str) -> None:
+    """The shortened in-process ``__next__`` yields what the base one yields, with the same state at every step."""
+    mesh = Mesh(1, 2, 0, 2)
+
+    def walk(loader: DataLoader) -> list[tuple[dict, dict]]:
+        it, out = iter(loader), []
+        for _ in range(N_STEPS):
+            batch = next(it)
+            out.append((batch, loader.state_dict()))
+        with pytest.raises(StopIteration):
+            next(it)
+        assert loader.state_dict()["_iterator_finished"]
+        return out
+
+    lean = walk(DataLoader(namespace, mesh=mesh))
+    with torch.profiler.profile() as prof:  # a recording profiler sends every step through the base __next__
+        base = walk(DataLoader(namespace, mesh=mesh))
+    for (a, sa), (b, sb) in zip(lean, base, strict=True):
+        assert same([a], [b])
+        assert _loader_keys(sa) == _loader_keys(sb) and cursor_of(sa) == cursor_of(sb)
+    # the profiler still sees the loader's span on the path that keeps it
+    assert any(e.name.startswith("enumerate(DataLoader)#") for e in prof.events())
+
+
+def test_in_process_state_resumes_a_plain_stateful_dataloader(namespace: str) -> None:
+    """A state of tgb.DataLoader(num_workers=0) restores a plain StatefulDataLoader over a TGBDataset, and back."""
+    mesh = Mesh(0, 2, 1, 2)
+    want = expected_stream(LAYOUT, mesh, Cursor(0), N_STEPS)
+    loader = DataLoader(namespace, mesh=mesh)
+    it = iter(loader)
+    first = take(it, K)
+    plain = StatefulDataLoader(TGBDataset(namespace, mesh=mesh), batch_size=None)
+    plain.load_state_dict(loader.state_dict())
+    plain_it = iter(plain)
+    middle = take(plain_it, 2)
+    again = DataLoader(namespace, mesh=mesh)
+    again.load_state_dict(plain.state_dict())
+    assert same(first + middle + list(again), want)
+
+
+def test_steps_that_are_not_all_tensors_are_still_converted() -> None:
+    from torch_tgb.consumer.loader import _as_tensors
+
+    step = {"input_ids": torch.arange(4)}
+    assert _as_tensors(step) is step
+    converted = _as_tensors({"input_ids": np.arange(4), "n": 3})
+    assert isinstance(converted["input_ids"], torch.Tensor) and converted["n"] == 3
