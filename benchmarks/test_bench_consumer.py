@@ -38,26 +38,39 @@ def local_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
     return ns
 
 
-@pytest.fixture(scope="module")
-def segment_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The same batches in segment objects (what write_dataset and tgb produce write)."""
-    ns = str(tmp_path_factory.mktemp("seg"))
+def _segments(ns: str, layout: Layout) -> str:
     rng = np.random.default_rng(0)
-    with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64",
-                  config=ProducerConfig.bulk()) as p:
+    with Producer(ns, producer_id="hot", layout=layout, commit_policy="fixed:64", config=ProducerConfig.bulk()) as p:
         for offset in range(STEPS):
             p.append({"input_ids": torch.from_numpy(rng.integers(0, 50000, size=SHAPE, dtype=np.uint32))}, offset=offset)
         p.close(seal=True)
     return ns
 
 
+@pytest.fixture(scope="module")
+def segment_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same batches in segment objects (what write_dataset and tgb produce write)."""
+    return _segments(str(tmp_path_factory.mktemp("seg")), Layout(dp=1))
+
+
+@pytest.fixture(scope="module")
+def segment_ns_dp4(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same batches written for dp=4 (a job resumed on a quarter of its ranks reads them merged)."""
+    return _segments(str(tmp_path_factory.mktemp("seg4")), Layout(dp=4))
+
+
 @pytest.mark.parametrize("runs", [True, False], ids=["run_path", "step_path"])
-def test_segments_run_path_vs_step_path(benchmark, segment_ns: str, runs: bool) -> None:
-    """The run path (datapipes.local_runs) against the step-by-step pipeline it replaces, int64 delivery."""
+@pytest.mark.parametrize("written", ["segment_ns", "segment_ns_dp4"], ids=["same_mesh", "merged_dp4"])
+def test_segments_run_path_vs_step_path(benchmark, request: pytest.FixtureRequest, written: str, runs: bool) -> None:
+    """The run path (datapipes.local_runs) against the step-by-step pipeline it replaces, int64 delivery.
+
+    ``merged_dp4``: written for dp=4, read by one rank (``dp_split="merge"``): four slices joined per step.
+    """
+    ns = request.getfixturevalue(written)
     options = ReaderOptions(dtype=torch.int64, runs=runs)
 
     def run() -> int:
-        return sum(1 for _ in TGBDataset(segment_ns, mesh=Mesh(0, 1), options=options))
+        return sum(1 for _ in TGBDataset(ns, mesh=Mesh(0, 1), options=options))
 
     assert benchmark.pedantic(run, rounds=3, iterations=1) == STEPS
 

@@ -82,7 +82,7 @@ def _count_crcs(monkeypatch) -> list[int]:
 def _read_all(reader) -> int:
     """Steps read by what ``TGBDataset._build`` returns: a RangeReader (steps) or LocalRuns (runs of steps)."""
     if isinstance(reader, LocalRuns):
-        return sum(len([run.slices.read(i) for i in range(len(run))]) for run in reader)
+        return sum(len([run.read(i) for i in range(len(run))]) for run in reader)
     return sum(1 for _ in reader)
 
 

@@ -55,13 +55,14 @@ def namespaces(tmp_path_factory: pytest.TempPathFactory) -> dict[int, str]:
     return out
 
 
-def read(ns: str, mesh: Mesh, split: str, runs: bool, *, state=None, stop: int | None = None, shuffle: bool = False):
+def read(ns: str, mesh: Mesh, split: str, runs: bool, *, state=None, stop: int | None = None, shuffle: bool = False,
+         dtype: torch.dtype | None = None):
     """Batches and the state after each; with the reader kind that delivered them.
 
-    ``shuffle``: two block-shuffled epochs (blocks of 4 TGBs) instead of the stream.
+    ``shuffle``: two block-shuffled epochs (blocks of 4 TGBs) instead of the stream. ``dtype``: the integer cast.
     """
     epochs = {"shuffle": True, "block_size": 4, "seed": 3, "epochs": 2} if shuffle else {}
-    ds = TGBDataset(ns, mesh=mesh, dp_split=split, prefetch=0, options=ReaderOptions(runs=runs), **epochs)
+    ds = TGBDataset(ns, mesh=mesh, dp_split=split, prefetch=0, options=ReaderOptions(runs=runs, dtype=dtype), **epochs)
     if state is not None:
         ds.load_state_dict(state)
     out, states, kinds = [], [], set()
@@ -77,8 +78,10 @@ def read(ns: str, mesh: Mesh, split: str, runs: bool, *, state=None, stop: int |
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
-    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(x[k].dtype == y[k].dtype and torch.equal(x[k], y[k]) for k in x)
+        for x, y in zip(a, b)
+    )
 
 
 def without_stats(states: list[dict]) -> list[dict]:
@@ -93,26 +96,28 @@ def without_stats(states: list[dict]) -> list[dict]:
     rank=st.integers(0, 15),
     fraction=st.floats(0, 1),
     shuffle=st.booleans(),
+    dtype=st.sampled_from([None, torch.int32]),
 )
 def test_the_run_path_reads_and_resumes_exactly_as_the_step_path(namespaces, segment, topology, split, rank,
-                                                                  fraction, shuffle) -> None:
+                                                                  fraction, shuffle, dtype) -> None:
     dp, cp = topology
     r = rank % (dp * cp)
     mesh = Mesh(r // cp, dp, r % cp, cp)
     ns = namespaces[segment]
-    steps, step_states, _ = read(ns, mesh, split, runs=False, shuffle=shuffle)
-    batches, states, kinds = read(ns, mesh, split, runs=True, shuffle=shuffle)
+    steps, step_states, _ = read(ns, mesh, split, runs=False, shuffle=shuffle, dtype=dtype)
+    batches, states, kinds = read(ns, mesh, split, runs=True, shuffle=shuffle, dtype=dtype)
     assert same(batches, steps)
     assert without_stats(states) == without_stats(step_states)
-    # the run path serves every mesh that reads one whole slice per step: same dp and cp as written
-    if (dp, cp) == (LAYOUT.dp, LAYOUT.cp):
-        assert kinds == {"LocalRuns"}
+    # the run path serves every mesh whose steps read slices of their own TGB only: the written dp, or fewer
+    # dp ranks merging slices, with any cp split; more dp ranks, or a spread, take the step path
+    own_tgb = dp == LAYOUT.dp or (dp < LAYOUT.dp and split == "merge")
+    assert kinds == ({"LocalRuns"} if own_tgb else {"RangeReader"})
     # stop anywhere, resume from the state: the rest is the step path's rest
     k = int(fraction * len(steps))
-    head, head_states, _ = read(ns, mesh, split, runs=True, stop=k, shuffle=shuffle)
+    head, head_states, _ = read(ns, mesh, split, runs=True, stop=k, shuffle=shuffle, dtype=dtype)
     assert same(head, steps[:k])
     state = head_states[-1] if k else read(ns, mesh, split, runs=True, stop=1, shuffle=shuffle)[1][0]
-    rest, _, _ = read(ns, mesh, split, runs=True, state=state, shuffle=shuffle)
+    rest, _, _ = read(ns, mesh, split, runs=True, state=state, shuffle=shuffle, dtype=dtype)
     if not k:
         rest = steps[:1] + rest
     assert same(rest, steps[k:])
@@ -128,6 +133,22 @@ def test_runs_follow_segments_and_shapes(namespaces) -> None:
     assert [(run.first_step, len(run)) for run in runs] == [(0, 5), (5, 2), (7, 1), (8, 4)]
     stats = ds.stats()
     assert stats.footer_requests == stats.data_requests == N_STEPS
+
+
+@pytest.mark.parametrize("topology", [(1, 1), (1, 4), (2, 1), (2, 4)])
+def test_a_remapped_mesh_reads_in_runs_with_the_step_paths_counters(namespaces, topology) -> None:
+    """dp merged and cp re-split: runs join several slices per step; requests and bytes as the step path counts them."""
+    dp, cp = topology
+    mesh = Mesh(dp - 1, dp, cp - 1, cp)
+    counters = {}
+    for runs in (False, True):
+        ds = TGBDataset(namespaces[3], mesh=mesh, prefetch=0, options=ReaderOptions(runs=runs))
+        n = sum(1 for _ in ds)
+        s = ds.stats()
+        counters[runs] = (n, s.steps, s.data_requests, s.footer_requests, s.bytes_read, s.useful_bytes)
+    assert counters[True] == counters[False]
+    # each step reads every slice whose tokens it needs: 2/dp dp slices times the written cp slices it overlaps
+    assert counters[True][2] == N_STEPS * (LAYOUT.dp // dp) * LAYOUT.cp // min(cp, LAYOUT.cp)
 
 
 def test_step_count_and_requests_per_step_in_stats(namespaces) -> None:
@@ -152,8 +173,9 @@ def _flip_payload_byte(ns: str, step: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
 
 
+@pytest.mark.parametrize("mesh", [Mesh(0, 2, 0, 2), Mesh(0, 1, 0, 1)], ids=["written", "joined"])
 @pytest.mark.parametrize("where", ["payload", "footer"])
-def test_a_corrupt_tgb_inside_a_run_fails_naming_its_step(tmp_path, where) -> None:
+def test_a_corrupt_tgb_inside_a_run_fails_naming_its_step(tmp_path, where, mesh) -> None:
     ns = str(tmp_path / "ns")
     produce(ns, 8, n=8)
     entry = Manifest(open_store(ns)).entries(3, 4)[0]
@@ -165,10 +187,11 @@ def test_a_corrupt_tgb_inside_a_run_fails_naming_its_step(tmp_path, where) -> No
             b = f.read(1)
             f.seek(entry.footer_offset + entry.footer_length - 3)
             f.write(bytes([b[0] ^ 0x01]))
-    ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), prefetch=0)
+    ds = TGBDataset(ns, mesh=mesh, prefetch=0)
     got = []
     with pytest.raises(CorruptObject, match="step=3") as e:
         for b in ds:
+            assert isinstance(ds._reader, LocalRuns)
             got.append(b)
     assert len(got) == 3  # steps 0..2 were delivered, nothing after the corrupt one
     assert ("CRC32C mismatch" in str(e.value)) and (("tensor" in str(e.value)) == (where == "payload"))

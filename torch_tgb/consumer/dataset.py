@@ -37,7 +37,6 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder, canonical_state, epoch_cursor_of, next_step_of
 from torch_tgb.consumer._open import wait_for_dataset
 from torch_tgb.consumer.options import DP_SPLITS, ReaderOptions
-from torch_tgb.consumer.device import cast_integers
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of
 from torch_tgb.datapipes._types import Position, ReadTask
 from torch_tgb.datapipes.footer_index import FooterIndex
@@ -49,8 +48,8 @@ from torch_tgb.datapipes.shuffle import BlockShuffle
 from torch_tgb.datapipes.stats import ConsumerStats, ReadStats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import CorruptObject, LayoutError, ManifestError
-from torch_tgb.format import SliceReader
-from torch_tgb.layout import Layout, Mesh, Piece, ReadPlan, plan_reads
+from torch_tgb.format import SliceReader, cast_integers
+from torch_tgb.layout import Layout, Mesh, ReadPlan, StepReads, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
@@ -329,12 +328,13 @@ class TGBDataset(IterableDataset):
         # one open-object cache for footers and slices: each object is opened, checked and mapped once
         slices = SliceReader(store, verify=self.options.verify, mode=self.options.read_mode,
                              cache_size=self.options.open_objects, read_whole_below=self.options.small_object_bytes)
-        piece = self._run_piece(store, plan)
-        if piece is not None:
+        reads = self._run_reads(store, plan)
+        if reads is not None:
             # the run path: the Project only counts positions (it validated the origin above)
             at = project.position()
-            runs = LocalRuns(steps, slices, namespace=store.url, dp=piece.dp, cp=piece.cp, start_step=at.cursor.step,
-                             version=at.cursor.version, cast=self.options.dtype, stats=self._stats)
+            runs = LocalRuns(steps, slices, namespace=store.url, reads=reads,
+                             start_step=at.cursor.step, version=at.cursor.version, cast=self.options.dtype,
+                             stats=self._stats)
             runs.reset(None)
             return runs, project
         footers = FooterIndex(
@@ -359,13 +359,15 @@ class TGBDataset(IterableDataset):
         reader.reset(None)
         return reader, project
 
-    def _run_piece(self, store: ObjectStore, plan: ReadPlan) -> Piece | None:
-        """The one whole slice every step reads when the run path applies (see ``datapipes.local_runs``), else None.
+    def _run_reads(self, store: ObjectStore, plan: ReadPlan) -> StepReads | None:
+        """What every step reads when the run path applies (see ``datapipes.local_runs``), else None.
 
         It applies to a read by one process (no DataLoader workers, or just one;
-        a stream or epochs) of a mapped local namespace whose plan reads one
-        whole piece per step, with no consistency check (so no step metadata
-        either: ``emit_meta`` implies ``check_consistency``).
+        a stream or epochs) of a mapped local namespace whose plan reads, per
+        consumer step, slices of that step's own TGB (one TGB per step, one step
+        per TGB: the written dp or a merge of slices, any cp split), with no
+        consistency check (so no step metadata either: ``emit_meta`` implies
+        ``check_consistency``).
         """
         o = self.options
         if not o.runs or self.check_consistency or self._current_worker()[1] != 1:
@@ -373,12 +375,9 @@ class TGBDataset(IterableDataset):
         if o.read_mode != "mmap" or not o.inline_local or plan.tgbs_per_step != 1 or plan.steps_per_tgb != 1:
             return None
         reads = plan.reads(0)
-        if len(reads.pieces) != 1 or len(reads.parts) != 1 or len(reads.parts[0]) != 1:
+        if any(p.tgb != 0 for p in reads.pieces) or store.local_path(DATASET_KEY) is None:
             return None
-        whole = reads.parts[0][0]
-        if whole.lo != 0 or whole.hi != 1 or store.local_path(DATASET_KEY) is None:
-            return None
-        return reads.pieces[0]
+        return reads
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if self._reader is not None:  # an earlier iterator still open: continue from its position
@@ -445,7 +444,7 @@ class TGBDataset(IterableDataset):
             yield tensors
 
     def _deliver_runs(self, runs: LocalRuns, delivered: _Delivered) -> Iterator[dict[str, torch.Tensor]]:
-        """The run path: a run of steps of one mapped object at a time, a view (and CRC) per step."""
+        """The run path: a run of steps of one mapped object at a time, a view (and CRC) per slice and step."""
         stats = self._stats
         clock = time.perf_counter
         while True:
@@ -455,7 +454,7 @@ class TGBDataset(IterableDataset):
             except StopIteration:
                 stats.delivered(clock() - started, steps=0)
                 return
-            read = run.slices.read
+            read = run.read
             step = run.first_step
             for i in range(len(run)):
                 try:

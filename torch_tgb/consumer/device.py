@@ -21,16 +21,9 @@ from typing import Any
 
 import torch
 
-from torch_tgb.format import is_integer
+from torch_tgb.format import cast_integers, is_integer
 
 __all__ = ["DeviceFeed", "cast_integers"]
-
-
-def cast_integers(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    """Integer tensors cast to ``dtype`` (a copy); others as they are. ``None``: unchanged."""
-    if dtype is None:
-        return tensors
-    return {k: t.to(dtype) if is_integer(t.dtype) else t for k, t in tensors.items()}
 
 
 class DeviceFeed:

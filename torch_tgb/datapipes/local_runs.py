@@ -1,7 +1,8 @@
 """LocalRuns: the run path of a mapped local namespace.
 
-When a rank reads one whole slice of each TGB per step (``plan_reads``
-gives one piece per step and no re-assembly), one process reads, and the
+When each consumer step reads slices of its own TGB only (``plan_reads``
+with one TGB per step and one step per TGB: the written dp and cp, or fewer
+dp ranks merging slices, or another cp split), one process reads, and the
 namespace is local and mapped, the per-step pipeline ``Project ->
 FooterIndex -> RangeReader`` does work that a run of consecutive steps
 shares: every TGB of a segment object lives in one mapping and has the
@@ -9,18 +10,20 @@ same footer up to where it lies. ``LocalRuns`` reads the poller's
 committed steps in runs (:meth:`ManifestPoller.next_run`), cut where the
 object changes, parses each run's footers as one table
 (:func:`torch_tgb.format.parse_footer_run`) and hands out a
-:class:`StepRun`: step ``first_step + i`` is ``run.read(i)``, one view per
-tensor plus the CRC the verify policy asks for. A step then costs about
-what the memory floor costs plus that CRC (``benchmarks/consumer_read.py``,
-section ``hot_path``).
+:class:`StepRun` with one :class:`SliceRun` per slice a step reads: step
+``first_step + i`` is ``slices[j].read(i)`` for each slice ``j``, one view
+per tensor plus the CRC the verify policy asks for (the dataset joins
+several slices as the plan says). A step of one whole slice then costs
+about what the memory floor costs plus that CRC
+(``benchmarks/consumer_read.py``, section ``hot_path``).
 
 The manifest entries' footer numbers are checked before anything is read,
 as FooterIndex checks them. A run stops at the first TGB whose footer is not
 a shifted copy of the run's first; that TGB starts the next run and is
 parsed in full, so corrupt bytes fail with the full parser's message.
 
-Statistics: each step counts one data request and one footer read, as on
-the step path; ``fetch_p50_s``/``fetch_p95_s`` sample the time to set up a
+Statistics: each step counts one data request per slice and one footer
+read, as on the step path; ``fetch_p50_s``/``fetch_p95_s`` sample the time to set up a
 run (map, check, index), once per run.
 
 State: the poller's state at the first step not yet handed out in a run
@@ -31,7 +34,7 @@ reset, never skipped).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,7 +44,8 @@ from torch_tgb.datapipes.footer_index import check_footer_location, footer_locat
 from torch_tgb.datapipes._types import RunSource, StepEntry
 from torch_tgb.datapipes.stats import ReadStats
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import SliceReader, SliceRun
+from torch_tgb.format import SliceReader, SliceRun, cast_integers
+from torch_tgb.layout import StepReads
 from torch_tgb.manifest import TGBEntry
 
 __all__ = ["MAX_RUN", "LocalRuns", "StepRun"]
@@ -50,16 +54,31 @@ __all__ = ["MAX_RUN", "LocalRuns", "StepRun"]
 MAX_RUN = 1024
 
 
-@dataclass(frozen=True)
 class StepRun:
-    """Steps ``first_step .. first_step + len(slices) - 1`` (TGB steps), seen at manifest ``version``."""
+    """Steps ``first_step .. first_step + len(self) - 1`` (TGB steps), seen at manifest ``version``.
 
-    first_step: int
-    version: int
-    slices: SliceRun
+    ``slices``: one run per piece of the ``LocalRuns``' ``reads``, in that
+    order. ``read(i)`` is step ``first_step + i``'s batch: the one slice as
+    read, or the slices joined by ``reads.assemble`` and then cast (one cast
+    of the joined batch, as the step path casts, instead of one per slice).
+    """
+
+    __slots__ = ("_cast", "_join", "first_step", "read", "slices", "version")
+
+    def __init__(
+        self, first_step: int, version: int, slices: tuple[SliceRun, ...],
+        join: StepReads | None = None, cast: torch.dtype | None = None,
+    ) -> None:
+        self.first_step, self.version, self.slices = first_step, version, slices
+        self._join, self._cast = join, cast
+        self.read: Callable[[int], dict[str, torch.Tensor]] = slices[0].read if join is None else self._joined
 
     def __len__(self) -> int:
-        return len(self.slices)
+        return len(self.slices[0])
+
+    def _joined(self, i: int) -> dict[str, torch.Tensor]:
+        assert self._join is not None
+        return cast_integers(self._join.assemble([s.read(i) for s in self.slices]), self._cast)
 
 
 class LocalRuns(BaseNode[StepRun]):
@@ -67,7 +86,10 @@ class LocalRuns(BaseNode[StepRun]):
 
     ``source`` is a :class:`RunSource` node: the ``ManifestPoller`` of a stream
     or the ``BlockShuffle`` of an epochs read (whose runs stay inside a block).
-    ``namespace`` names the store in errors.
+    ``reads`` says what each step reads: the plan's reads of a step, whose
+    pieces all lie in that step's own TGB (``Piece.tgb == 0``); ``StepRun.slices``
+    follow its pieces, and ``reads.assemble`` joins them. ``namespace`` names
+    the store in errors.
     """
 
     SOURCE_KEY = "source"
@@ -75,11 +97,10 @@ class LocalRuns(BaseNode[StepRun]):
     def __init__(
         self,
         source: BaseNode[StepEntry],
-        slices: SliceReader,
+        reader: SliceReader,
         *,
         namespace: str,
-        dp: int,
-        cp: int = 0,
+        reads: StepReads,
         start_step: int = 0,
         version: int = 0,
         cast: torch.dtype | None = None,
@@ -93,9 +114,14 @@ class LocalRuns(BaseNode[StepRun]):
         if not isinstance(source, RunSource):
             raise TypeError(f"LocalRuns reads a run source (ManifestPoller, BlockShuffle), got {type(source).__name__}")
         self._runs: RunSource = source
+        if not reads.pieces or any(p.tgb != 0 for p in reads.pieces):
+            raise ValueError(f"LocalRuns reads slices of each step's own TGB, got pieces {reads.pieces}")
         self.namespace = namespace
-        self.slices = slices
-        self.dp, self.cp = dp, cp
+        self.reader = reader
+        self.reads = reads
+        # a step of one whole slice is delivered as read; else its slices are joined, then cast
+        self._whole = len(reads.parts) == 1 and [(s.lo, s.hi) for s in reads.parts[0]] == [(0, 1)]
+        self._slices = tuple((p.dp, p.cp) for p in reads.pieces)
         self.start_step, self.start_version = start_step, version
         self.cast = cast
         self.max_run = max_run
@@ -135,19 +161,21 @@ class LocalRuns(BaseNode[StepRun]):
                 break  # a bad entry starts the next run: the steps before it are delivered, then it raises at its step
             tgbs.append((e.footer_offset, e.size))
         try:
-            run = self.slices.run(key, first.total_size, tgbs, self.dp, self.cp, cast=self.cast)
+            runs = self.reader.runs(key, first.total_size, tgbs, self._slices, cast=self.cast if self._whole else None)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.namespace}: step={step}: {e}") from e
-        if run is None:
+        if runs is None:
             raise CorruptObject(f"{self.namespace}: object {key!r} is not a mapped local file")
-        n = len(run)
+        n = len(runs[0])
         # the steps after this run stay here until a later run takes them (never skipped)
         self._left = (step + n, version, entries, at + n) if at + n < len(entries) else None
         self._state = self._runs.state_at(step + n, version)
-        info = run.info
-        useful = sum(t.length for t in info.tensors)
+        length = sum(run.info.length for run in runs)
+        useful = sum(t.length for run in runs for t in run.info.tensors)
         footer_bytes = sum(end - offset for offset, end in tgbs[:n])
         self.stats.fetch_latency(time.perf_counter() - started)
-        self.stats.add(footer_requests=n, data_requests=n, bytes_read=n * info.length + footer_bytes,
+        self.stats.add(footer_requests=n, data_requests=n * len(runs), bytes_read=n * length + footer_bytes,
                        useful_bytes=n * useful)
-        return StepRun(step, version, run)
+        if self._whole:
+            return StepRun(step, version, runs)
+        return StepRun(step, version, runs, join=self.reads, cast=self.cast)

@@ -21,7 +21,7 @@ Every slice starts on a 4096-byte boundary so a memory-mapped object yields
 page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
-from torch_tgb.format._dtypes import DTYPES, DType, is_integer
+from torch_tgb.format._dtypes import DTYPES, DType, cast_integers, is_integer
 from torch_tgb.format._footer import (
     FORMAT_VERSION,
     SLICE_ALIGN,
@@ -82,6 +82,7 @@ __all__ = [
     "TGBObject",
     "TensorInfo",
     "VERIFY_POLICIES",
+    "cast_integers",
     "check_padding",
     "check_schema",
     "decode_slice",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "DType", "dtype_by_code", "dtype_by_name", "dtype_of_tensor", "is_integer"]
+__all__ = ["DTYPES", "DType", "cast_integers", "dtype_by_code", "dtype_by_name", "dtype_of_tensor", "is_integer"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,10 @@ def dtype_of_tensor(dtype: torch.dtype) -> DType | None:
 def is_integer(dtype: torch.dtype) -> bool:
     """Whether a ``dtype`` cast (``ReaderOptions.dtype``, e.g. token ids to int64) applies: not float, complex or bool."""
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def cast_integers(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """Integer tensors cast to ``dtype`` (a copy); others as they are. ``None``: unchanged."""
+    if dtype is None:
+        return tensors
+    return {k: t.to(dtype) if is_integer(t.dtype) else t for k, t in tensors.items()}

@@ -264,12 +264,23 @@ class SliceReader:
         :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
         ``mode="copy"``).
         """
+        runs = self.runs(key, size, tgbs, ((dp, cp),), cast=cast)
+        return None if runs is None else runs[0]
+
+    def runs(
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]],
+        *, cast: torch.dtype | None = None,
+    ) -> tuple[SliceRun, ...] | None:
+        """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice."""
         mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
         if mm is None:
             return None
         footers = parse_footer_run(mm, tgbs, key=key)
-        info, crcs = footers.slice_run(dp, cp)
-        return SliceRun(self, key, mm, info, footers.shifts, crcs, cast)
+        out = []
+        for dp, cp in slices:
+            info, crcs = footers.slice_run(dp, cp)
+            out.append(SliceRun(self, key, mm, info, footers.shifts, crcs, cast))
+        return tuple(out)
 
     def read(
         self, key: str, footer: Footer, slice_info: SliceInfo, *, verify: bool | str | None = None
