@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ConsumerStats", "ReadStats", "merge_stats"]
+__all__ = ["ConsumerStats", "ReadStats", "merge_stats", "percentiles"]
 
 _LATENCY_WINDOW = 4096  # fetch latencies kept for percentiles (most recent)
 
@@ -57,7 +57,8 @@ class ConsumerStats:
     retries: int = 0
 
     def to_json(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+        # not dataclasses.asdict, which deep-copies field by field: a worker's state carries this every step
+        return {name: getattr(self, name) for name in _FIELDS}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConsumerStats:
@@ -65,13 +66,41 @@ class ConsumerStats:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(ConsumerStats))
+
+
+def percentiles(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """``np.percentile(values, qs)`` (linear interpolation) of a non-empty 1-d array, with one sort.
+
+    About 3x cheaper than ``np.percentile`` on the 4096-sample window, and 30x
+    on a few samples, where numpy's per-call overhead is all of its cost.
+    """
+    ordered = np.sort(values)
+    last = len(ordered) - 1
+    out = []
+    for q in qs:
+        h = last * q / 100
+        lo = int(h)
+        hi = min(lo + 1, last)
+        out.append(float(ordered[lo] + (ordered[hi] - ordered[lo]) * (h - lo)))
+    return out
+
+
 class ReadStats:
-    """Mutable accumulator behind :class:`ConsumerStats`."""
+    """Mutable accumulator behind :class:`ConsumerStats`.
+
+    The fetch-latency percentiles are computed when a snapshot asks for them
+    and kept until the next latency arrives: a DataLoader worker snapshots its
+    stats into its state with every step, and the run path records a latency
+    once per run.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, float] = {}
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        self._latency_count = 0  # latencies recorded so far: the key of the cached percentiles
+        self._percentiles: tuple[int, float, float] = (0, 0.0, 0.0)
         self._steps = 0  # written by the delivering thread only (see delivered)
         self._stall_s = 0.0
 
@@ -93,18 +122,29 @@ class ReadStats:
     def fetch_latency(self, seconds: float) -> None:
         with self._lock:
             self._latencies.append(seconds)
+            self._latency_count += 1
 
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
             self._latencies.clear()
+            self._latency_count = 0
+            self._percentiles = (0, 0.0, 0.0)
             self._steps = 0
             self._stall_s = 0.0
+
+    def _fetch_percentiles(self) -> tuple[float, float]:
+        """p50 and p95 of the latency window (the caller holds the lock)."""
+        count, p50, p95 = self._percentiles
+        if count != self._latency_count:
+            p50, p95 = percentiles(np.fromiter(self._latencies, dtype=np.float64), (50, 95))
+            self._percentiles = (self._latency_count, p50, p95)
+        return p50, p95
 
     def snapshot(self) -> ConsumerStats:
         with self._lock:
             c = dict(self._counts)
-            lat = np.fromiter(self._latencies, dtype=np.float64)
+            p50, p95 = self._fetch_percentiles()
         steps = int(c.get("steps", 0)) + self._steps
         useful = int(c.get("useful_bytes", 0))
         read = int(c.get("bytes_read", 0))
@@ -123,8 +163,8 @@ class ReadStats:
             requests_per_step=(data_req + footer_req) / steps if steps else 0.0,
             stall_s=float(c.get("stall_s", 0.0)) + self._stall_s,
             poll_wait_s=float(c.get("poll_wait_s", 0.0)),
-            fetch_p50_s=float(np.percentile(lat, 50)) if lat.size else 0.0,
-            fetch_p95_s=float(np.percentile(lat, 95)) if lat.size else 0.0,
+            fetch_p50_s=p50,
+            fetch_p95_s=p95,
             soft_errors=int(c.get("soft_errors", 0)),
             hard_errors=int(c.get("hard_errors", 0)),
             retries=int(c.get("retries", 0)),
