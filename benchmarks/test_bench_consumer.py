@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from torch_tgb.consumer._shared_step import pack_step
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
@@ -115,3 +116,42 @@ def test_requests_per_step_with_warm_footers(local_ns: str) -> None:
     per_step = (warm.requests - cold.requests) / STEPS
     print(f"\nrequests per rank-step: cold {cold.requests / STEPS:.3f}, warm {per_step:.3f}")
     assert per_step <= 1.05
+
+
+def _shared(step):  # noqa: ANN001, ANN202  (a module-level collate: workers pickle it)
+    return pack_step(step)
+
+
+def _as_is(step):  # noqa: ANN001, ANN202
+    return step
+
+
+@pytest.fixture(scope="module")
+def three_tensor_ns(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Segments of steps with tokens, labels and document ids (what packed training data carries)."""
+    ns = str(tmp_path_factory.mktemp("three"))
+    rng = np.random.default_rng(0)
+    with Producer(ns, producer_id="hot", layout=Layout(dp=1), commit_policy="fixed:64",
+                  config=ProducerConfig.bulk()) as p:
+        for offset in range(STEPS):
+            tokens = torch.from_numpy(rng.integers(0, 50000, size=SHAPE, dtype=np.uint32))
+            p.append({"input_ids": tokens, "labels": tokens.to(torch.int64),
+                      "document_ids": torch.zeros(SHAPE, dtype=torch.int32)}, offset=offset)
+        p.close(seal=True)
+    return ns
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["one_buffer", "per_tensor"])
+def test_worker_handover_one_buffer_vs_per_tensor(benchmark, three_tensor_ns: str, packed: bool) -> None:
+    """Two DataLoader workers, three tensors a step: handed over as one shared buffer (tgb.DataLoader) or one each."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def run() -> int:
+        loader = StatefulDataLoader(TGBDataset(three_tensor_ns, mesh=Mesh(0, 1)),
+                                    batch_size=None, num_workers=2, collate_fn=_shared if packed else _as_is)
+        n = 0
+        for step in loader:
+            n += len(step.unpack() if packed else step) == 3
+        return n
+
+    assert benchmark.pedantic(run, rounds=3, iterations=1) == STEPS

@@ -223,9 +223,19 @@ def test_in_process_state_resumes_a_plain_stateful_dataloader(namespace: str) ->
 
 
 def test_steps_that_are_not_all_tensors_are_still_converted() -> None:
-    from torch_tgb.consumer.loader import _as_tensors
+    from torch_tgb.consumer.loader import _collate
 
     step = {"input_ids": torch.arange(4)}
-    assert _as_tensors(step) is step
-    converted = _as_tensors({"input_ids": np.arange(4), "n": 3})
+    assert _collate(step) is step
+    converted = _collate({"input_ids": np.arange(4), "n": 3})
     assert isinstance(converted["input_ids"], torch.Tensor) and converted["n"] == 3
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_with_workers_a_step_crosses_as_one_shared_buffer(namespace: str, pin: bool) -> None:
+    """Each delivered step's tensors are views of one storage (one handover per step), with the same values."""
+    mesh = Mesh(0, 2, 1, 2)
+    got = list(DataLoader(namespace, mesh=mesh, num_workers=2, pin_memory=pin))
+    assert same(got, expected_stream(LAYOUT, mesh, Cursor(0), N_STEPS))
+    for batch in got:
+        assert len(batch) > 1 and len({t.untyped_storage().data_ptr() for t in batch.values()}) == 1

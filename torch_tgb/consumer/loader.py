@@ -12,6 +12,10 @@ canonical cursor (``cursor_of``), with a fresh round robin: exact for a state
 of this loader, and equally for one taken with another worker count, mesh
 or dp_split, or from a bare TGBDataset.
 
+With workers, each step of tensors crosses to the main process as one
+shared-memory buffer (:mod:`torch_tgb.consumer._shared_step`), not a
+segment per tensor, and is handed out as views of it.
+
 ``device="cuda"`` delivers each step on the GPU, copied one step ahead on a
 side stream (see :mod:`torch_tgb.consumer.device`); ``state_dict()`` then
 still names the first step not yet handed to the trainer, not the one in
@@ -27,12 +31,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+from torch.utils.data import get_worker_info
 from torch.utils.data._utils.collate import default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
 
 from torch_tgb.cursor import CURSOR_KEY, Cursor
 from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset, next_step_of
+from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
@@ -112,7 +118,7 @@ class DataLoader(StatefulDataLoader):
                 pin_memory=pin_memory and torch.cuda.is_available(),
                 prefetch_factor=prefetch_factor,
                 multiprocessing_context=multiprocessing_context,
-                collate_fn=_as_tensors,
+                collate_fn=_collate,
                 in_order=True,
                 snapshot_every_n_steps=1,
             )
@@ -186,6 +192,8 @@ class DataLoader(StatefulDataLoader):
                 return
             finally:
                 self._stall += time.perf_counter() - started
+            if type(batch) is SharedStep:
+                batch = batch.unpack()
             meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
             if self._checker is not None and meta is not None:
                 step, sub, subs, digest = (int(x) for x in meta.tolist())
@@ -219,10 +227,14 @@ class DataLoader(StatefulDataLoader):
         return ConsumerStats.from_json(fields)
 
 
-def _as_tensors(batch: Any) -> Any:
-    """The DataLoader's ``default_convert``, without its walk over a step that is already tensors."""
+def _collate(batch: Any) -> Any:
+    """The DataLoader's ``default_convert``, without its walk over a step that is already tensors.
+
+    In a worker such a step travels as one shared buffer (:mod:`torch_tgb.consumer._shared_step`),
+    which ``_deliver`` unpacks in the main process.
+    """
     if type(batch) is dict and all(type(v) is torch.Tensor for v in batch.values()):
-        return batch
+        return batch if get_worker_info() is None else pack_step(batch)
     return default_convert(batch)
 
 

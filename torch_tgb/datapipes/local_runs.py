@@ -63,22 +63,22 @@ class StepRun:
     of the joined batch, as the step path casts, instead of one per slice).
     """
 
-    __slots__ = ("_cast", "_join", "first_step", "read", "slices", "version")
+    __slots__ = ("first_step", "read", "slices", "version")
 
     def __init__(
         self, first_step: int, version: int, slices: tuple[SliceRun, ...],
         join: StepReads | None = None, cast: torch.dtype | None = None,
     ) -> None:
         self.first_step, self.version, self.slices = first_step, version, slices
-        self._join, self._cast = join, cast
-        self.read: Callable[[int], dict[str, torch.Tensor]] = slices[0].read if join is None else self._joined
+        self.read: Callable[[int], dict[str, torch.Tensor]] = slices[0].read
+        if join is not None:
+            def joined(i: int) -> dict[str, torch.Tensor]:
+                return cast_integers(join.assemble([s.read(i) for s in slices]), cast)
+
+            self.read = joined
 
     def __len__(self) -> int:
         return len(self.slices[0])
-
-    def _joined(self, i: int) -> dict[str, torch.Tensor]:
-        assert self._join is not None
-        return cast_integers(self._join.assemble([s.read(i) for s in self.slices]), self._cast)
 
 
 class LocalRuns(BaseNode[StepRun]):
