@@ -25,8 +25,10 @@ DP rank of ``Layout(dp=P)`` and reads its 32/P x 512 slice of every step):
 Each loader delivers either the stored dtype (uint32, no copy where the loader
 allows it) or int64 (``ReaderOptions(dtype=torch.int64)`` for torch_tgb, a cast
 for the others). Rounds are interleaved (every loader once per round, order
-rotated), and each round's ratios are taken against the floor of the same
-round; the median over rounds is reported with p50/p95 per-batch latency.
+rotated); in a round each reader process makes 5 passes over the corpus and
+reports its median pass (a pass lasts tens of ms: one preemption on a shared
+machine halves it). Each round's ratios are taken against the floor of the
+same round; the median over rounds is reported with p50/p95 per-batch latency.
 ``ratio_to_floor`` compares tokens/s (stalls included), ``p50_ratio_to_floor``
 the median per-batch cost (what a step costs when the process is running).
 """
@@ -124,30 +126,40 @@ def _dataloader(corpus: dict[str, Any], rank: int, world: int, dtype: torch.dtyp
     yield from torch.utils.data.DataLoader(ds, batch_size=rows, sampler=index, num_workers=0)
 
 
-def _run_one(loader: str, corpus: dict[str, Any], rank: int, world: int, dtype_name: str,
+def _run_one(loader: str, corpus: dict[str, Any], rank: int, world: int, dtype_name: str, passes: int,
              barrier: Any, results: Any) -> None:
+    """``passes`` passes over the corpus in this process; the median pass's tokens/s and every pass's gaps.
+
+    One pass of 1024 steps lasts a few tens of ms, short enough for one preemption on a shared machine to
+    halve it: the median of several passes in one process is what a steady reader sees.
+    """
     torch.set_num_threads(1)
-    it = _batches(loader, corpus, rank, world, DTYPES[dtype_name])
-    first = next(it)  # opening (dataset.json, first poll) is not per-step work
-    tokens = first.numel()
-    barrier.wait()
-    gaps = []
-    started = last = time.perf_counter()
-    for batch in it:
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
-        if batch.numel() != tokens:
-            raise AssertionError(f"{loader}: batch of {batch.numel()} tokens, expected {tokens}")
-    elapsed = last - started
-    results.put((rank, len(gaps) * tokens / elapsed if elapsed else 0.0, gaps))
+    speeds, gaps = [], []
+    for p in range(passes):
+        it = _batches(loader, corpus, rank, world, DTYPES[dtype_name])
+        first = next(it)  # opening (dataset.json, first poll) is not per-step work
+        tokens = first.numel()
+        if p == 0:
+            barrier.wait()
+        started = last = time.perf_counter()
+        n = 0
+        for batch in it:
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+            n += 1
+            if batch.numel() != tokens:
+                raise AssertionError(f"{loader}: batch of {batch.numel()} tokens, expected {tokens}")
+        elapsed = last - started
+        speeds.append(n * tokens / elapsed if elapsed else 0.0)
+    results.put((rank, statistics.median(speeds), gaps))
 
 
-def measure(loader: str, corpus: dict[str, Any], world: int, dtype_name: str) -> dict[str, Any]:
-    """One pass of ``world`` processes reading concurrently; per-rank throughput and latencies."""
+def measure(loader: str, corpus: dict[str, Any], world: int, dtype_name: str, passes: int) -> dict[str, Any]:
+    """``world`` processes reading concurrently, ``passes`` passes each; per-rank throughput and latencies."""
     ctx = mp.get_context("fork")
     barrier, results = ctx.Barrier(world), ctx.Queue()
-    procs = [ctx.Process(target=_run_one, args=(loader, corpus, r, world, dtype_name, barrier, results))
+    procs = [ctx.Process(target=_run_one, args=(loader, corpus, r, world, dtype_name, passes, barrier, results))
              for r in range(world)]
     for p in procs:
         p.start()
@@ -166,10 +178,11 @@ def measure(loader: str, corpus: dict[str, Any], world: int, dtype_name: str) ->
 
 def hot_path(*, quick: bool, rounds: int, worlds: list[int], tmp: str, log: Callable[[str], None]) -> dict[str, Any]:
     steps = 256 if quick else 1024  # 4M / 16M tokens
+    passes = 2 if quick else 5
     corpus = build(tmp, steps, worlds)
     out: dict[str, Any] = {
         "shape": list(SHAPE), "stored_dtype": "uint32", "steps": steps, "tokens": steps * SHAPE[0] * SHAPE[1],
-        "rounds": rounds,
+        "rounds": rounds, "passes_per_process": passes,
         "objects": {f"{n}-dp{w}": corpus[(n, w, "objects")] for n in ("tgb_one", "tgb_segments") for w in worlds},
         "results": [],
     }
@@ -179,7 +192,7 @@ def hot_path(*, quick: bool, rounds: int, worlds: list[int], tmp: str, log: Call
             for r in range(rounds):
                 order = LOADERS[r % len(LOADERS):] + LOADERS[: r % len(LOADERS)]  # rotate: no loader always first
                 for name in order:
-                    per_round[name].append(measure(name, corpus, world, dtype_name))
+                    per_round[name].append(measure(name, corpus, world, dtype_name, passes))
             for name in LOADERS:
                 runs = per_round[name]
                 ratios = [run["tokens_per_s_per_rank"] / floor["tokens_per_s_per_rank"]

@@ -55,6 +55,8 @@ from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, machine, results_dir  # noqa: E402
 from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
+
+SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait")
 from _train_wait import train_wait  # noqa: E402
 
 KB = 1000
@@ -292,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth", type=float, default=100e6, help="LatencyStore bytes/s per stream")
     parser.add_argument("--rounds", type=int, default=None, help="hot path: interleaved rounds (default 5, quick 3)")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 8], help="hot path: reader processes")
-    parser.add_argument("--only", choices=["amplification", "requests", "hot_path", "remote", "train_wait"],
+    parser.add_argument("--only", choices=SECTIONS,
                         default=None)
     parser.add_argument("--compute-ms", type=float, default=5.0, help="train_wait: CPU time of one training step")
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
@@ -326,11 +328,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if s3 is not None:
             s3.stop()
+    # each section says when it ran (a refresh of one section keeps the others' dates)
+    ran = {name: report["machine"] for name in SECTIONS if report[name] is not None}
+    for name in ran:
+        if isinstance(report[name], dict):
+            report[name]["machine"] = report["machine"]
+    report["sections_run"] = ran
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.only is not None and args.out.exists():  # refresh one section, keep the others
         previous = json.loads(args.out.read_text())
         previous[args.only] = report[args.only]
         previous["machine"] = report["machine"]
+        previous["sections_run"] = {**(previous.get("sections_run") or {}), **ran}
         report = previous
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
