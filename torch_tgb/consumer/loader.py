@@ -242,7 +242,7 @@ class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
     """The StatefulDataLoader's own in-process iterator (same state, same items) with a shorter ``__next__``.
 
     The base ``__next__`` opens a profiler ``record_function`` span per item,
-    about 8 µs here, a tenth of a local step. The base path still runs when a
+    about 8 µs here, a third of a local segment step. The base path still runs when a
     profiler is recording (the span is kept) and when ``len()`` of the loader
     was taken (it warns on a length overrun).
     """
