@@ -374,10 +374,9 @@ class TGBDataset(IterableDataset):
             return None
         if o.read_mode != "mmap" or not o.inline_local or plan.tgbs_per_step != 1 or plan.steps_per_tgb != 1:
             return None
-        reads = plan.reads(0)
-        if any(p.tgb != 0 for p in reads.pieces) or store.local_path(DATASET_KEY) is None:
+        if store.local_path(DATASET_KEY) is None:
             return None
-        return reads
+        return plan.reads(0)  # one TGB per step: every piece lies in the step's own TGB (LocalRuns checks)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         if self._reader is not None:  # an earlier iterator still open: continue from its position

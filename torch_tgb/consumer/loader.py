@@ -142,8 +142,7 @@ class DataLoader(StatefulDataLoader):
         if self.num_workers > 0:
             return super()._get_iterator()
         # load_state_dict hands the dataset its state and the base loader {}, so there is no iterator state to resume
-        iterator = _InProcessIter(self, None)
-        return iterator
+        return _InProcessIter(self, None)
 
     def _before_workers(self) -> None:
         # Workers report their position only with their next item: read the written layout

@@ -3,7 +3,8 @@
 Consumer: ``ManifestPoller -> Project -> FooterIndex -> RangeReader`` is what
 ``TGBDataset`` composes; ``BlockShuffle`` gives random access over a sealed
 namespace; ``LocalRuns`` is the run path that replaces the last three stages
-for a mapped local read of one whole slice per step. Producer: ``Mix -> Pack -> GlobalBatches`` turns document streams
+for a mapped local read whose steps read slices of their own TGB only.
+Producer: ``Mix -> Pack -> GlobalBatches`` turns document streams
 into the global batches a ``Producer`` appends (mixture by schedule, packed
 rows with attention metadata, cost-balanced dp slices); they wrap the pure
 functions of ``torch_tgb.transforms``. Every stage is a ``torchdata.nodes.BaseNode`` with

@@ -12,8 +12,8 @@ object changes, parses each run's footers as one table
 (:func:`torch_tgb.format.parse_footer_run`) and hands out a
 :class:`StepRun` with one :class:`SliceRun` per slice a step reads: step
 ``first_step + i`` is ``slices[j].read(i)`` for each slice ``j``, one view
-per tensor plus the CRC the verify policy asks for (the dataset joins
-several slices as the plan says). A step of one whole slice then costs
+per tensor plus the CRC the verify policy asks for (``StepRun.read`` joins
+several slices as the plan says, then casts the joined batch). A step of one whole slice then costs
 about what the memory floor costs plus that CRC
 (``benchmarks/consumer_read.py``, section ``hot_path``).
 
