@@ -11,7 +11,7 @@ DP rank of ``Layout(dp=P)`` and reads its 32/P x 512 slice of every step):
   streaming ``Producer`` writes by default);
 * ``tgb_segments``: TGBDataset over the same batches in ~256 MiB segment
   objects (what ``write_dataset`` writes), read by the run path
-  (``datapipes.local_runs``) with the default ``verify="first"``: each
+  (``datapipes.read.local_runs``) with the default ``verify="first"``: each
   slice's CRC32C is checked once, which the floor does not do;
 * ``tgb_segments_noverify``: the same with ``verify="never"``, the floor's
   terms (the difference between the two rows is the CRC32C itself);

@@ -44,8 +44,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
-from torch_tgb.datapipes._types import ReadTask
+from torch_tgb.datapipes import ConsumerStats, FooterIndex, ManifestPoller, Project, RangeReader, merge_stats
+from torch_tgb.datapipes.read._types import ReadTask
+from torch_tgb.datapipes.read.stats import pipeline_stats
 from torch_tgb.format import decode_slice
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
@@ -133,18 +134,16 @@ def read_ranks(store: Any, world: int, ranks: list[int], *, dense: bool, prefetc
 
     def run(rank: int) -> None:
         try:
-            stats = ReadStats()
-            poller = ManifestPoller(Manifest(store), stats=stats)
+            poller = ManifestPoller(Manifest(store))
             project = Project(poller, plan_reads(layout, Mesh(rank, world)))
-            footers = FooterIndex(project, store, stats=stats)
+            footers = FooterIndex(project, store)
             cls = DenseReader if dense else RangeReader
-            reader = cls(footers, store, prefetch=prefetch, stats=stats)
+            reader = cls(footers, store, prefetch=prefetch)
             started = time.perf_counter()
             stamps = [time.perf_counter() for _ in reader]
             elapsed = time.perf_counter() - started
             reader.close()
-            stats.add(steps=len(stamps))
-            snap = stats.snapshot()
+            snap = merge_stats([pipeline_stats(reader), ConsumerStats(steps=len(stamps))])
             steady = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else elapsed
             results[rank] = {"steps": len(stamps), "elapsed_s": elapsed, "step_s": steady, "stats": snap}
         except BaseException as e:  # reported after join
@@ -229,16 +228,15 @@ def requests_per_step(args: argparse.Namespace) -> dict[str, float]:
         url = f"memory://bench-req-{uuid.uuid4().hex[:6]}"
         produce_uniform(url, 8, 10 * KB, steps, config=config)
         store = open_store(url)
-        stats = ReadStats()
-        poller = ManifestPoller(Manifest(store), stats=stats)
-        footers = FooterIndex(Project(poller, plan_reads(Layout(dp=8), Mesh(3, 8))), store, stats=stats,
+        poller = ManifestPoller(Manifest(store))
+        footers = FooterIndex(Project(poller, plan_reads(Layout(dp=8), Mesh(3, 8))), store,
                               cache_size=4096)
-        reader = RangeReader(footers, store, prefetch=2, stats=stats)
+        reader = RangeReader(footers, store, prefetch=2)
         n = sum(1 for _ in reader)
-        cold = stats.snapshot()
+        cold = pipeline_stats(reader)
         reader.reset(None)
         m = sum(1 for _ in reader)
-        warm = stats.snapshot()
+        warm = pipeline_stats(reader)
         reader.close()
         out[f"{kind}_cold_requests_per_step"] = cold.requests / n
         out[f"{kind}_warm_requests_per_step"] = (warm.requests - cold.requests) / m

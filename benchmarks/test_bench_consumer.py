@@ -18,7 +18,8 @@ import torch
 from torch_tgb.consumer._shared_step import pack_step
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.options import ReaderOptions
-from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader, ReadStats
+from torch_tgb.datapipes import FooterIndex, ManifestPoller, Project, RangeReader
+from torch_tgb.datapipes.read.stats import pipeline_stats
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.producer import Producer, ProducerConfig
@@ -63,7 +64,7 @@ def segment_ns_dp4(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.mark.parametrize("runs", [True, False], ids=["run_path", "step_path"])
 @pytest.mark.parametrize("written", ["segment_ns", "segment_ns_dp4"], ids=["same_mesh", "merged_dp4"])
 def test_segments_run_path_vs_step_path(benchmark, request: pytest.FixtureRequest, written: str, runs: bool) -> None:
-    """The run path (datapipes.local_runs) against the step-by-step pipeline it replaces, int64 delivery.
+    """The run path (datapipes.read.local_runs) against the step-by-step pipeline it replaces, int64 delivery.
 
     ``merged_dp4``: written for dp=4, read by one rank (``dp_split="merge"``): four slices joined per step.
     """
@@ -103,15 +104,14 @@ def test_raw_mmap_floor(benchmark, tmp_path) -> None:
 
 def test_requests_per_step_with_warm_footers(local_ns: str) -> None:
     store = open_store(local_ns)
-    stats = ReadStats()
-    footers = FooterIndex(Project(ManifestPoller(Manifest(store), stats=stats), plan_reads(Layout(dp=1), Mesh(0, 1))),
-                          store, stats=stats, cache_size=STEPS)
-    reader = RangeReader(footers, store, prefetch=2, stats=stats)
+    footers = FooterIndex(Project(ManifestPoller(Manifest(store)), plan_reads(Layout(dp=1), Mesh(0, 1))),
+                          store, cache_size=STEPS)
+    reader = RangeReader(footers, store, prefetch=2)
     assert sum(1 for _ in reader) == STEPS
-    cold = stats.snapshot()
+    cold = pipeline_stats(reader)
     reader.reset(None)
     assert sum(1 for _ in reader) == STEPS
-    warm = stats.snapshot()
+    warm = pipeline_stats(reader)
     reader.close()
     per_step = (warm.requests - cold.requests) / STEPS
     print(f"\nrequests per rank-step: cold {cold.requests / STEPS:.3f}, warm {per_step:.3f}")

@@ -30,6 +30,7 @@ _LAZY = {
     "Layout": "torch_tgb.layout",
     "Mesh": "torch_tgb.layout",
     "Producer": "torch_tgb.producer",
+    "ReaderOptions": "torch_tgb.consumer",
     "Reclaimer": "torch_tgb.checkpoint",
     "TGBDataset": "torch_tgb.consumer",
     "checkpoint": "torch_tgb.checkpoint",

@@ -8,22 +8,27 @@ TGB was cut for, ``dp_split="spread"``). ``version`` is the newest manifest
 version the reader had seen; it orders nothing, it tells a watermark or an
 error message which version the position was taken under.
 
-``cursor_of`` finds every cursor inside any nesting (a TGBDataset state, a
-StatefulDataLoader state whose worker snapshots each hold one) and returns the
-smallest: every step before it has been delivered to the trainer, so it is the
-position a restart continues from and the step a watermark protects.
+A reader's state is found by path, never by scanning (:func:`reader_states`):
+a ``TGBDataset`` state holds ``"tgb_cursor"`` at its top; a ``StatefulDataLoader``
+(``tgb.DataLoader``) keeps its dataset's state under ``"dataset_state"`` when it
+reads in-process, and one per worker under
+``"_snapshot" / "_worker_snapshots" / "worker_<i>" / "dataset_state"`` with
+workers (torchdata's nesting; ``tests/consumer/test_cursor.py`` pins it).
+``cursor_of`` returns the smallest cursor among them: every step before it has
+been delivered to the trainer, so it is the position a restart continues from
+and the step a watermark protects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from torch_tgb.errors import LayoutError
 
-__all__ = ["CURSOR_KEY", "Cursor", "cursor_of", "find_cursors", "find_under"]
+__all__ = ["CURSOR_KEY", "Cursor", "cursor_of", "find_cursors", "reader_states"]
 
 #: key under which every state dict of the consumer stores its cursor
 CURSOR_KEY = "tgb_cursor"
@@ -93,35 +98,54 @@ class Cursor:
         return self.position <= other.position
 
 
-def find_under(state: Any, key: str) -> Iterator[Mapping[str, Any]]:
-    """Every mapping stored under ``key`` anywhere inside ``state`` (dicts, lists and tuples, any depth).
+#: where a StatefulDataLoader keeps its dataset's state (in-process, and inside each worker snapshot)
+DATASET_STATE_KEY = "dataset_state"
+#: where a multi-worker StatefulDataLoader keeps its workers' snapshots
+WORKER_SNAPSHOTS_PATH = ("_snapshot", "_worker_snapshots")
 
-    A consumer's state nests: a StatefulDataLoader holds one snapshot per
-    worker, a DCP entry wraps the loader's. Readers find their positions here.
+
+def reader_states(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The reader (``TGBDataset``) states inside ``state``, found by path.
+
+    ``state`` is a reader's own state (``"tgb_cursor"`` at its top), or the
+    state of a ``StatefulDataLoader`` over a reader: in-process (the reader's
+    under ``"dataset_state"``) or with workers (one per worker snapshot); or a
+    list of such states (e.g. every rank's). Raises ``ValueError`` for any
+    other shape, naming the ones it knows.
     """
-    stack = [state]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                if k == key and isinstance(v, Mapping):
-                    yield v
-                else:
-                    stack.append(v)
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
+    if isinstance(state, (list, tuple)):
+        return [reader for one in state for reader in reader_states(one)]
+    if not isinstance(state, Mapping):
+        raise ValueError(f"a reader state is a mapping (or a list of them), got {type(state).__name__}")
+    if CURSOR_KEY in state:
+        return [state]
+    inner = state.get(DATASET_STATE_KEY)
+    if isinstance(inner, Mapping) and CURSOR_KEY in inner:
+        return [inner]
+    snapshots: Any = state
+    for key in WORKER_SNAPSHOTS_PATH:
+        snapshots = snapshots.get(key) if isinstance(snapshots, Mapping) else None
+    if isinstance(snapshots, Mapping):
+        found = [w.get(DATASET_STATE_KEY) for w in snapshots.values() if isinstance(w, Mapping)]
+        if found and all(isinstance(f, Mapping) and CURSOR_KEY in f for f in found):
+            return found  # type: ignore[return-value]  # checked just above
+    raise ValueError(
+        f"no {CURSOR_KEY!r} found in the given state (keys {sorted(map(str, state))[:8]}): pass the state_dict() "
+        f"of a TGBDataset or tgb.DataLoader (a reader's state holds {CURSOR_KEY!r} at its top, a loader's under "
+        f"{DATASET_STATE_KEY!r} or {'/'.join(WORKER_SNAPSHOTS_PATH)}/worker_<i>/{DATASET_STATE_KEY})"
+    )
 
 
-def find_cursors(state: Any) -> Iterator[Cursor]:
-    """Every cursor stored under ``"tgb_cursor"`` anywhere inside ``state``."""
-    return (Cursor.from_json(v) for v in find_under(state, CURSOR_KEY))
+def find_cursors(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Iterator[Cursor]:
+    """The cursor of every reader state in ``state`` (see :func:`reader_states`)."""
+    return (Cursor.from_json(s[CURSOR_KEY]) for s in reader_states(state))
 
 
-def cursor_of(state: Any) -> Cursor:
+def cursor_of(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Cursor:
     """The smallest cursor in ``state``: the first step not yet delivered.
 
     Ties on position keep the newest version seen. Raises ValueError when the
-    state holds no cursor at all (not a consumer state).
+    state is not a reader's or a loader's (see :func:`reader_states`).
     """
     best: Cursor | None = None
     for c in find_cursors(state):

@@ -27,7 +27,7 @@ import torch
 import torch_tgb as tgb
 from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, retire
 from torch_tgb.consumer.dataset import ReaderOptions
-from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, FsspecStore, LocalStore, ObjectStore
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy

@@ -59,10 +59,20 @@ def test_boundary_is_smallest_live_cursor_and_moves_on_retire(store):
     assert safe_boundary(store) == 0  # nothing live: nothing may be assumed consumed
 
 
-def test_smallest_cursor_inside_nested_loader_state(store):
-    nested = {"worker_states": [{"ds": state(12)}, {"ds": state(11, sub_step=1)}], "other": 5}
-    mark = record_watermark(store, "ck", nested)
+def test_smallest_cursor_inside_a_loader_state_found_by_path(store):
+    """A multi-worker StatefulDataLoader state: the smallest worker cursor; also for a list of states (every rank's)."""
+    workers = {f"worker_{i}": {"worker_id": i, "dataset_state": s} for i, s in enumerate([state(12), state(11, sub_step=1)])}
+    loader_state = {"_snapshot": {"_worker_snapshots": workers, "_main_snapshot": {}}, "_steps_since_snapshot": 0}
+    mark = record_watermark(store, "ck", loader_state)
     assert (mark.step, mark.sub_step) == (11, 1)
+    mark = record_watermark(store, "ck2", [{"dataset_state": state(14)}, state(13)])
+    assert mark.step == 13
+
+
+def test_a_cursor_nested_elsewhere_is_not_searched_for(store):
+    """Only the shapes a reader or loader writes count: a cursor buried in another dict is refused, naming them."""
+    with pytest.raises(ValueError, match="dataset_state"):
+        record_watermark(store, "ck", {"worker_states": [{"ds": state(12)}], "other": 5})
 
 
 def test_state_without_cursor_fails_loud(store):

@@ -34,3 +34,13 @@ def produce(ns: Any, n: int, *, layout: Layout = LAYOUT, seal: bool = True, prod
 
 def global_sequence(n: int, start: int = 0) -> list[dict[str, torch.Tensor]]:
     return [make_batch(o) for o in range(start, start + n)]
+
+
+def open_reader(ds: Any, store: Any, layout: Layout) -> Any:
+    """The last node of the read path ``ds`` (a TGBDataset) would read with from the start: LocalRuns or a RangeReader."""
+    from torch_tgb.consumer._paths import PathStart, RunPath, open_path
+    from torch_tgb.cursor import Cursor
+    from torch_tgb.manifest import Manifest
+
+    path, _ = open_path(store, Manifest(store), layout, ds.mesh, ds.options, None, PathStart(Cursor(0), None, 0, 1))
+    return path.runs if isinstance(path, RunPath) else path.reader

@@ -12,10 +12,11 @@ import uuid
 import pytest
 import torch
 
+from tests.consumer._support import open_reader
 import torch_tgb.format._reader as reader_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
-from torch_tgb.datapipes.local_runs import LocalRuns
+from torch_tgb.datapipes.read.local_runs import LocalRuns
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
 from torch_tgb.layout import Layout, Mesh
@@ -80,7 +81,7 @@ def _count_crcs(monkeypatch) -> list[int]:
 
 
 def _read_all(reader) -> int:
-    """Steps read by what ``TGBDataset._build`` returns: a RangeReader (steps) or LocalRuns (runs of steps)."""
+    """Steps read by a read path's last node: a RangeReader (steps) or LocalRuns (runs of steps)."""
     if isinstance(reader, LocalRuns):
         return sum(len([run.read(i) for i in range(len(run))]) for run in reader)
     return sum(1 for _ in reader)
@@ -96,7 +97,7 @@ def test_verify_policy_checks_each_byte_range_once_by_default(
     calls = _count_crcs(monkeypatch)
     ds = TGBDataset(ns, mesh=Mesh(0, 2), prefetch=0, options=ReaderOptions(verify=verify, runs=runs))
     store = open_store(ns)
-    reader, _ = ds._build(store, Manifest(store), Layout(dp=2))
+    reader = open_reader(ds, store, Layout(dp=2))
     assert isinstance(reader, LocalRuns) == (local and runs)
     first = _read_all(reader)
     after_first = len(calls)

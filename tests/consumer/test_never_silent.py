@@ -9,7 +9,7 @@ from _support import LAYOUT, produce
 
 import torch_tgb as tgb
 from torch_tgb.consumer.dataset import ReaderOptions
-from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.errors import DataTimeout, ObjectNotFound
 
 FAST = ReaderOptions(poll=PollPolicy(min_interval=0.01, max_interval=0.02, warn_every=0.05))

@@ -18,8 +18,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from tests.consumer._support import LAYOUT, make_batch, produce
 from torch_tgb.consumer import Cursor, DataLoader, TGBDataset, cursor_of
+from torch_tgb.consumer._paths import RunPath
 from torch_tgb.consumer.options import ReaderOptions
-from torch_tgb.datapipes.project import cursor_at
+from torch_tgb.datapipes.read.project import cursor_at
 from torch_tgb.layout import Layout, Mesh, plan_reads
 
 N_STEPS = 7
@@ -171,15 +172,33 @@ def test_loader_stats_sum_workers(namespace: str) -> None:
 def test_local_reads_report_their_fetch_latency(namespace: str, inline_local: bool) -> None:
     """Inline and prefetched local reads both feed ``fetch_p50_s``/``fetch_p95_s`` (the lean local path did not)."""
     ds = TGBDataset(namespace, mesh=Mesh(0, 2, 0, 2), options=ReaderOptions(inline_local=inline_local))
-    assert len(list(ds)) == N_STEPS
+    paths = {id(ds.path): ds.path for _ in ds}
+    assert len(paths) == 1
     stats = ds.stats()
     assert stats.data_requests == N_STEPS and stats.fetch_p95_s >= stats.fetch_p50_s > 0
-    assert len(ds._stats._latencies) == N_STEPS  # one sample per step, not only the first step's
+    (path,) = paths.values()
+    node = path.runs if isinstance(path, RunPath) else path.reader  # one-TGB objects: a run per step
+    assert len(node.stats._latencies) == N_STEPS  # one sample per step, not only the first step's
 
 
 def _loader_keys(state: dict) -> dict:
     """The StatefulDataLoader's own counters in a state (the dataset's part carries timings)."""
     return {k: v for k, v in state.items() if k not in ("dataset_state", "fetcher_state")}
+
+
+def test_the_torchdata_internals_the_in_process_iterator_reads_are_there(namespace: str) -> None:
+    """tgb.DataLoader's _InProcessIter reads private attributes of torchdata's iterator: a new torchdata fails here."""
+    import torchdata
+
+    from torch_tgb.consumer.loader import PRIVATE_ATTRIBUTES, _InProcessIter
+
+    assert torchdata.__version__.startswith("0.11"), f"torchdata {torchdata.__version__}: re-check _InProcessIter"
+    loader = DataLoader(namespace, mesh=Mesh(0, 2, 0, 2), prefetch=0)
+    next(iter(loader))
+    inner = loader._iterator
+    assert isinstance(inner, _InProcessIter)
+    missing = [name for name in PRIVATE_ATTRIBUTES if not hasattr(inner, name)]
+    assert not missing, f"torchdata's single-process iterator lost {missing}"
 
 
 def test_in_process_iterator_keeps_the_stateful_dataloader_state(namespace: str) -> None:

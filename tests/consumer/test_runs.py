@@ -1,4 +1,4 @@
-"""The run path (datapipes.local_runs) reads exactly what the step-by-step pipeline reads.
+"""The run path (datapipes.read.local_runs) reads exactly what the step-by-step pipeline reads.
 
 For any segment size, any mesh and dp split, any stop point and a resume from
 there: the same tensors, the same state after every step, and the same
@@ -16,10 +16,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.consumer._support import LAYOUT, make_batch
+from tests.consumer._support import LAYOUT, make_batch, open_reader
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
-from torch_tgb.datapipes.local_runs import LocalRuns
+from torch_tgb.consumer._paths import RunPath
+from torch_tgb.datapipes.read.local_runs import LocalRuns
 from torch_tgb.errors import CorruptObject
 from torch_tgb.layout import Mesh
 from torch_tgb.manifest import Manifest
@@ -69,7 +70,7 @@ def read(ns: str, mesh: Mesh, split: str, runs: bool, *, state=None, stop: int |
     if stop == 0:
         return out, states, kinds
     for b in ds:
-        kinds.add(type(ds._reader).__name__)
+        kinds.add(type(ds.path).__name__)
         out.append(b)
         states.append(ds.state_dict())
         if stop is not None and len(out) == stop:
@@ -111,7 +112,7 @@ def test_the_run_path_reads_and_resumes_exactly_as_the_step_path(namespaces, seg
     # the run path serves every mesh whose steps read slices of their own TGB only: the written dp, or fewer
     # dp ranks merging slices, with any cp split; more dp ranks, or a spread, take the step path
     own_tgb = dp == LAYOUT.dp or (dp < LAYOUT.dp and split == "merge")
-    assert kinds == ({"LocalRuns"} if own_tgb else {"RangeReader"})
+    assert kinds == ({"RunPath"} if own_tgb else {"StepPath"})
     # stop anywhere, resume from the state: the rest is the step path's rest
     k = int(fraction * len(steps))
     head, head_states, _ = read(ns, mesh, split, runs=True, stop=k, shuffle=shuffle, dtype=dtype)
@@ -128,10 +129,10 @@ def test_runs_follow_segments_and_shapes(namespaces) -> None:
     ns = namespaces[8]  # objects hold steps 0..7 and 8..11
     ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), prefetch=0)
     store = open_store(ns)
-    runs, _ = ds._build(store, Manifest(store), LAYOUT)
+    runs = open_reader(ds, store, LAYOUT)
     assert isinstance(runs, LocalRuns)
     assert [(run.first_step, len(run)) for run in runs] == [(0, 5), (5, 2), (7, 1), (8, 4)]
-    stats = ds.stats()
+    stats = runs.stats.snapshot()
     assert stats.footer_requests == stats.data_requests == N_STEPS
 
 
@@ -191,7 +192,7 @@ def test_a_corrupt_tgb_inside_a_run_fails_naming_its_step(tmp_path, where, mesh)
     got = []
     with pytest.raises(CorruptObject, match="step=3") as e:
         for b in ds:
-            assert isinstance(ds._reader, LocalRuns)
+            assert isinstance(ds.path, RunPath)
             got.append(b)
     assert len(got) == 3  # steps 0..2 were delivered, nothing after the corrupt one
     assert ("CRC32C mismatch" in str(e.value)) and (("tensor" in str(e.value)) == (where == "payload"))

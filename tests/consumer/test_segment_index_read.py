@@ -12,7 +12,7 @@ import uuid
 import pytest
 import torch
 
-import torch_tgb.datapipes.footer_index as footer_index
+import torch_tgb.datapipes.read.footer_index as footer_index
 import torch_tgb.producer._segment as segment_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.errors import CorruptObject

@@ -11,6 +11,7 @@ from torchdata.nodes import IterableWrapper
 
 from tests.consumer._support import LAYOUT, make_batch, produce
 from torch_tgb.consumer import Cursor
+from torch_tgb.datapipes.read.stats import pipeline_stats
 from torch_tgb.datapipes import (
     BlockShuffle,
     FooterIndex,
@@ -19,7 +20,6 @@ from torch_tgb.datapipes import (
     PollPolicy,
     Project,
     RangeReader,
-    ReadStats,
     StepBatch,
 )
 from torch_tgb.errors import CorruptObject, DataTimeout, LayoutError, ManifestError
@@ -55,12 +55,12 @@ def batch_equal(a: StepBatch, b: StepBatch) -> bool:
 
 
 def pipeline(store: Any, mesh: Mesh, *, prefetch: int = 0, worker: int = 0, workers: int = 1,
-             split: str = "merge", origin: Cursor = Cursor(0), stats: ReadStats | None = None,
+             split: str = "merge", origin: Cursor = Cursor(0),
              lookahead: int = 8, inline_local: bool = True) -> RangeReader:
-    poller = ManifestPoller(Manifest(store), origin.step, stats=stats)
+    poller = ManifestPoller(Manifest(store), origin.step)
     project = Project(poller, plan_reads(LAYOUT, mesh, dp_split=split), origin=origin, worker=worker, num_workers=workers)
-    footers = FooterIndex(project, store, lookahead=lookahead, stats=stats)
-    return RangeReader(footers, store, prefetch=prefetch, stats=stats, inline_local=inline_local)
+    footers = FooterIndex(project, store, lookahead=lookahead)
+    return RangeReader(footers, store, prefetch=prefetch, inline_local=inline_local)
 
 
 def test_poller_resume(store: Any) -> None:
@@ -124,22 +124,21 @@ def test_local_footers_are_parsed_one_task_at_a_time(store: Any) -> None:
 
 
 def test_footers_are_fetched_in_batches_and_stay_warm(store: Any) -> None:
-    stats = ReadStats()
     store = _Remote(store)
-    reader = pipeline(store, Mesh(0, 2, 0, 2), stats=stats, lookahead=4)
+    reader = pipeline(store, Mesh(0, 2, 0, 2), lookahead=4)
     footers = reader.source
     batches: list[int] = []
     fetch = footers._fetch
     footers._fetch = lambda entries: (batches.append(len({e.key for e in entries if footers.cached(e.key) is None})), fetch(entries))[1]
     assert len(list(reader)) == N_STEPS
-    first = stats.snapshot()
+    first = pipeline_stats(reader)
     assert first.footer_requests == N_STEPS
     assert first.data_requests == N_STEPS
     assert sum(batches) == N_STEPS
     assert len(batches) <= -(-N_STEPS // 4) + 1 and max(batches) > 1  # several footers per fetch
     reader.reset(None)  # the footer cache survives a reset: second pass reads data only
     assert len(list(reader)) == N_STEPS
-    second = stats.snapshot()
+    second = pipeline_stats(reader)
     assert second.footer_requests == N_STEPS
     assert second.data_requests == 2 * N_STEPS
     assert second.footer_cache_hits >= N_STEPS
@@ -237,8 +236,8 @@ class FakeManifest:
 
 def test_poller_waits_with_backoff_and_ends_at_seal() -> None:
     manifest = FakeManifest(1, grow_every=3, seal_at=4)
-    stats = ReadStats()
-    poller = ManifestPoller(manifest, policy=PollPolicy(min_interval=0.001, max_interval=0.004), stats=stats)
+    poller = ManifestPoller(manifest, policy=PollPolicy(min_interval=0.001, max_interval=0.004))
+    stats = poller.stats
     assert [e.step for e in poller] == [0, 1, 2, 3]
     assert poller.version == 4
     assert stats.snapshot().manifest_polls >= 9

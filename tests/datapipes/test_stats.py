@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torch_tgb.datapipes.stats import ConsumerStats, ReadStats, merge_stats, percentiles
+from torch_tgb.datapipes.read.stats import ConsumerStats, ReadStats, merge_stats, percentiles
 
 samples = st.lists(st.floats(0, 1e3, allow_nan=False), min_size=1, max_size=300)
 
@@ -38,7 +38,7 @@ def test_a_snapshot_follows_every_new_latency(first, more) -> None:
 
 
 def test_the_latency_window_keeps_the_most_recent() -> None:
-    from torch_tgb.datapipes.stats import _LATENCY_WINDOW
+    from torch_tgb.datapipes.read.stats import _LATENCY_WINDOW
 
     stats = ReadStats()
     for v in [1000.0] * 10 + [1.0] * _LATENCY_WINDOW:

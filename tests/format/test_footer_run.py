@@ -1,6 +1,6 @@
 """parse_footer_run: a run of a segment's footers read as one table gives what parse_footer gives for each.
 
-The run path of a local reader (datapipes.local_runs) trusts these footers
+The run path of a local reader (datapipes.read.local_runs) trusts these footers
 without a full parse each, so the property is strict: for any segment (TGBs
 of different shapes, grids and metadata mixed in any order) and any single
 corrupted byte in any footer or trailer, chaining runs over the segment gives

@@ -15,14 +15,15 @@ keeps two cursors apart:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, find_under
+from torch_tgb.cursor import Cursor
 from torch_tgb.errors import LayoutError
 
-__all__ = ["EPOCHS_KEY", "EpochOrder", "canonical_state", "epoch_cursor_of", "next_step_of"]
+__all__ = ["EPOCHS_KEY", "EpochOrder"]
 
 #: key of the epochs-mode position in a reader's state
 EPOCHS_KEY = "tgb_epochs"
@@ -47,6 +48,10 @@ class EpochOrder:
                 f"need block_size >= 1, seed >= 0, epoch >= 0 and epochs >= 1 or None; got {self.block_size=} "
                 f"{self.seed=} {self.first_epoch=} {self.epochs=}"
             )
+
+    def starting_at(self, first_epoch: int) -> EpochOrder:
+        """The same order, read from the beginning of ``first_epoch``."""
+        return dataclasses.replace(self, first_epoch=first_epoch)
 
     @property
     def order_block(self) -> int:
@@ -73,37 +78,3 @@ class EpochOrder:
                 f"the state was taken reading epochs with {theirs}, this reader uses {mine}: the positions "
                 "would name other TGBs; resume with the same shuffle, block_size and seed"
             )
-
-
-def epoch_cursor_of(state: Any) -> tuple[Cursor, Mapping[str, Any]] | None:
-    """The smallest epochs-mode position in ``state`` (any nesting) and its saved settings; None if there is none."""
-    best: tuple[Cursor, Mapping[str, Any]] | None = None
-    for saved in find_under(state, EPOCHS_KEY):
-        try:
-            cursor = Cursor.from_json(saved["cursor"])
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"malformed {EPOCHS_KEY} state {dict(saved)!r}: {e}") from e
-        if best is None or cursor < best[0]:
-            best = (cursor, saved)
-    return best
-
-
-def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
-
-    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered) and, for
-    an epochs read, the smallest ``tgb_epochs`` position with its order settings. The
-    ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
-    under one key that loads on any world size).
-    """
-    out: dict[str, Any] = {CURSOR_KEY: cursor_of(state).to_json()}
-    found = epoch_cursor_of(state)
-    if found is not None:
-        out[EPOCHS_KEY] = dict(found[1])
-    return out
-
-
-def next_step_of(state: Mapping[str, Any]) -> int:
-    """The next step a reader in ``state`` delivers (through the epochs for an epochs read)."""
-    found = epoch_cursor_of(state)
-    return (cursor_of(state) if found is None else found[0]).step

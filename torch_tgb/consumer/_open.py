@@ -1,17 +1,19 @@
-"""Waiting for a namespace to appear: a reader may start before the first producer, but never waits silently."""
+"""Opening a namespace to read: waiting for it to appear (never silently), and the size of a sealed one."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
+from typing import Any
 
-from torch_tgb.datapipes.poller import PollPolicy
-from torch_tgb.errors import DataTimeout
+from torch_tgb.datapipes.read.poller import PollPolicy
+from torch_tgb.errors import DataTimeout, ManifestError
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
-from torch_tgb.storage import ObjectStore
+from torch_tgb.storage import ObjectStore, open_store
 
-__all__ = ["wait_for_dataset"]
+__all__ = ["sealed_steps", "wait_for_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +49,17 @@ def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float |
         interval = min(interval * poll.backoff, poll.max_interval)
         info = manifest.dataset()
     return info
+
+
+def sealed_steps(ns: str | ObjectStore, storage_options: Mapping[str, Any] | None = None) -> int:
+    """The number of steps of the sealed namespace ``ns``; ManifestError if it is not sealed (epochs read it)."""
+    store = open_store(ns, storage_options or None)
+    try:
+        head = Manifest(store).head()
+        if not head.sealed:
+            raise ManifestError(f"{store.url}: shuffle/epochs read a sealed namespace; version "
+                                f"{head.version} ({head.num_steps} steps) is not sealed")
+        return int(head.num_steps)
+    finally:
+        if not isinstance(ns, ObjectStore):  # a store handed in belongs to the caller
+            store.close()

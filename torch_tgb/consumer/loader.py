@@ -24,10 +24,12 @@ flight. ``device=None`` or ``"cpu"`` delivers host tensors as before.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 import warnings
 from collections.abc import Iterator, Mapping
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
@@ -35,14 +37,17 @@ from torch.utils.data import get_worker_info
 from torch.utils.data._utils.collate import default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
+from typing_extensions import Unpack
 
-from torch_tgb.cursor import CURSOR_KEY, Cursor
-from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset, next_step_of
+from torch_tgb.cursor import DATASET_STATE_KEY, WORKER_SNAPSHOTS_PATH, Cursor
+from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, next_step_of
+from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer.device import DeviceFeed
-from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
+from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.layout import Mesh
+from torch_tgb.storage import ObjectStore
 
 __all__ = ["DataLoader"]
 
@@ -50,62 +55,43 @@ __all__ = ["DataLoader"]
 class DataLoader(StatefulDataLoader):
     """Batches of this rank's slice, one per step, with exact resume.
 
-    ``ns``, ``mesh``, ``prefetch``, ``timeout``, ``storage_options``,
-    ``dp_split``, ``check_consistency`` and ``options`` are those of
-    :class:`TGBDataset` (``timeout=None``: wait without limit, with periodic
-    warnings); ``ns`` may also be a ``TGBDataset``. ``num_workers`` worker
-    processes read steps round robin (the order stays the step order);
-    ``pin_memory`` pins on machines with CUDA. :attr:`step` is the next step
-    to deliver.
+    Reader settings as on :class:`TGBDataset` (``options=ReaderOptions(...)``
+    or its fields as keywords: ``timeout=None`` waits without limit, with
+    periodic warnings). ``num_workers`` worker processes read steps round
+    robin (the order stays the step order); ``pin_memory`` pins on machines
+    with CUDA. :attr:`step` is the next step to deliver.
     """
 
     def __init__(
         self,
-        ns: Any,
+        ns: str | ObjectStore | TGBDataset,
         mesh: Mesh | None = None,
         *,
         num_workers: int = 0,
         pin_memory: bool = False,
-        prefetch: int = 4,
-        timeout: float | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        dp_split: str = "merge",
-        check_consistency: bool = False,
-        options: ReaderOptions = ReaderOptions(),
         prefetch_factor: int | None = None,
-        multiprocessing_context: Any = None,
-        shuffle: bool = False,
-        block_size: int = 64,
-        seed: int = 0,
-        epochs: int | None = 1,
+        multiprocessing_context: str | BaseContext | None = None,
         device: str | torch.device | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        options: ReaderOptions | None = None,
+        **settings: Unpack[ReadSettings],
     ) -> None:
-        """Settings as on :class:`TGBDataset` (``shuffle``/``block_size``/``seed``/``epochs``: epochs of a sealed namespace);
-        ``device``: see :mod:`torch_tgb.consumer.device`."""
-        feed = None if device is None or torch.device(device).type == "cpu" else DeviceFeed(
-            device, dtype=None if isinstance(ns, TGBDataset) else options.dtype
-        )
-        if feed is not None and not isinstance(ns, TGBDataset):
-            options = dataclasses.replace(options, dtype=None)  # cast on the device, not the host
-        dataset = (
-            ns
-            if isinstance(ns, TGBDataset)
-            else TGBDataset(
-                ns,
-                mesh=mesh,
-                prefetch=prefetch,
-                timeout=timeout,
-                storage_options=storage_options,
-                dp_split=dp_split,
-                check_consistency=check_consistency,
-                options=options,
-                shuffle=shuffle,
-                block_size=block_size,
-                seed=seed,
-                epochs=epochs,
-            )
-        )
-        dataset.emit_meta = dataset.check_consistency and num_workers > 0
+        """``ns``, ``mesh``, ``storage_options``, ``options`` and the :class:`ReaderOptions` keywords are those
+        of :class:`TGBDataset` (``ns`` may also be a ``TGBDataset``); ``device``: see :mod:`torch_tgb.consumer.device`."""
+        if isinstance(ns, TGBDataset):
+            if options is not None or settings or storage_options or mesh is not None:
+                raise TypeError("tgb.DataLoader over a TGBDataset takes its reader settings from the dataset; "
+                                "pass mesh/options/reader keywords to the TGBDataset instead")
+            dataset = ns
+        else:
+            dataset = TGBDataset(ns, mesh, storage_options=storage_options, options=options, **settings)
+        feed = None
+        if device is not None and torch.device(device).type != "cpu":
+            # a dataset built here casts on the device, not the host; one handed in keeps its own setting
+            feed = DeviceFeed(device, dtype=None if isinstance(ns, TGBDataset) else dataset.options.dtype)
+            if not isinstance(ns, TGBDataset):
+                dataset.options = dataclasses.replace(dataset.options, dtype=None)
+        dataset.emit_meta = dataset.options.check_consistency and num_workers > 0
         with warnings.catch_warnings():
             # torchdata 0.11 calls the deprecated torch.set_vital in its constructor: a
             # UserWarning on every rank that says nothing about this loader.
@@ -159,17 +145,18 @@ class DataLoader(StatefulDataLoader):
         return self._deliver(inner)
 
     def state_dict(self) -> dict[str, Any]:
+        """The StatefulDataLoader's state, less the workers' read statistics (they ride in worker snapshots only)."""
         self._before_workers()
         if self._held is not None:  # one batch is in flight to the device: not delivered yet
             return self._held
-        return super().state_dict()
+        return without_worker_stats(super().state_dict())
 
     def _ahead(self, batches: Iterator[Any], feed: DeviceFeed) -> Iterator[Any]:
         """Device delivery one step ahead; ``_held`` keeps the state of what was handed out."""
         pending: tuple[Any, dict[str, Any]] | None = None
         try:
             for batch in batches:
-                issued = (feed.issue(batch), StatefulDataLoader.state_dict(self))
+                issued = (feed.issue(batch), without_worker_stats(StatefulDataLoader.state_dict(self)))
                 if pending is not None:
                     self._held = pending[1]
                     yield feed.ready(pending[0])
@@ -204,9 +191,9 @@ class DataLoader(StatefulDataLoader):
         if not state_dict:
             super().load_state_dict({})
             return
-        # The dataset finds the smallest position among the workers' states (cursor_of, or the
-        # epochs position), which is the first step not yet delivered.
-        self.tgb_dataset.load_state_dict({"workers": state_dict})
+        # The dataset finds the reader states by path and continues from the smallest position
+        # among them (the cursor, or the epochs position): the first step not yet delivered.
+        self.tgb_dataset.load_state_dict(state_dict)
         super().load_state_dict({})
 
     def set_epoch(self, epoch: int) -> None:
@@ -220,7 +207,8 @@ class DataLoader(StatefulDataLoader):
         elif self._iterator is None:
             own = ConsumerStats()
         else:
-            own = merge_stats(_worker_stats(StatefulDataLoader.state_dict(self)))
+            own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in _worker_readers(StatefulDataLoader.state_dict(self))
+                              if STATS_KEY in r)
         fields = own.to_json()
         fields["stall_s"] = self._stall
         return ConsumerStats.from_json(fields)
@@ -237,13 +225,19 @@ def _collate(batch: Any) -> Any:
     return default_convert(batch)
 
 
+#: what _InProcessIter reads of torchdata 0.11's _StatefulSingleProcessDataLoaderIter
+PRIVATE_ATTRIBUTES = ("_sampler_iter", "_IterableDataset_len_called", "_next_data", "_num_yielded", "_finished")
+
+
 class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
     """The StatefulDataLoader's own in-process iterator (same state, same items) with a shorter ``__next__``.
 
     The base ``__next__`` opens a profiler ``record_function`` span per item,
     about 8 µs here, a third of a local segment step. The base path still runs when a
     profiler is recording (the span is kept) and when ``len()`` of the loader
-    was taken (it warns on a length overrun).
+    was taken (it warns on a length overrun). It reads the base class's private
+    attributes (:data:`PRIVATE_ATTRIBUTES`), so pyproject.toml pins torchdata 0.11
+    and ``tests/consumer/test_resume.py`` checks they are there.
     """
 
     def __next__(self) -> Any:
@@ -262,16 +256,25 @@ class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
         return data
 
 
-def _worker_stats(state: Any) -> list[ConsumerStats]:
-    found = []
-    stack = [state]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Mapping):
-            if CURSOR_KEY in node and isinstance(node.get("stats"), Mapping):
-                found.append(ConsumerStats.from_json(node["stats"]))
-            else:
-                stack.extend(node.values())
-        elif isinstance(node, (list, tuple)):
-            stack.extend(node)
-    return found
+def _worker_readers(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The workers' dataset states inside a multi-worker StatefulDataLoader state (by path)."""
+    snapshots: Any = state
+    for key in WORKER_SNAPSHOTS_PATH:
+        snapshots = snapshots.get(key, {}) if isinstance(snapshots, Mapping) else {}
+    return [w[DATASET_STATE_KEY] for w in snapshots.values() if DATASET_STATE_KEY in w]
+
+
+def without_worker_stats(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the workers' ``"stats"`` left out (a copy along the paths that change): not checkpoint data."""
+    readers = _worker_readers(state)
+    if not any(STATS_KEY in r for r in readers):
+        return state
+    out = copy.copy(state)
+    node = out
+    for key in WORKER_SNAPSHOTS_PATH:
+        node[key] = copy.copy(node[key])
+        node = node[key]
+    for name, worker in node.items():
+        worker = node[name] = copy.copy(worker)
+        worker[DATASET_STATE_KEY] = {k: v for k, v in worker[DATASET_STATE_KEY].items() if k != STATS_KEY}
+    return out

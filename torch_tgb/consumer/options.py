@@ -1,36 +1,65 @@
-"""ReaderOptions: how a TGBDataset reads (verify policy, read mode, caches, polling, error budget)."""
+"""ReaderOptions: everything a reader takes beyond its namespace and its mesh, as one frozen value.
+
+``TGBDataset`` and ``tgb.DataLoader`` take ``options=ReaderOptions(...)`` and,
+for convenience, the same fields as keyword arguments (``prefetch=8``,
+``shuffle=True``, ...), typed through :class:`ReadSettings` and folded into the
+options by :meth:`ReaderOptions.with_settings`: one spelling per option, one
+place that checks it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
-from torch_tgb.datapipes.batch_fetch import ErrorBudget
-from torch_tgb.datapipes.poller import PollPolicy
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
+from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
+from torch_tgb.layout import DP_SPLITS
 
-__all__ = ["DP_SPLITS", "ReaderOptions"]
-
-#: how a reader with fewer DP ranks than the layout uses a TGB (see layout.plan_reads)
-DP_SPLITS = ("merge", "spread")
+__all__ = ["DP_SPLITS", "ReadSettings", "ReaderOptions"]
 
 
 @dataclass(frozen=True)
 class ReaderOptions:
-    """Tuning of the read pipeline; the defaults suit local disks and S3 alike.
+    """How a reader reads; the defaults suit local disks and S3 alike.
 
-    ``verify``: ``"first"`` checks each byte range's CRC32C the first time it
-    is read and never again, ``"always"`` on every read, ``"never"`` not at
-    all (``True``/``False`` mean always/never). ``read_mode``: ``"mmap"``
-    maps local objects (zero-copy; a file truncated in place under a live
-    mapping kills the process with SIGBUS, see docs/operations.md) or
-    ``"copy"`` (reads into private buffers: a truncation is a CorruptObject).
-    ``dtype``: cast every integer tensor to this dtype (e.g. ``torch.int64``
-    for an embedding lookup); ``None`` delivers the stored dtype as views of
-    the read bytes, with no copy.
+    What is read: ``dp_split`` (with fewer dp ranks than the written layout,
+    ``"merge"`` several slices per step or ``"spread"`` one per step),
+    ``stop_step`` (end a stream before this TGB step), ``shuffle``/``block_size``/
+    ``seed``/``epochs`` (read a sealed namespace in block-shuffled epochs;
+    ``epochs=None`` repeats forever; ``shuffle=False, epochs=1`` reads the
+    namespace as a stream, sealed or not), ``dtype`` (cast every integer tensor
+    to it, e.g. ``torch.int64`` for an embedding lookup; ``None`` delivers the
+    stored dtype as views of the read bytes).
+
+    Waiting: ``timeout`` (seconds one wait for a new commit may last before
+    ``DataTimeout``; ``None``: no limit, with a warning every
+    ``poll.warn_every`` seconds), ``poll``.
+
+    The read path: ``prefetch`` (steps read ahead on a background thread, remote
+    stores), ``verify`` (``"first"`` checks each byte range's CRC32C the first
+    time it is read, ``"always"`` on every read, ``"never"`` not at all;
+    ``True``/``False`` mean always/never), ``read_mode`` (``"mmap"`` maps local
+    objects, zero-copy; a file truncated in place under a live mapping kills the
+    process with SIGBUS, see docs/operations.md; ``"copy"`` reads into private
+    buffers: a truncation is a CorruptObject), ``check_consistency``
+    (all-gather (step, keys) every step and raise ``ConsistencyError`` when ranks
+    disagree), and the caches and budgets below.
     """
 
+    prefetch: int = 4
+    timeout: float | None = None
+    dp_split: str = "merge"
+    check_consistency: bool = False
+    shuffle: bool = False
+    block_size: int = 64
+    seed: int = 0
+    epochs: int | None = 1
     footer_cache: int = 256
     #: upcoming steps whose footers are fetched in one batched call
     footer_lookahead: int = 32
@@ -48,7 +77,7 @@ class ReaderOptions:
     open_objects: int = 64
     #: local objects smaller than this are read whole at open (cheaper than a mapping); larger ones mapped
     small_object_bytes: int = READ_WHOLE_BELOW
-    #: read consecutive steps of one mapped local object as a run (datapipes.local_runs) where the plan
+    #: read consecutive steps of one mapped local object as a run (datapipes.read.local_runs) where the plan
     #: allows it; False: every step through the step-by-step pipeline (same tensors, same positions)
     runs: bool = True
 
@@ -58,3 +87,53 @@ class ReaderOptions:
             raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
         if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
+        if self.dp_split not in DP_SPLITS:
+            from torch_tgb.errors import LayoutError
+
+            raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {self.dp_split!r}")
+        if self.prefetch < 0 or (self.timeout is not None and self.timeout < 0):
+            raise ValueError(f"prefetch and timeout must be >= 0, got prefetch={self.prefetch} timeout={self.timeout}")
+        if self.epochs_read and self.stop_step is not None:
+            raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
+
+    @property
+    def epochs_read(self) -> bool:
+        """Whether this reads a sealed namespace in epochs (shuffled, or more or fewer than one) instead of a stream."""
+        return self.shuffle or self.epochs != 1
+
+    def with_settings(self, settings: Mapping[str, object]) -> ReaderOptions:
+        """These options with ``settings`` (field name -> value) replacing fields; unknown names are a TypeError."""
+        if not settings:
+            return self
+        unknown = sorted(set(settings) - _FIELDS)
+        if unknown:
+            raise TypeError(f"unknown reader option(s) {unknown}; ReaderOptions has {sorted(_FIELDS)}")
+        return dataclasses.replace(self, **settings)  # type: ignore[arg-type]  # names checked above
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ReaderOptions))
+
+
+class ReadSettings(TypedDict, total=False):
+    """The fields of :class:`ReaderOptions` as keyword arguments of ``TGBDataset`` and ``tgb.DataLoader``."""
+
+    prefetch: int
+    timeout: float | None
+    dp_split: str
+    check_consistency: bool
+    shuffle: bool
+    block_size: int
+    seed: int
+    epochs: int | None
+    footer_cache: int
+    footer_lookahead: int
+    verify: bool | str
+    inline_local: bool
+    poll: PollPolicy
+    stop_step: int | None
+    read_mode: str
+    dtype: torch.dtype | None
+    errors: ErrorBudget
+    open_objects: int
+    small_object_bytes: int
+    runs: bool

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._dtypes import is_integer
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
 from torch_tgb.format._run import parse_footer_run
 from torch_tgb.storage.local import open_regular
@@ -252,10 +251,7 @@ class SliceReader:
                 while len(verified) > _VERIFIED_MAX:
                     verified.pop(next(iter(verified)))
 
-    def run(
-        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0,
-        *, cast: torch.dtype | None = None,
-    ) -> SliceRun | None:
+    def run(self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0) -> SliceRun | None:
         """Slice ``(dp, cp)`` of a leading run of consecutive TGBs of the mapped object ``key``.
 
         ``tgbs`` are ``(footer_offset, size)`` of the TGBs, as their manifest
@@ -264,12 +260,11 @@ class SliceReader:
         :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
         ``mode="copy"``).
         """
-        runs = self.runs(key, size, tgbs, ((dp, cp),), cast=cast)
+        runs = self.runs(key, size, tgbs, ((dp, cp),))
         return None if runs is None else runs[0]
 
     def runs(
-        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]],
-        *, cast: torch.dtype | None = None,
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]]
     ) -> tuple[SliceRun, ...] | None:
         """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice."""
         mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
@@ -279,7 +274,7 @@ class SliceReader:
         out = []
         for dp, cp in slices:
             info, crcs = footers.slice_run(dp, cp)
-            out.append(SliceRun(self, key, mm, info, footers.shifts, crcs, cast))
+            out.append(SliceRun(self, key, mm, info, footers.shifts, crcs))
         return tuple(out)
 
     def read(
@@ -350,16 +345,15 @@ class SliceRun:
 
     Built by :meth:`SliceReader.run`. The decode plan is the first TGB's;
     TGB ``i``'s tensors lie ``shifts[i]`` bytes further and carry
-    ``crcs[i]``, so a read is one view per tensor, a CRC under the reader's
-    verify policy and an optional cast (``cast``: integer tensors to that
-    dtype, e.g. ``torch.int64``).
+    ``crcs[i]``, so a read is one view per tensor and a CRC under the reader's
+    verify policy.
     """
 
     __slots__ = ("_always", "_first", "_plan", "_reader", "buffer", "crcs", "info", "key", "shifts")
 
     def __init__(
         self, reader: SliceReader, key: str, buffer: Any, info: SliceInfo, shifts: list[int],
-        crcs: list[tuple[int, ...]], cast: torch.dtype | None,
+        crcs: list[tuple[int, ...]],
     ) -> None:
         self._reader = reader
         self.key = key
@@ -369,17 +363,14 @@ class SliceRun:
         self.crcs = crcs
         self._always = reader.verify == "always"
         self._first = reader.verify == "first"
-        plan = []
-        for (name, np_dtype, count, offset, shape, view, _crc), t in zip(info.decode_plan, info.tensors):
-            dtype = t._dt.torch_dtype  # what the tensor is delivered as
-            plan.append((name, np_dtype, count, offset, shape, view, cast if is_integer(dtype) and cast != dtype else None))
-        self._plan = tuple(plan)
+        self._plan = tuple((name, np_dtype, count, offset, shape, view)
+                           for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
 
     def __len__(self) -> int:
         return len(self.shifts)
 
     def read(self, i: int) -> dict[str, torch.Tensor]:
-        """TGB ``i``'s tensors of this slice (views of the mapping unless cast)."""
+        """TGB ``i``'s tensors of this slice (views of the mapping)."""
         d = self.shifts[i]
         start = self.info.start + d
         check = self._always or (self._first and (self.key, start) not in self._reader._verified)
@@ -387,7 +378,7 @@ class SliceRun:
         buffer = self.buffer
         out = {}
         j = 0
-        for name, np_dtype, count, offset, shape, view, cast in self._plan:
+        for name, np_dtype, count, offset, shape, view in self._plan:
             arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
             if check and google_crc32c.value(arr) != crcs[j]:
                 raise _crc_mismatch(self.key, self.info, name, crcs[j])
@@ -395,7 +386,7 @@ class SliceRun:
             tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
             if view is not None:
                 tensor = tensor.view(view)
-            out[name] = tensor if cast is None else tensor.to(cast)
+            out[name] = tensor
         if check and self._first:
             self._reader._mark_range(self.key, start)
         return out

@@ -10,11 +10,13 @@ Pure and at the bottom of the package: it imports nothing from torch_tgb but
 
 from torch_tgb.layout._layout import MAX_CP, MAX_DP, MAX_SLICES, Layout
 from torch_tgb.layout._mesh import Mesh, resolve_rank_world
-from torch_tgb.layout._projection import CP_ORDERS, Piece, ReadPlan, Segment, StepReads, cp_ranges, plan_reads
+from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
+from torch_tgb.layout._projection import DP_SPLITS, Piece, ReadPlan, Segment, StepReads, plan_reads
 from torch_tgb.layout._slices import SliceData
 
 __all__ = [
     "CP_ORDERS",
+    "DP_SPLITS",
     "MAX_CP",
     "MAX_DP",
     "MAX_SLICES",

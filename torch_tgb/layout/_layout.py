@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import LayoutError
-from torch_tgb.layout._projection import CP_ORDERS, cp_ranges
+from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
 from torch_tgb.layout._slices import SliceData
 
 __all__ = ["MAX_CP", "MAX_DP", "MAX_SLICES", "Layout"]

@@ -24,30 +24,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 import torch
 
 from torch_tgb.errors import LayoutError
+from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
+from torch_tgb.layout._layout import Layout
+from torch_tgb.layout._mesh import Mesh
 
-if TYPE_CHECKING:
-    from torch_tgb.layout._layout import Layout
-    from torch_tgb.layout._mesh import Mesh
+__all__ = ["DP_SPLITS", "Piece", "ReadPlan", "Segment", "StepReads", "plan_reads"]
 
-__all__ = ["CP_ORDERS", "DP_SPLITS", "Piece", "ReadPlan", "Segment", "StepReads", "cp_ranges", "plan_reads"]
-
-CP_ORDERS = ("contiguous", "zigzag")
 DP_SPLITS = ("merge", "spread")
-
-
-def cp_ranges(cp: int, cp_order: str) -> list[list[tuple[Fraction, Fraction]]]:
-    """Per cp rank, the token ranges it holds (fractions of the sequence), in storage order."""
-    if cp_order not in CP_ORDERS:
-        raise LayoutError(f"cp_order must be one of {CP_ORDERS}, got {cp_order!r}")
-    if cp_order == "contiguous" or cp == 1:
-        return [[(Fraction(i, cp), Fraction(i + 1, cp))] for i in range(cp)]
-    n = 2 * cp
-    return [[(Fraction(i, n), Fraction(i + 1, n)), (Fraction(n - 1 - i, n), Fraction(n - i, n))] for i in range(cp)]
 
 
 @dataclass(frozen=True)

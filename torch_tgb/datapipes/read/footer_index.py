@@ -25,9 +25,9 @@ from typing import Any, cast
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import Lookahead, ReadTask, StepEntry
-from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
-from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.datapipes.read._types import Lookahead, ReadTask, StepEntry
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges
+from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import ManifestError
 from torch_tgb.format import (
     INDEX_TAIL_READ,
@@ -79,7 +79,6 @@ class FooterIndex(BaseNode[ReadTask]):
         *,
         cache_size: int = 256,
         lookahead: int = 32,
-        stats: ReadStats | None = None,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
     ) -> None:
@@ -90,7 +89,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self.store = store
         self.cache_size = cache_size
         self.lookahead = lookahead
-        self.stats = stats if stats is not None else ReadStats()
+        self.stats = ReadStats()  # this node's own counters (the reader merges them)
         self.slices = slices  # shared with the RangeReader: one mapping per object
         self.errors = errors
         self._cache: OrderedDict[tuple[str, int], Footer] = OrderedDict()

@@ -8,7 +8,7 @@ from ``min_interval`` to ``max_interval`` while nothing arrives; ``timeout``
 bounds one such wait and raises :class:`DataTimeout` naming the namespace, the
 step waited for and the last version seen. A sealed version ends the stream.
 A wait is never silent: every ``warn_every`` seconds (default 10, ``None``
-to turn off) a warning goes to the ``torch_tgb.datapipes.poller`` logger
+to turn off) a warning goes to the ``torch_tgb.datapipes.read.poller`` logger
 naming the namespace, the step waited for, the last version seen and the
 producers' marks (open, closed, done), so a stream whose producers have all
 closed without sealing is told apart from one still being written.
@@ -28,8 +28,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import ManifestView, StepEntry
-from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.datapipes.read._types import ManifestView, StepEntry
+from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import DataTimeout, ManifestError
 from torch_tgb.manifest.records import ManifestState, TGBEntry
 
@@ -96,7 +96,6 @@ class ManifestPoller(BaseNode[StepEntry]):
         timeout: float | None = None,
         policy: PollPolicy = PollPolicy(),
         stop_step: int | None = None,
-        stats: ReadStats | None = None,
         namespace: str | None = None,
     ) -> None:
         super().__init__()
@@ -107,7 +106,7 @@ class ManifestPoller(BaseNode[StepEntry]):
         self.timeout = timeout
         self.policy = policy
         self.stop_step = stop_step
-        self.stats = stats if stats is not None else ReadStats()
+        self.stats = ReadStats()  # this node's own counters (the reader merges them)
         self.namespace = namespace or manifest.url
         self._next_step = start_step
         self._version = 0

@@ -13,7 +13,7 @@ object changes, parses each run's footers as one table
 :class:`StepRun` with one :class:`SliceRun` per slice a step reads: step
 ``first_step + i`` is ``slices[j].read(i)`` for each slice ``j``, one view
 per tensor plus the CRC the verify policy asks for (``StepRun.read`` joins
-several slices as the plan says, then casts the joined batch). A step of one whole slice then costs
+several slices as the plan says). A step of one whole slice then costs
 about what the memory floor costs plus that CRC
 (``benchmarks/consumer_read.py``, section ``hot_path``).
 
@@ -40,11 +40,11 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.footer_index import check_footer_location, footer_location_ok
-from torch_tgb.datapipes._types import RunSource, StepEntry
-from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.datapipes.read.footer_index import check_footer_location, footer_location_ok
+from torch_tgb.datapipes.read._types import RunSource, StepEntry
+from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import SliceReader, SliceRun, cast_integers
+from torch_tgb.format import SliceReader, SliceRun
 from torch_tgb.layout import StepReads
 from torch_tgb.manifest import TGBEntry
 
@@ -59,21 +59,19 @@ class StepRun:
 
     ``slices``: one run per piece of the ``LocalRuns``' ``reads``, in that
     order. ``read(i)`` is step ``first_step + i``'s batch: the one slice as
-    read, or the slices joined by ``reads.assemble`` and then cast (one cast
-    of the joined batch, as the step path casts, instead of one per slice).
+    read, or the slices joined by ``reads.assemble``.
     """
 
     __slots__ = ("first_step", "read", "slices", "version")
 
     def __init__(
-        self, first_step: int, version: int, slices: tuple[SliceRun, ...],
-        join: StepReads | None = None, cast: torch.dtype | None = None,
+        self, first_step: int, version: int, slices: tuple[SliceRun, ...], join: StepReads | None = None
     ) -> None:
         self.first_step, self.version, self.slices = first_step, version, slices
         self.read: Callable[[int], dict[str, torch.Tensor]] = slices[0].read
         if join is not None:
             def joined(i: int) -> dict[str, torch.Tensor]:
-                return cast_integers(join.assemble([s.read(i) for s in slices]), cast)
+                return join.assemble([s.read(i) for s in slices])
 
             self.read = joined
 
@@ -103,9 +101,7 @@ class LocalRuns(BaseNode[StepRun]):
         reads: StepReads,
         start_step: int = 0,
         version: int = 0,
-        cast: torch.dtype | None = None,
         max_run: int = MAX_RUN,
-        stats: ReadStats | None = None,
     ) -> None:
         super().__init__()
         if max_run < 1:
@@ -119,13 +115,12 @@ class LocalRuns(BaseNode[StepRun]):
         self.namespace = namespace
         self.reader = reader
         self.reads = reads
-        # a step of one whole slice is delivered as read; else its slices are joined, then cast
+        # a step of one whole slice is delivered as read; else its slices are joined
         self._whole = len(reads.parts) == 1 and [(s.lo, s.hi) for s in reads.parts[0]] == [(0, 1)]
         self._slices = tuple((p.dp, p.cp) for p in reads.pieces)
         self.start_step, self.start_version = start_step, version
-        self.cast = cast
         self.max_run = max_run
-        self.stats = stats if stats is not None else ReadStats()
+        self.stats = ReadStats()  # this node's own counters (the reader merges them)
         # steps taken from the poller but not yet in a run: (step, version, entries, index of that step)
         self._left: tuple[int, int, list[TGBEntry], int] | None = None
         self._state: dict[str, Any] | None = None
@@ -161,7 +156,7 @@ class LocalRuns(BaseNode[StepRun]):
                 break  # a bad entry starts the next run: the steps before it are delivered, then it raises at its step
             tgbs.append((e.footer_offset, e.size))
         try:
-            runs = self.reader.runs(key, first.total_size, tgbs, self._slices, cast=self.cast if self._whole else None)
+            runs = self.reader.runs(key, first.total_size, tgbs, self._slices)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.namespace}: step={step}: {e}") from e
         if runs is None:
@@ -178,4 +173,4 @@ class LocalRuns(BaseNode[StepRun]):
                        useful_bytes=n * useful)
         if self._whole:
             return StepRun(step, version, runs)
-        return StepRun(step, version, runs, join=self.reads, cast=self.cast)
+        return StepRun(step, version, runs, join=self.reads)

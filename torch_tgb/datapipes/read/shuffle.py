@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import ManifestView, StepEntry
+from torch_tgb.datapipes.read._types import ManifestView, StepEntry
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest import ManifestState, TGBEntry
 from torch_tgb.transforms import block_shuffle_order

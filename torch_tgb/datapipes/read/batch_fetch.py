@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.storage import ObjectStore, RangeFailure, RangeRequest
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ConsumerStats", "ReadStats", "merge_stats", "percentiles"]
+__all__ = ["ConsumerStats", "ReadStats", "merge_stats", "percentiles", "pipeline_stats"]
 
 _LATENCY_WINDOW = 4096  # fetch latencies kept for percentiles (most recent)
 
@@ -201,3 +201,19 @@ def merge_stats(parts: Iterable[ConsumerStats]) -> ConsumerStats:
         fetch_p50_s=max(p.fetch_p50_s for p in parts),
         fetch_p95_s=max(p.fetch_p95_s for p in parts),
     )
+
+
+def pipeline_stats(last: object) -> ConsumerStats:
+    """The counters of a reading pipeline, merged: ``last`` and every node up its ``.source`` chain.
+
+    Each node keeps its own :class:`ReadStats` (``node.stats``); nothing is
+    shared between nodes, so a pipeline's figures are the sum of its nodes'.
+    """
+    parts = []
+    node: object = last
+    while node is not None:
+        stats = getattr(node, "stats", None)
+        if isinstance(stats, ReadStats):
+            parts.append(stats.snapshot())
+        node = getattr(node, "source", None)
+    return merge_stats(parts)

@@ -1,7 +1,7 @@
 """Project: which slices of which TGBs make up each of this rank's steps.
 
-A rank's consumer steps map onto TGB steps through a :class:`StepPlan` (built
-from ``layout.plan_reads``): with ``tgbs_per_step = k`` one consumer step
+A rank's consumer steps map onto TGB steps through a ``layout.ReadPlan`` (built
+by ``layout.plan_reads``): with ``tgbs_per_step = k`` one consumer step
 spans k consecutive TGBs (more DP ranks than the TGBs were cut for); with
 ``steps_per_tgb = m`` one TGB is spread over m consumer steps (fewer DP ranks,
 ``dp_split="spread"``); otherwise steps correspond one to one. Counting starts
@@ -24,43 +24,18 @@ continues exactly there, so no caller has to read or build node states.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from torch import Tensor
 from torchdata.nodes import BaseNode
 
 from torch_tgb.cursor import Cursor
-from torch_tgb.datapipes._types import Position, ReadTask, StepEntry, StepSource
+from torch_tgb.datapipes.read._types import Position, ReadTask, StepEntry, StepSource
 from torch_tgb.errors import LayoutError
-from torch_tgb.layout import Piece
+from torch_tgb.layout import ReadPlan, StepReads
 
-__all__ = ["Project", "StepPlan", "StepReads", "cursor_at", "first_index"]
+__all__ = ["Project", "cursor_at", "first_index"]
 
 logger = logging.getLogger(__name__)
-
-
-class StepReads(Protocol):
-    @property
-    def pieces(self) -> tuple[Piece, ...]: ...
-
-    def assemble(self, parts: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]: ...
-
-
-class StepPlan(Protocol):
-    """What Project needs of a read plan: ``torch_tgb.layout.ReadPlan`` from ``plan_reads``.
-
-    ``reads(j)`` for ``j < steps_per_tgb`` gives the pieces of sub-step ``j``
-    with ``Piece.tgb`` counted from the first TGB of the consumer step.
-    """
-
-    @property
-    def tgbs_per_step(self) -> int: ...
-
-    @property
-    def steps_per_tgb(self) -> int: ...
-
-    def reads(self, step: int) -> StepReads: ...
 
 
 def cursor_at(origin: Cursor, index: int, *, tgbs_per_step: int, steps_per_tgb: int, version: int = 0) -> Cursor:
@@ -100,7 +75,7 @@ class Project(BaseNode[ReadTask]):
     def __init__(
         self,
         source: BaseNode[StepEntry],
-        plan: StepPlan,
+        plan: ReadPlan,
         *,
         origin: Cursor = Cursor(0),
         worker: int = 0,

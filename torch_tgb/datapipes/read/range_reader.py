@@ -19,7 +19,7 @@ delivered step frees a slot at once, so reads stay continuously in flight
 assumes). Results are delivered strictly in step order. Upcoming steps the
 source already has (``available()``, up to ``prefetch``) are read together:
 their ranges go out as one ordered batched ``get_ranges`` call
-(:func:`~torch_tgb.datapipes.batch_fetch.fetch_ranges`), whose soft failures
+(:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`), whose soft failures
 (missing object, timeout, 5xx) are re-read within the ``errors`` budget and
 whose hard failures are raised. Errors (a timeout, a corrupt object) are
 delivered in order too, at the first step of the read they happened in.
@@ -40,9 +40,9 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes._types import Interruptible, Lookahead, ReadTask, StepBatch
-from torch_tgb.datapipes.batch_fetch import ErrorBudget, fetch_ranges
-from torch_tgb.datapipes.stats import ReadStats
+from torch_tgb.datapipes.read._types import Interruptible, Lookahead, ReadTask, StepBatch
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges
+from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
 from torch_tgb.storage import ObjectStore, RangeRequest
@@ -72,7 +72,6 @@ class RangeReader(BaseNode[StepBatch]):
         prefetch: int = 4,
         verify: bool | str = True,
         inline_local: bool = True,
-        stats: ReadStats | None = None,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
     ) -> None:
@@ -84,7 +83,7 @@ class RangeReader(BaseNode[StepBatch]):
         self.prefetch = prefetch
         self.verify = verify
         self.inline_local = inline_local
-        self.stats = stats if stats is not None else ReadStats()
+        self.stats = ReadStats()  # this node's own counters (the reader merges them)
         self._state: dict[str, Any] | None = None
         self._queue: queue.Queue[tuple[concurrent.futures.Future[list[StepBatch]], int, dict] | _End] | None = None
         self._feeder: threading.Thread | None = None

@@ -1,0 +1,248 @@
+"""How this rank's steps are read: one interface, two paths, chosen once per iteration.
+
+A :class:`ReadPath` hands out this rank's steps as dicts of tensors, cast as
+``ReaderOptions.dtype`` says (:meth:`ReadPath.cast`, the one place a host-side
+cast happens), and knows the position after the last step it handed out and
+its own statistics (merged from its nodes' counters: no node shares them):
+
+- :class:`StepPath`: ``Project -> FooterIndex -> RangeReader``
+  (``datapipes.read``): any store, any plan, any number of workers; the
+  consistency check and the step metadata for ``tgb.DataLoader`` live here;
+- :class:`RunPath`: ``LocalRuns`` over a mapped local namespace whose steps
+  read slices of their own TGB only, read by one process: a run of steps of
+  one object at a time, a view (and a CRC) per slice and step.
+
+:func:`open_path` builds the step source (the manifest stream, or the block
+shuffle of an epochs read) and the :class:`Project`, and picks the path with
+:func:`takes_runs`, a pure predicate. Both paths deliver the same tensors and
+positions (``tests/consumer/test_runs.py`` holds them to it).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import get_worker_info
+
+from torch_tgb.consumer._epochs import EpochOrder
+from torch_tgb.consumer.options import ReaderOptions
+from torch_tgb.cursor import Cursor
+from torch_tgb.datapipes.read import (
+    BlockShuffle,
+    ConsumerStats,
+    FooterIndex,
+    LocalRuns,
+    ManifestPoller,
+    Position,
+    Project,
+    RangeReader,
+    ReadStats,
+    ReadTask,
+    StepRun,
+    merge_stats,
+)
+from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
+from torch_tgb.errors import CorruptObject
+from torch_tgb.format import SliceReader, cast_integers
+from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
+from torch_tgb.manifest import Manifest
+from torch_tgb.manifest.keys import DATASET_KEY
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs"]
+
+#: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
+META_KEY = "__tgb_meta__"
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PathStart:
+    """Where a path starts: counting from ``origin``, or exactly at ``exact`` (a same-setting restore)."""
+
+    origin: Cursor
+    exact: Position | None
+    worker: int
+    num_workers: int
+
+
+def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, num_workers: int) -> bool:
+    """Whether the run path serves a read: all of these hold, else the step path does.
+
+    One process reads (no DataLoader workers, or one), the namespace is local
+    and read through mappings in the consumer's thread, each consumer step reads
+    slices of its own TGB only (one TGB per step, one step per TGB: the written
+    dp, or a merge of slices, any cp split), and no consistency check runs (the
+    check, and its step metadata, live on the step path).
+    """
+    return (
+        options.runs
+        and not options.check_consistency
+        and num_workers == 1
+        and mapped_local
+        and options.read_mode == "mmap"
+        and options.inline_local
+        and plan.tgbs_per_step == 1
+        and plan.steps_per_tgb == 1
+    )
+
+
+class ReadPath(ABC):
+    """This rank's steps, one dict of tensors each, from a positioned :class:`Project`."""
+
+    def __init__(self, project: Project, dtype: torch.dtype | None, sources: list[ReadStats]) -> None:
+        self.project = project
+        self.dtype = dtype
+        self.delivered = ReadStats()  # steps handed out and the time spent waiting for them
+        self._sources = sources  # the nodes' own counters
+
+    def cast(self, tensors: Batch) -> Batch:
+        """The one host-side cast of a step: integer tensors to ``ReaderOptions.dtype``."""
+        return tensors if self.dtype is None else cast_integers(tensors, self.dtype)
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    @abstractmethod
+    def position(self) -> Position:
+        """The position after the last step handed out (before the first, until one is)."""
+
+    def stats(self) -> ConsumerStats:
+        return merge_stats([s.snapshot() for s in (self.delivered, *self._sources)])
+
+    def close(self) -> None:
+        """Stop background work; the position stays readable."""
+
+
+class StepPath(ReadPath):
+    """The step-by-step pipeline: one ``ReadTask`` per step, fetched, checked and assembled."""
+
+    def __init__(
+        self, project: Project, store: ObjectStore, slices: SliceReader, options: ReaderOptions,
+        sources: list[ReadStats], *, emit_meta: bool,
+    ) -> None:
+        self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
+                                   slices=slices, errors=options.errors)
+        self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
+                                  inline_local=options.inline_local, slices=slices, errors=options.errors)
+        super().__init__(project, options.dtype, [*sources, self.footers.stats, self.reader.stats])
+        self.namespace = store.url
+        self.check_consistency = options.check_consistency
+        self.emit_meta = emit_meta
+        self._task: ReadTask | None = None
+        self.reader.reset(None)
+
+    def position(self) -> Position:
+        return self.project.position() if self._task is None else self.project.position_after(self._task)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __iter__(self) -> Iterator[Batch]:
+        in_worker = get_worker_info() is not None
+        checker = ConsistencyChecker(namespace=self.namespace) if self.check_consistency and not in_worker else None
+        meta = self.emit_meta and in_worker
+        if self.check_consistency and in_worker and not meta:
+            warnings.warn(
+                "check_consistency needs the main process: inside DataLoader workers it runs only "
+                "under tgb.DataLoader (a plain StatefulDataLoader cannot forward the step metadata)",
+                stacklevel=3,
+            )
+        reader, delivered, clock = self.reader, self.delivered, time.perf_counter
+        while True:
+            started = clock()
+            try:
+                batch = next(reader)
+            except StopIteration:
+                delivered.delivered(clock() - started, steps=0)
+                if checker is not None:
+                    checker.check_end()
+                return
+            delivered.delivered(clock() - started)
+            task = batch.task
+            self._task = task  # the position is derived only when asked for (not per step)
+            if checker is not None:
+                checker.check(task.cursor, task.keys)
+            tensors = self.cast(batch.tensors)
+            if meta:
+                c = task.cursor
+                tensors = {**tensors, META_KEY: torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])}
+            yield tensors
+
+
+class RunPath(ReadPath):
+    """The run path: a run of steps of one mapped object at a time, a view (and CRC) per slice and step."""
+
+    def __init__(self, project: Project, steps: ManifestPoller | BlockShuffle, slices: SliceReader,
+                 store: ObjectStore, options: ReaderOptions, sources: list[ReadStats]) -> None:
+        at = project.position()  # the Project only counts positions here (it validated the origin)
+        self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
+                              start_step=at.cursor.step, version=at.cursor.version)
+        super().__init__(project, options.dtype, [*sources, self.runs.stats])
+        self._run: StepRun | None = None
+        self._done = 0
+        self.runs.reset(None)
+
+    def position(self) -> Position:
+        run = self._run
+        if run is None or not self._done:
+            return self.project.position()
+        step = run.first_step + self._done  # TGB step == consumer step + origin under a 1:1 plan
+        return self.project.position_at(step - self.project.cursor(0).step, run.version)
+
+    def __iter__(self) -> Iterator[Batch]:
+        runs, delivered, clock, cast = self.runs, self.delivered, time.perf_counter, self.cast
+        while True:
+            started = clock()
+            try:
+                run = next(runs)
+            except StopIteration:
+                delivered.delivered(clock() - started, steps=0)
+                return
+            read, step = run.read, run.first_step
+            for i in range(len(run)):
+                try:
+                    tensors = cast(read(i))
+                except CorruptObject as e:  # the format names object/slice/tensor; add the step
+                    raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
+                # only once step i is in hand: a failed read leaves the position after the last delivered step
+                self._run, self._done = run, i + 1
+                delivered.delivered(clock() - started)
+                yield tensors
+                started = clock()
+
+
+def open_path(
+    store: ObjectStore, manifest: Manifest, layout: Layout, mesh: Mesh, options: ReaderOptions,
+    order: EpochOrder | None, start: PathStart, *, emit_meta: bool = False,
+) -> tuple[ReadPath, int | None]:
+    """The read path for this iteration, positioned at ``start``; and ``N`` of an epochs read (None: a stream)."""
+    plan = plan_reads(layout, mesh, dp_split=options.dp_split)
+    steps: ManifestPoller | BlockShuffle
+    if order is None:
+        steps = ManifestPoller(manifest, timeout=options.timeout, policy=options.poll, stop_step=options.stop_step,
+                               namespace=store.url)
+        sources = [steps.stats]
+    else:
+        steps = BlockShuffle(manifest, block_size=order.order_block, seed=order.seed, epoch=order.first_epoch,
+                             epochs=order.epochs)
+        sources = []
+    origin = start.origin if start.exact is None else start.exact.origin
+    project = Project(steps, plan, origin=origin, worker=start.worker, num_workers=start.num_workers,
+                      start=start.exact)
+    # one open-object cache for footers and slices: each object is opened, checked and mapped once
+    slices = SliceReader(store, verify=options.verify, mode=options.read_mode, cache_size=options.open_objects,
+                         read_whole_below=options.small_object_bytes)
+    mapped_local = store.local_path(DATASET_KEY) is not None
+    path: ReadPath
+    if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
+        path = RunPath(project, steps, slices, store, options, sources)
+    else:
+        path = StepPath(project, store, slices, options, sources, emit_meta=emit_meta)
+    return path, None if order is None else int(steps.num_steps)  # type: ignore[union-attr]  # BlockShuffle
