@@ -80,6 +80,11 @@ class ReaderOptions:
     #: read consecutive steps of one mapped local object as a run (datapipes.read.local_runs) where the plan
     #: allows it; False: every step through the step-by-step pipeline (same tensors, same positions)
     runs: bool = True
+    #: deliver only these keys, reading and checksumming only the stored tensors they need (None: all)
+    keys: tuple[str, ...] | None = None
+    #: what to derive from a token-efficient namespace's seq_lens (consumer/_keys.py): "labels" masks the
+    #: one-token shift with -100 at sequence ends and padding; "position_ids", "document_ids", "cu_seqlens"
+    derive: tuple[str, ...] = ("labels",)
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -93,6 +98,12 @@ class ReaderOptions:
             raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {self.dp_split!r}")
         if self.prefetch < 0 or (self.timeout is not None and self.timeout < 0):
             raise ValueError(f"prefetch and timeout must be >= 0, got prefetch={self.prefetch} timeout={self.timeout}")
+        for name in ("keys", "derive"):
+            value = getattr(self, name)
+            if isinstance(value, str) or (value is not None and not all(isinstance(k, str) for k in value)):
+                raise TypeError(f"ReaderOptions.{name} must be a tuple of key names, got {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -137,3 +148,5 @@ class ReadSettings(TypedDict, total=False):
     open_objects: int
     small_object_bytes: int
     runs: bool
+    keys: tuple[str, ...] | None
+    derive: tuple[str, ...]

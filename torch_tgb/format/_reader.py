@@ -277,7 +277,10 @@ class SliceReader:
                 while len(verified) > _VERIFIED_MAX:
                     verified.pop(next(iter(verified)))
 
-    def run(self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0) -> SliceRun | None:
+    def run(
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0,
+        names: frozenset[str] | None = None,
+    ) -> SliceRun | None:
         """Slice ``(dp, cp)`` of a leading run of consecutive TGBs of the mapped object ``key``.
 
         ``tgbs`` are ``(footer_offset, size)`` of the TGBs, as their manifest
@@ -286,20 +289,24 @@ class SliceReader:
         :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
         ``mode="copy"``).
         """
-        runs = self.runs(key, size, tgbs, ((dp, cp),))
+        runs = self.runs(key, size, tgbs, ((dp, cp),), names)
         return None if runs is None else runs[0]
 
     def runs(
-        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]]
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]],
+        names: frozenset[str] | None = None,
     ) -> tuple[SliceRun, ...] | None:
-        """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice."""
+        """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice.
+
+        ``names``: read only those tensors of each slice (None: all).
+        """
         mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
         if mm is None:
             return None
         footers = parse_footer_run(mm, tgbs, key=key)
         out = []
         for dp, cp in slices:
-            info, crcs = footers.slice_run(dp, cp)
+            info, crcs = footers.slice_run(dp, cp, names)
             out.append(SliceRun(self, key, mm, info, footers.shifts, crcs))
         return tuple(out)
 

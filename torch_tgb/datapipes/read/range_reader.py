@@ -74,7 +74,9 @@ class RangeReader(BaseNode[StepBatch]):
         inline_local: bool = True,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
+        names: frozenset[str] | None = None,
     ) -> None:
+        """``names``: read only these tensors of each slice (one range spanning them); None: all."""
         super().__init__()
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
@@ -95,6 +97,7 @@ class RangeReader(BaseNode[StepBatch]):
         self._slices = slices if slices is not None else SliceReader(store, verify=verify)
         self._local: bool | None = None
         self.errors = errors
+        self.names = names
         self._source_lookahead = isinstance(source, Lookahead)  # decided once, not per step
 
     # --- BaseNode --------------------------------------------------------------
@@ -158,7 +161,7 @@ class RangeReader(BaseNode[StepBatch]):
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
-                info = footer.slice(piece.dp, piece.cp)
+                info = footer.slice(piece.dp, piece.cp, self.names)
                 parts.append(self._slices.read(entry.key, footer, info))
                 nbytes += info.end - info.start
                 for tensor in info.tensors:
@@ -187,7 +190,7 @@ class RangeReader(BaseNode[StepBatch]):
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
-                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
+                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp, self.names)))
                 owner.append(t)
         started = time.perf_counter()
         parts: list[dict] = []
