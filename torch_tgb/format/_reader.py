@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import google_crc32c
 import numpy as np
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["READ_MODES", "VERIFY_POLICIES", "SliceReader", "SliceRun", "decode_slice", "read_footer", "read_slice", "verify_policy", "writable"]
 
-_MISSING = object()
+#: a cache-miss marker of the cache's own value type (compared by identity), so no lookup needs a cast
+_MISSING = bytearray()
 
 #: bytes read from the end of an object when the footer location is unknown
 TAIL_READ = 64 << 10
@@ -80,8 +81,12 @@ def read_footer(
     return parse_footer(rest, key=key, size=size, footer_offset=offset)
 
 
+#: what slices are decoded from: a mapping, a private buffer, or fetched bytes
+ByteSource = Union[bytes, bytearray, memoryview, mmap.mmap]
+
+
 def decode_slice(
-    buffer: Any,
+    buffer: ByteSource,
     slice_info: SliceInfo,
     *,
     base_offset: int = 0,
@@ -236,7 +241,7 @@ class SliceReader:
         # hit: a plain dict read, atomic under the GIL (the hot path takes no lock)
         mm = self._maps.get(key, _MISSING)
         if mm is not _MISSING:
-            return mm  # type: ignore[return-value]
+            return mm
         path = self.store.local_path(key) if self.mode == "mmap" else None
         mm = _open_local(path, key, self.read_whole_below) if path is not None else None
         if mm is not None and len(mm) < size:
@@ -254,9 +259,9 @@ class SliceReader:
             mm = self._mapping(key, end)
         if mm is None:
             return None
-        if len(mm) < end:  # type: ignore[arg-type]
-            raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {end} bytes")  # type: ignore[arg-type]
-        return memoryview(mm)[start:end]  # type: ignore[arg-type]
+        if len(mm) < end:
+            raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {end} bytes")
+        return memoryview(mm)[start:end]
 
     def _check(self, key: str, slice_info: SliceInfo, verify: str) -> bool:
         """Whether to check this byte range's CRCs now (``_mark`` remembers it once checked)."""
@@ -327,7 +332,7 @@ class SliceReader:
             self._mark(key, slice_info)
         return out
 
-    def decode(self, key: str, data: Any, slice_info: SliceInfo, *, verify: bool) -> dict[str, torch.Tensor]:
+    def decode(self, key: str, data: ByteSource, slice_info: SliceInfo, *, verify: bool) -> dict[str, torch.Tensor]:
         """Tensors of ``slice_info`` over ``data`` (its bytes), checked for length."""
         if len(data) != slice_info.length:
             raise CorruptObject(
@@ -336,7 +341,7 @@ class SliceReader:
             )
         return decode_slice(data, slice_info, base_offset=slice_info.start, verify=verify, key=key)
 
-    def read_fetched(self, key: str, data: Any, slice_info: SliceInfo) -> dict[str, torch.Tensor]:
+    def read_fetched(self, key: str, data: ByteSource, slice_info: SliceInfo) -> dict[str, torch.Tensor]:
         """Tensors of a slice fetched elsewhere (a batched remote read), under this reader's policy.
 
         Immutable ``bytes`` are copied into a writable buffer first: tensors
@@ -385,7 +390,7 @@ class SliceRun:
     __slots__ = ("_always", "_first", "_plan", "_reader", "buffer", "crcs", "info", "key", "shifts")
 
     def __init__(
-        self, reader: SliceReader, key: str, buffer: Any, info: SliceInfo, shifts: list[int],
+        self, reader: SliceReader, key: str, buffer: ByteSource, info: SliceInfo, shifts: list[int],
         crcs: list[tuple[int, ...]],
     ) -> None:
         self._reader = reader
@@ -427,7 +432,7 @@ class SliceRun:
         return out
 
 
-def writable(data: Any) -> Any:
+def writable(data: ByteSource) -> bytearray | memoryview | mmap.mmap:
     """``data`` itself if it is a writable buffer, else a writable copy (bytearray)."""
     if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
         return bytearray(data)

@@ -182,4 +182,5 @@ def _shifted_copies(buffer: Any, first: Footer, fo0: int, span: int, shifts: lis
             break
         count += 1
     tensor_crcs = words[1:count, base + _TENSOR_CRC_WORD : base + ntensor * _TENSOR_WORDS : _TENSOR_WORDS]
-    return (tensor_crcs >> np.uint64(32)).astype(np.uint32)
+    crcs: np.ndarray = (tensor_crcs >> np.uint64(32)).astype(np.uint32)
+    return crcs
