@@ -53,6 +53,7 @@ from torch_tgb.layout import Layout, Mesh, ReadPlan, StepReads, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage.hot_tier import with_hot_tier
 
 __all__ = ["META_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
@@ -282,6 +283,7 @@ class TGBDataset(IterableDataset):
 
     def _open(self) -> tuple[ObjectStore, Manifest, Layout]:
         store = open_store(self.ns, self.storage_options or None)
+        store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
         if self._layout is not None:
             return store, Manifest(store), Layout.from_json(self._layout)
         manifest = Manifest(store)

@@ -28,7 +28,10 @@ class ReaderOptions:
     ``"copy"`` (reads into private buffers: a truncation is a CorruptObject).
     ``dtype``: cast every integer tensor to this dtype (e.g. ``torch.int64``
     for an embedding lookup); ``None`` delivers the stored dtype as views of
-    the read bytes, with no copy.
+    the read bytes, with no copy. ``cache_dir``: a node-local directory for
+    the hot tier of a remote namespace (:class:`torch_tgb.storage.HotTierStore`,
+    shared by the reader processes of a node), bounded by ``cache_bytes``
+    (``None``: 80% of the free space there).
     """
 
     footer_cache: int = 256
@@ -51,6 +54,10 @@ class ReaderOptions:
     #: read consecutive steps of one mapped local object as a run (datapipes.local_runs) where the plan
     #: allows it; False: every step through the step-by-step pipeline (same tensors, same positions)
     runs: bool = True
+    #: node-local hot tier of a remote namespace's TGB objects (None: no cache)
+    cache_dir: str | None = None
+    #: bound of the hot tier in bytes (None: 80% of the free space on cache_dir)
+    cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -58,3 +65,5 @@ class ReaderOptions:
             raise ValueError(f"read_mode must be one of {READ_MODES}, got {self.read_mode!r}")
         if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype or None, got {self.dtype!r}")
+        if self.cache_bytes is not None and self.cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")

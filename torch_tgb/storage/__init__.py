@@ -5,7 +5,8 @@ process), :class:`FsspecStore` (S3 and other fsspec URLs), :class:`GCSStore`
 (``gs://``, extra ``gcs``), :class:`AzureBlobStore` (``az://``, ``abfs://``,
 extra ``azure``). Wrappers:
 :class:`RetryingStore` (backoff + jitter), :class:`FaultyStore` and
-:class:`LatencyStore` (tests, benchmarks); :class:`StoreWrapper` and
+:class:`LatencyStore` (tests, benchmarks), :class:`HotTierStore` (a node-local cache of a remote
+namespace's TGB objects, :func:`with_hot_tier`); :class:`StoreWrapper` and
 :class:`ForwardingStore` are the bases for one's own. :func:`open_store` picks and wraps.
 """
 
@@ -18,6 +19,7 @@ from torch_tgb.storage._wrapper import ForwardingStore, StoreWrapper
 from torch_tgb.storage.capabilities import CAPABILITIES_KEY, ensure_conditional_writes
 from torch_tgb.storage.faulty import FaultPlan, FaultRates, FaultyStore
 from torch_tgb.storage.fsspec_store import FsspecStore
+from torch_tgb.storage.hot_tier import HotTierStore, with_hot_tier
 from torch_tgb.storage.latency import LatencyStore
 from torch_tgb.storage.local import LocalStore
 from torch_tgb.storage.memory import MemoryStore
@@ -32,6 +34,7 @@ __all__ = [
     "ForwardingStore",
     "FsspecStore",
     "GCSStore",
+    "HotTierStore",
     "LatencyStore",
     "LocalStore",
     "MemoryStore",
@@ -46,4 +49,5 @@ __all__ = [
     "open_store",
     "validate_key",
     "validate_prefix",
+    "with_hot_tier",
 ]
