@@ -13,23 +13,10 @@ from _support import LAYOUT, make_batch, produce
 
 import torch_tgb as tgb
 from torch_tgb.consumer.options import ReaderOptions
-from torch_tgb.storage import ForwardingStore, LatencyStore, LocalStore, MemoryStore
+from torch_tgb.storage import LatencyStore, LocalStore, MemoryStore
+from torch_tgb.testing.counting import CountingStore
 
 MESHES = [tgb.Mesh(dp, 2, cp, 2) for dp in range(2) for cp in range(2)]
-
-
-class DataReads(ForwardingStore):
-    """Counts the range reads of TGB objects (``data/`` keys) that reach the store."""
-
-    def __init__(self, inner):
-        super().__init__(inner)
-        self.reads = 0
-
-    def get_range(self, key, start, end):
-        if key.startswith("data/"):
-            with self._lock:
-                self.reads += 1
-        return self.inner.get_range(key, start, end)
 
 
 def _check(batches, mesh, n):
@@ -43,7 +30,7 @@ def _check(batches, mesh, n):
 def remote():
     inner = MemoryStore(f"hot-reader-{uuid.uuid4().hex}")
     produce(inner, 6)
-    yield DataReads(inner)
+    yield CountingStore(inner)
     inner.destroy()
 
 
@@ -51,19 +38,19 @@ def test_a_second_epoch_reads_nothing_from_the_store(remote, tmp_path):
     options = ReaderOptions(cache_dir=str(tmp_path / "cache"), cache_bytes=1 << 24)
     for mesh in MESHES:
         _check(list(tgb.TGBDataset(remote, mesh=mesh, options=options)), mesh, 6)
-    first = remote.reads
+    first = remote.range_reads("data/")
     assert first >= 6 * len(MESHES)  # at least one range read per rank-step
     for mesh in MESHES:  # a new reader (a new process, a new epoch): footers and slices from the tier
         _check(list(tgb.TGBDataset(remote, mesh=mesh, options=options)), mesh, 6)
-    assert remote.reads == first
+    assert remote.range_reads("data/") == first
 
 
 def test_an_uncached_reader_reads_every_step_again(remote):
     mesh = MESHES[0]
     list(tgb.TGBDataset(remote, mesh=mesh))
-    first = remote.reads
+    first = remote.range_reads("data/")
     list(tgb.TGBDataset(remote, mesh=mesh))
-    assert remote.reads >= 2 * first - 1
+    assert remote.range_reads("data/") >= 2 * first - 1
 
 
 def _read_all(store, mesh, cache_dir, results):  # type: ignore[no-untyped-def]
@@ -91,10 +78,10 @@ def test_two_reader_processes_share_one_cache_dir(tmp_path):
     for p in procs:
         p.join(60)
     assert outcomes == ["ok"] * len(procs)
-    counted = DataReads(remote)
+    counted = CountingStore(remote)
     for mesh in MESHES[:2]:
         _check(list(tgb.TGBDataset(counted, mesh=mesh, options=ReaderOptions(cache_dir=cache_dir))), mesh, 6)
-    assert counted.reads == 0
+    assert counted.range_reads("data/") == 0
 
 
 def test_a_reclaimed_step_is_never_served_from_the_tier(tmp_path):

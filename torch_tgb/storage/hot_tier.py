@@ -118,8 +118,14 @@ class HotTierStore(ForwardingStore):
         self._filled_since_scan = 0
         self._paused_until = 0.0
         self._warned_at = -_WARN_EVERY
-        #: hits, misses, fills, failed fills, entries found damaged, bytes served from the cache
-        self.counters = dict.fromkeys(("hits", "misses", "fills", "fill_errors", "damaged", "hit_bytes"), 0)
+        #: hits, misses, fills, failed fills, entries found damaged, bytes served and filled
+        self.counters = dict.fromkeys(
+            ("hits", "misses", "fills", "fill_errors", "damaged", "hit_bytes", "fill_bytes"), 0
+        )
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counters[name] += n
 
     # --- entries -------------------------------------------------------------------
 
@@ -159,7 +165,7 @@ class HotTierStore(ForwardingStore):
         except FileNotFoundError:
             return None
         except (ValueError, struct.error):  # torn or corrupt: never served, removed so that the next read refills it
-            self.counters["damaged"] += 1
+            self._count("damaged", 1)
             _unlink(path)
             return None
         except OSError as e:
@@ -169,8 +175,8 @@ class HotTierStore(ForwardingStore):
             os.utime(path)  # LRU: recently used
         except OSError:
             pass
-        self.counters["hits"] += 1
-        self.counters["hit_bytes"] += length
+        self._count("hits", 1)
+        self._count("hit_bytes", length)
         if out is not None and isinstance(payload, memoryview):
             return length
         return bytes(payload)
@@ -193,13 +199,14 @@ class HotTierStore(ForwardingStore):
             os.replace(tmp, path)  # atomic: readers see the whole entry or none
         except OSError as e:
             _unlink(tmp)
-            self.counters["fill_errors"] += 1
+            self._count("fill_errors", 1)
             if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
                 self._paused_until = self._clock() + _PAUSE_AFTER_FULL
                 self._filled_since_scan = self.cache_bytes  # look (and evict) before the next fill
             self._warn(f"the hot tier cannot store {key!r} ({e}); reads go to the store uncached")
             return False
-        self.counters["fills"] += 1
+        self._count("fills", 1)
+        self._count("fill_bytes", view.nbytes)
         self._filled_since_scan += view.nbytes + _TRAILER.size
         if self._filled_since_scan > self.cache_bytes // 16:
             self.evict()
@@ -256,7 +263,7 @@ class HotTierStore(ForwardingStore):
         hit = self._load(self.entry_path(key, start, end), None, end - start)
         if isinstance(hit, bytes):
             return hit
-        self.counters["misses"] += 1
+        self._count("misses", 1)
         data = self.inner.get_range(key, start, end)
         self.fill(key, start, end, data)
         return data
@@ -271,7 +278,7 @@ class HotTierStore(ForwardingStore):
         if isinstance(hit, bytes):  # pragma: no cover - _load reads into out whenever it fits
             out[: len(hit)] = hit
             return len(hit)
-        self.counters["misses"] += 1
+        self._count("misses", 1)
         n = self.inner.get_range_into(key, start, out)
         self.fill(key, start, end, out[:n])
         return n
@@ -290,7 +297,7 @@ class HotTierStore(ForwardingStore):
             else:
                 missing.append(i)
         if missing:
-            self.counters["misses"] += sum(1 for i in missing if self._cacheable(requests[i].key))
+            self._count("misses", sum(1 for i in missing if self._cacheable(requests[i].key)))
             fetched = self.inner.get_ranges([requests[i] for i in missing], continue_on_error=continue_on_error)
             for i, value in zip(missing, fetched):
                 results[i] = value
@@ -305,12 +312,21 @@ class HotTierStore(ForwardingStore):
         """Deletes from the store, then this node's entries of those keys (other nodes' age out)."""
         keys = [keys] if isinstance(keys, str) else builtins.list(keys)
         self.inner.delete(keys)
+        self.forget(keys)
+
+    def forget(self, keys: Iterable[str] | None = None) -> None:
+        """Drop this node's entries of ``keys`` (the store keeps the objects); ``None``: of the whole namespace."""
+        if keys is None:
+            shutil.rmtree(self._namespace_dir(), ignore_errors=True)
+            return
         for key in keys:
-            if self._cacheable(key):
-                head = os.path.basename(self.entry_path(key, 0, 0)).rsplit("-", 2)[0]
-                for path in _files(os.path.dirname(self.entry_path(key, 0, 0)), depth=1):
-                    if os.path.basename(path).startswith(head + "-"):
-                        _unlink(path)
+            if not self._cacheable(key):
+                continue
+            probe = self.entry_path(key, 0, 0)
+            head = os.path.basename(probe)[: -len("-0-0")] + "-"
+            for path in _files(os.path.dirname(probe), depth=1):
+                if os.path.basename(path).startswith(head):
+                    _unlink(path)
 
     def local_path(self, key: str) -> str | None:
         return None  # every read goes through the checks above
