@@ -114,3 +114,17 @@ def test_an_emulator_that_ignores_the_precondition_is_refused(tmp_path):
             ensure_conditional_writes(store)
     finally:
         process.stop()
+
+
+@pytest.mark.gcs
+def test_fake_gcs_server_itself_enforces_generation_zero(gcs_server):
+    from torch_tgb.testing.precondition_check import check_gcs
+
+    assert check_gcs(gcs_server.endpoint_url, gcs_server.container)["holds"]
+
+
+@pytest.mark.azure
+def test_azurite_itself_enforces_if_none_match(azure_server):
+    from torch_tgb.testing.precondition_check import check_azure
+
+    assert check_azure(azure_server.connection_string, azure_server.container)["holds"]

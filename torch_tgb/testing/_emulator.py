@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["EmulatorProcess", "LoopbackServer", "free_port"]
 
@@ -70,6 +70,9 @@ class EmulatorProcess:
             process.communicate()
 
 
+_Server = TypeVar("_Server", bound="LoopbackServer")
+
+
 class LoopbackServer(abc.ABC):
     """An emulator with one bucket or container; ``namespace()`` hands out fresh prefixes in it."""
 
@@ -102,8 +105,9 @@ class LoopbackServer(abc.ABC):
             n = next(self._counter)
         return f"{self.url}/{name or 'ns'}-{n:05d}-{uuid.uuid4().hex[:8]}", self.storage_options
 
-    def __enter__(self) -> LoopbackServer:
-        return self.start()
+    def __enter__(self: _Server) -> _Server:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
