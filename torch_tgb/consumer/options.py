@@ -50,6 +50,11 @@ class ReaderOptions:
     buffers: a truncation is a CorruptObject), ``check_consistency``
     (all-gather (step, keys) every step and raise ``ConsistencyError`` when ranks
     disagree), and the caches and budgets below.
+
+    The hot tier: ``cache_dir``, a node-local directory caching a remote
+    namespace's TGB byte ranges (:class:`torch_tgb.storage.HotTierStore`,
+    shared by the reader processes of a node), bounded by ``cache_bytes``
+    (``None``: 80% of the free space there).
     """
 
     prefetch: int = 4
@@ -85,6 +90,10 @@ class ReaderOptions:
     #: what to derive from a token-efficient namespace's seq_lens (consumer/_keys.py): "labels" masks the
     #: one-token shift with -100 at sequence ends and padding; "position_ids", "document_ids", "cu_seqlens"
     derive: tuple[str, ...] = ("labels",)
+    #: node-local hot tier of a remote namespace's TGB objects (None: no cache)
+    cache_dir: str | None = None
+    #: bound of the hot tier in bytes (None: 80% of the free space on cache_dir)
+    cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -104,6 +113,8 @@ class ReaderOptions:
                 raise TypeError(f"ReaderOptions.{name} must be a tuple of key names, got {value!r}")
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
+        if self.cache_bytes is not None and self.cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -150,3 +161,5 @@ class ReadSettings(TypedDict, total=False):
     runs: bool
     keys: tuple[str, ...] | None
     derive: tuple[str, ...]
+    cache_dir: str | None
+    cache_bytes: int | None
