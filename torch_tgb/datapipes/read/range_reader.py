@@ -41,7 +41,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.read._types import Interruptible, Lookahead, ReadTask, StepBatch
-from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
@@ -195,13 +195,19 @@ class RangeReader(BaseNode[StepBatch]):
         started = time.perf_counter()
         parts: list[dict] = []
         i = 0
+
+        def fetch_and_check() -> None:
+            nonlocal i
+            parts.clear()
+            requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
+            blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
+            # into writable buffers: tensors never view an immutable bytes object
+            for i, ((key, _, info), blob) in enumerate(zip(infos, blobs)):
+                parts.append(self._slices.read_fetched(key, blob, info))
+
         try:
             if infos:
-                requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
-                blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
-                # into writable buffers: tensors never view an immutable bytes object
-                for i, ((key, _, info), blob) in enumerate(zip(infos, blobs)):
-                    parts.append(self._slices.read_fetched(key, blob, info))
+                refetch_if_cached(self.store, {key for key, _, _ in infos}, fetch_and_check, self.stats)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             c = tasks[owner[i]].cursor
             # no version number: the reader knows only the newest version it has seen, which is not the
