@@ -37,7 +37,9 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
 
 from torch_tgb.cursor import CURSOR_KEY, Cursor
-from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset, next_step_of
+from torch_tgb.consumer._accelerate import AccelerateAware
+from torch_tgb.consumer._consumed import Consumption
+from torch_tgb.consumer.dataset import META_KEY, ReaderOptions, TGBDataset, canonical_state, next_step_of
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.stats import ConsumerStats, merge_stats
@@ -47,7 +49,7 @@ from torch_tgb.layout import Mesh
 __all__ = ["DataLoader"]
 
 
-class DataLoader(StatefulDataLoader):
+class DataLoader(StatefulDataLoader, AccelerateAware):
     """Batches of this rank's slice, one per step, with exact resume.
 
     ``ns``, ``mesh``, ``prefetch``, ``timeout``, ``storage_options``,
@@ -125,6 +127,7 @@ class DataLoader(StatefulDataLoader):
         self._stall = 0.0
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
+        self._consumption = Consumption()  # what the training loop consumed, for frameworks that fetch ahead
         self._checker = ConsistencyChecker(namespace=str(getattr(dataset, "ns", ""))) if dataset.emit_meta else None
 
     @property
@@ -154,15 +157,34 @@ class DataLoader(StatefulDataLoader):
     def __iter__(self) -> Iterator[Any]:
         self._before_workers()
         inner = super().__iter__()
-        if self._feed is not None:
-            return self._ahead(self._deliver(inner), self._feed)
-        return self._deliver(inner)
+        batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
+        return self._consumption.hand_out(batches, self._handed_out_state)
 
     def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out, or (see :meth:`track_consumed`) the last one consumed."""
         self._before_workers()
+        state = self._consumption.state() if self._consumption.held() else self._handed_out_state()
+        # held: a framework holds batches it fetched ahead, not consumed yet; accelerate: see _accelerate.py
+        return canonical_state(state) if self._seen_by_accelerate else state
+
+    def _handed_out_state(self) -> dict[str, Any]:
         if self._held is not None:  # one batch is in flight to the device: not delivered yet
             return self._held
         return super().state_dict()
+
+    def track_consumed(self) -> None:
+        """For training loops that fetch batches ahead of the one they train (Lightning's fit loop, by one).
+
+        From now on :meth:`state_dict` describes the batches the loop acknowledged
+        with :meth:`consumed`, not those handed out (see ``consumer/_consumed.py``).
+        Call it before the loop fetches its second batch; the Lightning callback
+        (``torch_tgb.integrations.lightning``) does both calls with Lightning's defaults.
+        """
+        self._consumption.track()
+
+    def consumed(self, n: int = 1) -> None:
+        """The training loop has finished ``n`` more batches (only counts after :meth:`track_consumed`)."""
+        self._consumption.consumed(n)
 
     def _ahead(self, batches: Iterator[Any], feed: DeviceFeed) -> Iterator[Any]:
         """Device delivery one step ahead; ``_held`` keeps the state of what was handed out."""
@@ -201,6 +223,7 @@ class DataLoader(StatefulDataLoader):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from the canonical position of ``state_dict`` (any consumer state), with a fresh round robin."""
+        self._consumption.reset()
         if not state_dict:
             super().load_state_dict({})
             return
