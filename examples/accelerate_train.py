@@ -17,56 +17,24 @@ move a loader it keeps). Needs the ``accelerate`` extra.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 from accelerate import Accelerator
 
 import torch_tgb as tgb
 
-GLOBAL_BATCH = 8
-FEATURES = 16
-
-
-def write_namespace(ns: str, num_steps: int) -> None:
-    """A sealed synthetic regression stream; ``sample_id`` = step * 1000 + row says where each row came from."""
-    with tgb.Producer(ns, producer_id="p0", layout=tgb.Layout(dp=2)) as p:
-        for step in range(p.resume_offset, num_steps):
-            g = torch.Generator().manual_seed(step)
-            x = torch.randn(GLOBAL_BATCH, FEATURES, generator=g)
-            p.append({"x": x, "y": x.sum(1, keepdim=True), "sample_id": torch.arange(GLOBAL_BATCH) + step * 1000},
-                     offset=step)
-        p.close(seal=True)
-
-
-class Progress:
-    """The optimizer step count, saved by ``save_state`` (``register_for_checkpointing``)."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.step = int(state["step"])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _regression import StepCount, example_parser, log_batch, make_model, write_namespace  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--ns", default=None, help="namespace (default WORKDIR/ns, written by rank 0 if missing)")
-    parser.add_argument("--num-steps", type=int, default=40, help="global batches written to a new namespace")
-    parser.add_argument("--steps", type=int, default=16, help="optimizer steps to train")
-    parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a preemption)")
+    parser = example_parser(__doc__, steps_help="optimizer steps to train")
     parser.add_argument("--save-every", type=int, default=5)
     parser.add_argument("--resume", default=None, help="a save_state directory: load_state(...) first")
     parser.add_argument("--workers", type=int, default=0, help="loader worker processes")
-    parser.add_argument("--log-batches", action="store_true", help="log every batch to WORKDIR/batches-rankR.jsonl")
     args = parser.parse_args(argv)
 
     # cpu=True on a machine without CUDA: only then does accelerate treat torchrun's processes as one CPU job
@@ -79,12 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     accelerator.wait_for_everyone()
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = tgb.DataLoader(ns, num_workers=args.workers)  # instead of DataLoader(dataset, batch_size=...)
     model, optimizer, prepared = accelerator.prepare(model, optimizer, loader)
     assert prepared is loader  # kept as it is: each rank already reads its own slice
-    progress = Progress()
+    progress = StepCount()  # the optimizer step count, saved by save_state
     accelerator.register_for_checkpointing(progress)
     if args.resume:
         accelerator.load_state(args.resume)
@@ -95,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         if progress.step >= stop:
             break
         if args.log_batches:
-            ids = batch["sample_id"].tolist()
-            with open(workdir / f"batches-rank{rank}.jsonl", "a") as f:
-                f.write(json.dumps({"global_step": progress.step, "step": ids[0] // 1000, "samples": ids}) + "\n")
+            log_batch(workdir, rank, progress.step, batch)
         loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
         accelerator.backward(loss)
         optimizer.step()

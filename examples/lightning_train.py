@@ -19,37 +19,24 @@ extra (``pip install 'torch-tgb[lightning]'``).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
+import sys
 from pathlib import Path
 
-import torch
-
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 
 import torch_tgb as tgb
 
-GLOBAL_BATCH = 8
-FEATURES = 16
-
-
-def write_namespace(ns: str, num_steps: int) -> None:
-    """A sealed synthetic regression stream; ``sample_id`` = step * 1000 + row says where each row came from."""
-    with tgb.Producer(ns, producer_id="p0", layout=tgb.Layout(dp=2)) as p:
-        for step in range(p.resume_offset, num_steps):
-            g = torch.Generator().manual_seed(step)
-            x = torch.randn(GLOBAL_BATCH, FEATURES, generator=g)
-            p.append({"x": x, "y": x.sum(1, keepdim=True), "sample_id": torch.arange(GLOBAL_BATCH) + step * 1000},
-                     offset=step)
-        p.close(seal=True)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _regression import example_parser, log_batch, make_model, write_namespace  # noqa: E402
 
 
 class Regression(pl.LightningModule):
     def __init__(self, ns: str, log_dir: str | None, workers: int) -> None:
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        self.net = make_model()
         self.ns, self.log_dir, self.workers = ns, log_dir, workers
 
     def train_dataloader(self) -> tgb.DataLoader:
@@ -58,10 +45,7 @@ class Regression(pl.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.log_dir is not None:
-            ids = batch["sample_id"].tolist()
-            record = {"global_step": self.global_step, "step": ids[0] // 1000, "samples": ids}
-            with open(Path(self.log_dir) / f"batches-rank{self.global_rank}.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            log_batch(self.log_dir, self.global_rank, self.global_step, batch)
         return torch.nn.functional.mse_loss(self.net(batch["x"]), batch["y"])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -69,17 +53,11 @@ class Regression(pl.LightningModule):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--ns", default=None, help="namespace (default WORKDIR/ns, written if missing)")
-    parser.add_argument("--num-steps", type=int, default=40, help="global batches written to a new namespace")
-    parser.add_argument("--steps", type=int, default=20, help="optimizer steps to train (Trainer max_steps)")
-    parser.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a preemption)")
+    parser = example_parser(__doc__, steps_help="optimizer steps to train (Trainer max_steps)")
     parser.add_argument("--save-every", type=int, default=5, help="ModelCheckpoint every_n_train_steps")
     parser.add_argument("--resume", default=None, help="a checkpoint of this run: fit(ckpt_path=...)")
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--workers", type=int, default=0, help="loader worker processes")
-    parser.add_argument("--log-batches", action="store_true", help="log every batch to WORKDIR/batches-rankR.jsonl")
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir)
@@ -96,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                          logger=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, ckpt_path=args.resume)
     if trainer.global_rank == 0:
-        print(f"trained to step {trainer.global_step}; checkpoints: {sorted(p.name for p in (workdir / 'ckpt').iterdir())}")
+        saved = sorted(p.name for p in (workdir / "ckpt").iterdir())
+        print(f"trained to step {trainer.global_step}; checkpoints: {saved}")
     return 0
 
 

@@ -7,12 +7,15 @@ Every example logs each rank's batches as JSON lines ``{"global_step", "step",
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,19 +25,30 @@ GLOBAL_BATCH = 8
 DP = 2
 
 
+def require(module: str, install: str) -> None:
+    """Import ``module`` or skip the calling test module, saying why and how to install it (CI installs them all)."""
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        print(f"skipping the {module} tests: import {module} failed: {e}", file=sys.stderr)
+        pytest.skip(f"{module} is not installed ({e}): {install}", allow_module_level=True)
+
+
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``cmd`` (fail the test on a non-zero exit, with its output)."""
     full_env = dict(os.environ, OMP_NUM_THREADS="1", TGB_PROGRESS="0", PYTHONWARNINGS="ignore", **(env or {}))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
     if proc.returncode != 0:
-        pytest.fail(f"{cmd[:4]} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+        out, err = proc.stdout[-4000:], proc.stderr[-4000:]
+        pytest.fail(f"{cmd[:4]} exited {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}")
     return proc
 
 
-def torchrun(script: str, *args: str, nproc: int = DP, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def torchrun(script: str, *args: str, nproc: int = DP) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc-per-node=nproc examples/<script> *args``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
            str(EXAMPLES / script), *args]
-    return run(cmd, env=env)
+    return run(cmd)
 
 
 def batches(workdir: Path, rank: int) -> list[dict]:
@@ -43,10 +57,32 @@ def batches(workdir: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def check_run(records: list[dict], rank: int, global_steps: range) -> None:
+def clear_logs(workdir: Path) -> None:
+    for rank in range(DP):
+        (workdir / f"batches-rank{rank}.jsonl").unlink(missing_ok=True)
+
+
+def stop_then_resume(workdir: Path, launch: Callable[..., Any], *resume: str) -> None:
+    """Train 12 of 16 steps (checkpoints every 5), then ``launch`` again with ``resume``: both runs step-exact.
+
+    The resumed run is a rollback past the stop to the checkpoint ``resume`` names
+    (step 5): it must train steps 5..15, and the first run steps 0..11, each its
+    own TGB step and this rank's slice.
+    """
+    args = ["--workdir", str(workdir), "--log-batches", "--steps", "16"]
+    launch(*args, "--stop-after", "12")
+    first = {rank: batches(workdir, rank) for rank in range(DP)}
+    clear_logs(workdir)
+    launch(*args, *resume)
+    for rank in range(DP):
+        check_run(first[rank], rank, range(12))
+        check_run(batches(workdir, rank), rank, range(5, 16))
+
+
+def check_run(records: list[dict], rank: int, global_steps: range, *, dp: int = DP) -> None:
     """Global steps ``global_steps`` once each, in order, each the TGB step of that number and this rank's slice."""
     assert [r["global_step"] for r in records] == list(global_steps), "a step missing, repeated or out of order"
-    rows = GLOBAL_BATCH // DP
+    rows = GLOBAL_BATCH // dp
     for r in records:
         assert r["step"] == r["global_step"], f"global step {r['global_step']} trained TGB step {r['step']}"
         assert r["samples"] == [r["step"] * 1000 + rank * rows + i for i in range(rows)], f"wrong slice: {r}"

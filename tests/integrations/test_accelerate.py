@@ -10,35 +10,23 @@ that number, this rank's slice, once per run.
 
 from __future__ import annotations
 
-import sys
+from functools import partial
 
 import pytest
 import torch
 
-from tests.integrations._frameworks import batches, check_run, torchrun
+from tests.integrations._frameworks import require, stop_then_resume, torchrun
 from torch_tgb.consumer import cursor_of
 
-try:
-    import accelerate  # noqa: F401
-except ImportError as e:  # CI installs the [accelerate] extra; elsewhere say why nothing ran
-    print(f"skipping the accelerate tests: import accelerate failed: {e}", file=sys.stderr)
-    pytest.skip(f"accelerate is not installed ({e}): pip install 'torch-tgb[accelerate]'", allow_module_level=True)
+require("accelerate", "pip install 'torch-tgb[accelerate]'")
 
 pytestmark = pytest.mark.slow
 
 
 def test_prepare_save_state_load_state_train_each_step_once(tmp_path):
     work = tmp_path / "run"
-    args = ["--workdir", str(work), "--log-batches", "--steps", "16"]
-    torchrun("accelerate_train.py", *args, "--stop-after", "12")
-    first = {rank: batches(work, rank) for rank in (0, 1)}
+    stop_then_resume(work, partial(torchrun, "accelerate_train.py"), "--resume", str(work / "ckpt" / "step_5"),
+                     "--workers", "1")
     # one file written by both processes: the rank-independent position after 5 trained steps
     state = torch.load(work / "ckpt" / "step_5" / "dl_state_dict.bin", weights_only=True)
     assert cursor_of(state).step == 5 and set(state) == {"tgb_cursor"}
-
-    for rank in (0, 1):
-        (work / f"batches-rank{rank}.jsonl").unlink()
-    torchrun("accelerate_train.py", *args, "--resume", str(work / "ckpt" / "step_5"), "--workers", "1")
-    for rank in (0, 1):
-        check_run(first[rank], rank, range(12))
-        check_run(batches(work, rank), rank, range(5, 16))

@@ -20,6 +20,12 @@ segment per tensor, and is handed out as views of it.
 side stream (see :mod:`torch_tgb.consumer.device`); ``state_dict()`` then
 still names the first step not yet handed to the trainer, not the one in
 flight. ``device=None`` or ``"cpu"`` delivers host tensors as before.
+
+A training framework that fetches ahead of the batch it trains (Lightning's
+fit loop) calls :meth:`DataLoader.track_consumed` and
+:meth:`DataLoader.consumed`; ``state_dict()`` then describes the batches the
+loop consumed (``consumer/_consumed.py``). HF accelerate's ``prepare`` keeps
+the loader as it is (``consumer/_accelerate.py``). docs/frameworks.md has both.
 """
 
 from __future__ import annotations
