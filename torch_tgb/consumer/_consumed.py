@@ -56,15 +56,11 @@ class Consumption:
         """Yield ``batches``, recording ``state_now()`` before the first one and, while tracking, before each."""
         self.reset()
         self._states = [(0, state_now())]
-        while True:
-            if self.tracking and self._states[-1][0] < self.handed:
-                self._states.append((self.handed, state_now()))  # after `handed` batches, before the next fetch
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
+        for batch in batches:
             self.handed += 1
             yield batch
+            if self.tracking:  # asked for the next batch: the state after `handed`, before fetching it
+                self._states.append((self.handed, state_now()))
 
     def track(self) -> None:
         """From now on, report the state after the last consumed batch (see the module docstring)."""
