@@ -134,3 +134,20 @@ def test_accelerate_keeps_the_loader_and_gets_a_rank_independent_state(ns) -> No
     next(iter(theirs))
     assert theirs._is_accelerate_prepared
     assert mine.state_dict() == theirs.state_dict() == {"tgb_cursor": mine.state_dict()["tgb_cursor"]}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iteration_per_epoch_continues_the_stream(ns, workers) -> None:
+    """Lightning and HF Trainer iterate once per epoch: the next epoch continues the stream, never replays it."""
+    epochs = loader(ns, workers)
+    first = [step_of(b) for _, b in zip(range(4), epochs)]  # an epoch ended early (max_steps, a break)
+    rest = [step_of(b) for b in epochs]
+    assert first + rest == list(range(N))
+    assert list(epochs) == []  # past the seal
+    source = loader(ns, workers)
+    for _, _batch in zip(range(5), source):
+        pass
+    resumed = loader(ns, workers)
+    resumed.load_state_dict(source.state_dict())  # and after a load: the epoch after the first goes on from there
+    assert [step_of(b) for _, b in zip(range(2), resumed)] == [5, 6]
+    assert [step_of(b) for b in resumed] == list(range(7, N)) and list(resumed) == []

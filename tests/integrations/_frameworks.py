@@ -62,12 +62,12 @@ def clear_logs(workdir: Path) -> None:
         (workdir / f"batches-rank{rank}.jsonl").unlink(missing_ok=True)
 
 
-def stop_then_resume(workdir: Path, launch: Callable[..., Any], *resume: str) -> None:
+def stop_then_resume(workdir: Path, launch: Callable[..., Any], *resume: str, end: int = 16) -> None:
     """Train 12 of 16 steps (checkpoints every 5), then ``launch`` again with ``resume``: both runs step-exact.
 
     The resumed run is a rollback past the stop to the checkpoint ``resume`` names
-    (step 5): it must train steps 5..15, and the first run steps 0..11, each its
-    own TGB step and this rank's slice.
+    (step 5): it must train steps 5..15 (5..end-1 where the namespace ends first),
+    and the first run steps 0..11, each its own TGB step and this rank's slice.
     """
     args = ["--workdir", str(workdir), "--log-batches", "--steps", "16"]
     launch(*args, "--stop-after", "12")
@@ -76,7 +76,7 @@ def stop_then_resume(workdir: Path, launch: Callable[..., Any], *resume: str) ->
     launch(*args, *resume)
     for rank in range(DP):
         check_run(first[rank], rank, range(12))
-        check_run(batches(workdir, rank), rank, range(5, 16))
+        check_run(batches(workdir, rank), rank, range(5, end))
 
 
 def check_run(records: list[dict], rank: int, global_steps: range, *, dp: int = DP) -> None:

@@ -162,9 +162,21 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
 
     def __iter__(self) -> Iterator[Any]:
         self._before_workers()
+        self._continue_workers()
         inner = super().__iter__()
         batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
         return self._consumption.hand_out(batches, self._handed_out_state)
+
+    def _continue_workers(self) -> None:
+        """With workers, a new iteration starts where the last one stopped, as it does in-process.
+
+        New workers get the main process's copy of the dataset, which still holds the
+        position it had before the last iteration (or load); frameworks iterate once per
+        epoch (Lightning, HF Trainer), and the next epoch must continue the stream, not
+        replay it. A fresh iterator that ``state_dict()`` made is the next one: nothing to do.
+        """
+        if self.num_workers > 0 and self._iterator is not None and not self._initial_iter_for_state_dict:
+            self.tgb_dataset.load_state_dict({"workers": self._handed_out_state()})
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out, or (see :meth:`track_consumed`) the last one consumed."""

@@ -13,6 +13,8 @@ asks every TGB train loader to track consumption when training (or an epoch)
 starts, and acknowledges one batch at ``on_train_batch_end``, which Lightning
 runs before any ``ModelCheckpoint`` (checkpoint callbacks always run last).
 The state in a checkpoint is then the one after the last *trained* batch.
+It also ends training after an epoch without batches (the stream ended at
+its seal), which Lightning would otherwise repeat when ``max_steps`` is set.
 
 You do not add it: torch-tgb registers it through Lightning's documented entry
 points (``pytorch_lightning.callbacks_factory`` and
@@ -49,19 +51,39 @@ def train_loaders(trainer: Any) -> Iterator[Any]:
 class _Hooks:
     """The hooks, apart from Lightning's ``Callback`` base (two packages ship it)."""
 
+    _active = False
+    _epoch_batches = 0
+
+    def _activate(self, trainer: Any) -> None:
+        # The callback can be there twice (the entry point twice, from two copies of the package
+        # metadata, or once more in callbacks=): only the first one acts, or each batch would be
+        # acknowledged twice.
+        self._active = next(cb for cb in trainer.callbacks if isinstance(cb, _Hooks)) is self
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         # The fit loop has fetched the first batch (and no more): ask for tracking before the second.
-        for loader in train_loaders(trainer):
-            loader.track_consumed()
+        self._activate(trainer)
+        if self._active:
+            for loader in train_loaders(trainer):
+                loader.track_consumed()
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         # reload_dataloaders_every_n_epochs hands in new loaders before this hook.
+        self._epoch_batches = 0
         self.on_train_start(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        for loader in train_loaders(trainer):
-            loader.consumed()
+        self._epoch_batches += 1
+        if self._active:
+            for loader in train_loaders(trainer):
+                loader.consumed()
 
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        # A TGB stream ends at its seal and every later epoch is empty; with max_steps set, Lightning
+        # would run empty epochs without end (max_epochs is then unlimited). The seal is at the same
+        # step on every rank, so every rank stops here.
+        if self._active and self._epoch_batches == 0 and next(train_loaders(trainer), None) is not None:
+            trainer.should_stop = True
 
 @functools.cache
 def _callback_class(base: type) -> type:
