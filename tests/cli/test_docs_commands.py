@@ -26,7 +26,7 @@ import pytest
 from tests.cli.conftest import ROOT, tgb_cli
 
 DOCS = [ROOT / "README.md", ROOT / "docs" / "cli.md", ROOT / "docs" / "quickstart.md"]
-_PLACEHOLDER = re.compile(r"\b(NS|DIR|SRC|NAME|COMMAND|ARGS|FILE|KEY|VALUE)\b|\.\.\.|\[|<")
+_PLACEHOLDER = re.compile(r"\b(NS|DIR|SRC|NAME|COMMAND|ARGS|FILE|KEY|VALUE|I/N)\b|\.\.\.|\[|<")
 
 #: documented command -> the reason it is not run here
 SKIP = {
@@ -48,12 +48,12 @@ SKIP = {
     "tgb bench all --results-dir benchmarks/results && tgb bench report":
         "the full benchmark suite (about 25 minutes) and it rewrites the committed results and docs/benchmarks.md",
     "tgb bench report": "rewrites the committed docs/benchmarks.md (the bench branch's tests cover it)",
-    "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --producer-id s0 --dp 8 "
+    "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --dp 8 "
     "--seq-len 2048 --global-batch 64": "needs a WebDataset corpus (--source runs on tiny ones in test_produce_source.py)",
-    "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --producer-id s0 --dp 8 "
-    "--seal": "needs a WebDataset corpus (--source runs on tiny ones in test_produce_source.py)",
-    "tgb produce /data/run1 --source parquet:hf_dataset/data/ --column input_ids --shard 1/2 --producer-id s1 --dp 8 "
-    "--seal": "needs a Parquet corpus (--source runs on tiny ones in test_produce_source.py)",
+    "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 0/2 --dp 8":
+        "needs a WebDataset corpus (--shard jobs run on tiny corpora in test_shard_jobs.py)",
+    "tgb produce /data/run1 --source webdataset:'shards/train-{0000..0099}.tar' --shard 1/2 --dp 8":
+        "needs a WebDataset corpus (--shard jobs run on tiny corpora in test_shard_jobs.py)",
 }
 
 #: documented command -> the command run (``{tmp}``: the test's temporary directory), in document order
@@ -67,9 +67,11 @@ RUN = {
     "tgb produce /data/run1 --producer-id p1 --tokens corpus.npy --global-batch 64 --seq-len 2048 --dp 8":
         f"tgb produce {{tmp}}/run1 --producer-id p1 --tokens {{tmp}}/corpus.npy {TINY} --dp 8",
     "tgb seal /data/run1": "tgb seal {tmp}/run1",
-    "tgb produce /tmp/run2 --source token-file:corpus.npy --offsets corpus.idx --shard 0/2 --dp 2":
+    "tgb produce /tmp/run2 --source token-file:corpus.npy --offsets corpus.idx --shard 0/2 --dp 2 --seq-len 2048 "
+    "--global-batch 64":
         "tgb produce {tmp}/run2 --source token-file:{tmp}/corpus.npy --offsets {tmp}/corpus.idx --shard 0/2 --dp 2 "
         "--global-batch 4 --seq-len 16",
+    "tgb inspect /data/run1": "tgb inspect {tmp}/run1",
     "tgb convert corpus.llmbatch /data/corpus --dp 8": "tgb convert {tmp}/corpus.llmbatch {tmp}/corpus --dp 8",
     "torchrun --nproc-per-node 2 --standalone examples/train_gpt_torchrun.py --workdir /tmp/run":
         "torchrun --nproc-per-node 2 --standalone examples/train_gpt_torchrun.py --workdir {tmp}/run "

@@ -16,7 +16,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
     """Run shards ``0..--shards-1`` of ``--source`` on ``--producers`` actors; print the fleet's summary."""
     if not args.source:
         raise CommandError("--ray runs a --source on a fleet; give --source KIND:WHERE")
-    if args.shard != "0/1":
+    if args.shard is not None:
         raise CommandError("--shard is chosen by the fleet under --ray; use --shards M for the number of shards")
     for flag in ("rate", "stats_interval"):
         if getattr(args, flag) is not None:
