@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._dtypes import is_integer
+from torch_tgb.format._dtypes import cast_tensor, is_integer
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
 from torch_tgb.format._run import parse_footer_run
 from torch_tgb.storage.local import open_regular
@@ -395,7 +395,7 @@ class SliceRun:
             tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
             if view is not None:
                 tensor = tensor.view(view)
-            out[name] = tensor if cast is None else tensor.to(cast)
+            out[name] = tensor if cast is None else cast_tensor(name, tensor, cast)  # refuses a changed value
         if check and self._first:
             self._reader._mark_range(self.key, start)
         return out
