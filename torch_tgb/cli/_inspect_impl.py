@@ -46,6 +46,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
     now = time.time()
     store = storage.open_store(ns, storage_options)
     try:
+        store.check_root()  # a missing bucket is named as such, not taken for an empty namespace
         manifest = manifest_mod.Manifest(store)
         dataset = manifest.dataset()
         latest = manifest.latest_version()

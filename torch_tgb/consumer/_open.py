@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from torch_tgb.datapipes.poller import PollPolicy
-from torch_tgb.errors import DataTimeout
+from torch_tgb.errors import DataTimeout, NamespaceNotFound
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
@@ -19,11 +20,15 @@ log = logging.getLogger(__name__)
 def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float | None, poll: PollPolicy) -> DatasetInfo:
     """The namespace's ``dataset.json``, waiting for it with backoff; a warning every ``poll.warn_every`` seconds.
 
-    A missing bucket fails at once (``store.check_root``); ``DataTimeout`` after ``timeout`` seconds.
+    A missing bucket fails at once (``store.check_root``), and so does a local
+    path whose parent directory does not exist (:class:`NamespaceNotFound`: a
+    typo, since a producer would create the namespace's own directory, not
+    its parents' ones by chance); ``DataTimeout`` after ``timeout`` seconds.
     """
     info = manifest.dataset()
     if info is None:
         store.check_root()  # a missing bucket fails now; a missing local directory may still appear
+        _check_local_parent(store)  # ... but not under a parent directory that does not exist (a typo)
     started = time.monotonic()
     interval = poll.min_interval
     warn_every = poll.warn_every
@@ -47,3 +52,17 @@ def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float |
         interval = min(interval * poll.backoff, poll.max_interval)
         info = manifest.dataset()
     return info
+
+
+def _check_local_parent(store: ObjectStore) -> None:
+    """:class:`NamespaceNotFound` if ``store`` is a local directory whose parent directory does not exist."""
+    path = store.local_path(DATASET_KEY)  # <root>/_tgb/dataset.json; None for a remote (or wrapped) store
+    if path is None:
+        return
+    root = os.path.dirname(os.path.dirname(path))
+    parent = os.path.dirname(root)
+    if not os.path.isdir(root) and not os.path.isdir(parent):
+        raise NamespaceNotFound(
+            f"{store.url}: no TGB namespace can be there: the directory {parent!r} does not exist "
+            "(a mistyped path?); a reader waits for a namespace only where its directory or its parent exists"
+        )
