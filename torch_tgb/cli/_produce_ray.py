@@ -31,7 +31,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
     report = produce_on_ray(
         args.ns, make_pipeline, num_producers=producers, num_shards=args.shards, layout=source_layout(args),
         storage_options=storage_options(args), commit_policy=args.commit_policy, max_lag=args.max_lag,
-        max_steps_per_shard=args.steps, seal=args.seal, prefix=args.producer_id, metadata=source_metadata(args),
+        max_steps_per_shard=args.steps, seal=args.seal is not False, prefix=args.producer_id, metadata=source_metadata(args),
         address=args.ray,
         config=FleetConfig(metrics_port=args.metrics_port),
     )
