@@ -19,13 +19,16 @@ __all__ = [
     "FencedError",
     "FleetError",
     "InvalidKey",
+    "JobMismatch",
     "LayoutError",
     "ManifestError",
     "MissingExtra",
     "MixtureError",
+    "NamespaceNotFound",
     "NamespaceSealed",
     "ObjectNotFound",
     "SchemaMismatch",
+    "ShardComplete",
     "SourceError",
     "StorageError",
     "StorageFull",
@@ -47,6 +50,14 @@ class StorageError(TGBError, OSError):
 
 class ObjectNotFound(StorageError, FileNotFoundError):
     """The key does not exist in the namespace."""
+
+
+class NamespaceNotFound(ObjectNotFound):
+    """The namespace cannot exist there: a missing bucket, or a local path whose parent directory is missing.
+
+    A reader may start before the first producer of an *existing* place
+    (an empty directory, a bucket), so those wait; a typo does not.
+    """
 
 
 class InvalidKey(StorageError, ValueError):
@@ -106,6 +117,24 @@ class MixtureError(TGBError, ValueError):
 
 class NamespaceSealed(ManifestError):
     """The namespace is sealed (its stream has ended): no producer may start or commit there."""
+
+
+class JobMismatch(ManifestError):
+    """A producer does not belong to the namespace's job of declared shards (another shard count, prefix or id)."""
+
+
+class ShardComplete(TGBError):
+    """This producer's shard of a declared job is already done: rerunning it is a no-op.
+
+    ``producer_id``, ``next_offset`` (its offsets are ``0 .. next_offset - 1``)
+    and ``sealed`` (whether the namespace is sealed) say what the rerun found.
+    """
+
+    def __init__(self, message: str, *, producer_id: str = "", next_offset: int = 0, sealed: bool = False) -> None:
+        super().__init__(message)
+        self.producer_id = producer_id
+        self.next_offset = next_offset
+        self.sealed = sealed
 
 
 class ConsistencyError(ManifestError):

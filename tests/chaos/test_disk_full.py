@@ -29,19 +29,28 @@ def batch(offset: int) -> dict[str, torch.Tensor]:
     return {"x": torch.full((4, ROW), offset, dtype=torch.int32)}
 
 
-@pytest.fixture
-def tmpfs(tmp_path) -> Iterator[str]:
+def _mounted(tmp_path, size: str) -> Iterator[str]:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
         yield str(mnt)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path) -> Iterator[str]:
+    yield from _mounted(tmp_path, "4m")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path) -> Iterator[str]:
+    yield from _mounted(tmp_path, "2m")
 
 
 def _fill(root: str, leave: int) -> str:
@@ -200,3 +209,36 @@ def test_reclaimer_frees_space_on_a_full_tmpfs(tmpfs: str) -> None:
     os.unlink(ballast)
     report = Reclaimer(store, grace_period=0).run_once()
     assert report.boundary_step == 15 and len(store.list("data/")) == 5
+
+
+def test_reclaimer_on_a_truly_full_tmpfs_before_any_boundary(tiny_tmpfs: str) -> None:
+    """Issue 25: the boundary has not moved yet, so a pass must write before it may delete: the reserve makes room.
+
+    Before the space reserve this pass freed 0 bytes and failed with
+    ``StorageFull ... put '_tgb/snapshots/...'``, and so did every later one.
+    """
+    from torch_tgb.checkpoint import Reclaimer, record_watermark
+    from torch_tgb.manifest.reserve import RESERVE_KEY
+
+    store = LocalStore(os.path.join(tiny_tmpfs, "ns"))
+    with tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive") as p:
+        for offset in range(4):
+            p.append(_small(offset), offset=offset)
+    record_watermark(store, "ck", {"tgb_cursor": {"step": 4, "version": 0}})  # a trainer checkpointed at step 4
+    offset = 4
+    p = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive")
+    with pytest.raises(StorageFull):
+        while True:  # the producer runs until the disk is full
+            p.append(_small(offset), offset=offset)
+            p.flush()
+            offset += 1
+    p.abort()
+    _fill(tiny_tmpfs, leave=0)  # and whatever a smaller write could still use: full to the last block
+    committed = Manifest(store).head().num_steps
+    report = Reclaimer(store, grace_period=0).run_once()
+    assert report.reserve_released and report.boundary_step == 4
+    assert report.objects == 4 and report.bytes > 0  # the four steps below the checkpoint are gone
+    assert store.exists(RESERVE_KEY), "the reserve is written again once the deletes made room"
+    ds = tgb.TGBDataset(store, mesh=tgb.Mesh(0, 2), timeout=10)
+    ds.load_state_dict({"tgb_cursor": {"step": 4, "version": 0}})
+    assert [int(b["x"][0, 0]) for b in itertools.islice(ds, committed - 4)] == list(range(4, committed))

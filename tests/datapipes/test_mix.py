@@ -149,4 +149,11 @@ def test_prometheus_exports_a_share_series_per_source() -> None:
     TGBCollector([mix], registry=registry)
     text = prometheus_client.generate_latest(registry).decode()
     assert 'tgb_share_web{' in text and 'tgb_target_web{id=' in text and 'role="mix"' in text
-    assert registry.get_sample_value("tgb_target_web", {"id": hex(id(mix)), "namespace": "", "role": "mix"}) == 0.75
+    # issue 25: labelled by the sources' names (stable across restarts), not by an object address
+    assert registry.get_sample_value("tgb_target_web", {"id": "code+web", "namespace": "", "role": "mix"}) == 0.75
+    from torch_tgb.observability import as_source
+
+    named = prometheus_client.CollectorRegistry()
+    TGBCollector([as_source(Mix(sources({"web": 2}), {"web": 1}, name="corpus"), namespace="s3://b/run")],
+                 registry=named)
+    assert named.get_sample_value("tgb_target_web", {"id": "corpus", "namespace": "s3://b/run", "role": "mix"}) == 1.0

@@ -29,7 +29,7 @@ except ImportError as e:  # CI installs the [ray] extra; elsewhere say why nothi
 import torch_tgb as tgb
 from torch_tgb.errors import FleetError
 from torch_tgb.integrations.ray import Fleet, FleetConfig, produce_on_ray, shard_producer_id
-from torch_tgb.manifest import Manifest
+from torch_tgb.manifest import JobSpec, Manifest
 from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import open_store
 
@@ -302,3 +302,16 @@ def test_failing_pipeline_factory_is_one_clear_error(tmp_path: Path) -> None:
     assert "fleet-shard0000" in message
     head = Manifest(open_store(ns)).head()
     assert head.num_steps == 0 and not head.producers  # no producer even started
+
+
+def test_a_fleet_declares_its_job_and_seals_unless_the_stream_continues(tmp_path: Path, corpus: Path) -> None:
+    """Issue 25: a fleet's namespace declares its shards; seal=False leaves them closed, a rerun completes it."""
+    ns = str(tmp_path / "ns")
+    first = produce_on_ray(ns, make_factory(corpus), num_producers=2, num_shards=3, layout=LAYOUT, seal=False,
+                           progress=False)
+    head = Manifest(open_store(ns)).head()
+    assert not first.sealed and not head.sealed and head.job == JobSpec.sharded("fleet", 3)
+    assert {s.status for s in head.producers.values()} == {"closed"}
+    second = produce_on_ray(ns, make_factory(corpus), num_producers=1, num_shards=3, layout=LAYOUT, progress=False)
+    assert second.sealed and second.steps == 0  # nothing written again: every shard is only marked done
+    assert_exactly_once(ns, corpus)

@@ -19,11 +19,14 @@ the job (deletes are idempotent, TGB objects immutable):
    the objects of its steps below ``T`` are not, so a version holding many
    TGBs (DAC batches commits) holds no storage below the safe step;
 4. write the snapshot of ``vb``, then advance ``_tgb/gc_boundary`` to
-   ``(vb, T)`` — readers and committers now start there;
+   ``(vb, T)`` — readers and committers now start there. On a disk full to
+   the last block these puts fail: the pass then releases the namespace's
+   space reserve (``manifest/reserve.py``) and writes them into its room;
 5. delete the TGB objects of steps below ``T``, then the log versions below
    ``vb`` (objects first: a version is the only record of which objects it
    named), then snapshots below the boundary;
-6. drop retired checkpoints: their watermarks, then their markers.
+6. drop retired checkpoints: their watermarks, then their markers;
+7. write the space reserve again if it is missing (a local namespace).
 
 Every object deleted passes the same rule: named by no version at or above
 the boundary, and dead in ``S`` (a committed object below the boundary is
@@ -46,11 +49,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch_tgb.checkpoint._orphans import Fate, fate_of
-from torch_tgb.errors import ObjectNotFound
+from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
+from torch_tgb.manifest.reserve import RESERVE_BYTES, create_reserve, release_reserve
 from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.storage import ObjectStore, open_store
 
@@ -78,6 +82,7 @@ class ReclaimReport:
     bytes: int  # TGB + orphan bytes deleted
     seconds: float
     live_orphans: int = 0  # uncommitted objects their (live) producer may still commit: kept
+    reserve_released: bool = False  # the disk was full: the space reserve made room for the snapshot/boundary
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,7 +133,7 @@ class Reclaimer:
         versions = manifest.delete_versions_below(before.version)
         snapshots = self._delete_old_snapshots(before)
         orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
-        boundary = self._advance(manifest, safe_step, head)
+        boundary, released = self._advance_with_reserve(manifest, safe_step, head)
         if boundary != before:
             kept = self._kept_keys(manifest, boundary, head)
             more_keys, more, more_bytes = self._delete_reclaimed_objects(manifest, before, boundary, kept, head)
@@ -136,6 +141,7 @@ class Reclaimer:
             versions += manifest.delete_versions_below(boundary.version)
             snapshots += self._delete_old_snapshots(boundary)
         dropped = self._drop_retired()
+        create_reserve(store, max(RESERVE_BYTES, released))  # after the deletes made room for it again
         report = ReclaimReport(
             safe_step=safe_step,
             boundary_version=boundary.version,
@@ -149,6 +155,7 @@ class Reclaimer:
             bytes=nbytes + orphan_bytes,
             seconds=time.monotonic() - started,
             live_orphans=live_orphans,
+            reserve_released=released > 0,
         )
         log.info("reclaim %s: %s", store.url, report)
         return report
@@ -202,6 +209,25 @@ class Reclaimer:
         return f"Reclaimer({self.store.url!r}, grace_period={self.grace_period})"
 
     # --- steps of a pass -------------------------------------------------------
+
+    def _advance_with_reserve(
+        self, manifest: Manifest, safe_step: int, head: ManifestState
+    ) -> tuple[GCBoundary, int]:
+        """:meth:`_advance`; on a full disk, once more after releasing the space reserve. (boundary, bytes released)
+
+        The snapshot and boundary puts are the only writes a pass needs before
+        it may delete; they are idempotent, so repeating them after a partial
+        failure is safe, and the reserve holds no data.
+        """
+        try:
+            return self._advance(manifest, safe_step, head), 0
+        except StorageFull as e:
+            released = release_reserve(self.store)
+            if not released:
+                raise
+            log.warning("%s: %s; released the space reserve (%d bytes) to write the snapshot and GC boundary",
+                        self.store.url, e, released)
+            return self._advance(manifest, safe_step, head), released
 
     def _advance(self, manifest: Manifest, safe_step: int, head: ManifestState) -> GCBoundary:
         """Move the GC boundary to the version holding ``safe_step`` (never backwards, never past ``head``)."""

@@ -128,6 +128,7 @@ def require_namespace(store: Any) -> None:
     """:class:`CommandError` (exit 1) unless ``store`` holds a TGB namespace, in inspect's and verify's words."""
     from torch_tgb.manifest import DATASET_KEY, Manifest
 
+    store.check_root()  # a missing bucket is named as such, not taken for an empty namespace
     manifest = Manifest(store)
     if manifest.dataset() is None and manifest.latest_version() == 0:
         raise CommandError(f"{store.url}: no TGB namespace here (no {DATASET_KEY}, no log versions)")

@@ -46,6 +46,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
     now = time.time()
     store = storage.open_store(ns, storage_options)
     try:
+        store.check_root()  # a missing bucket is named as such, not taken for an empty namespace
         manifest = manifest_mod.Manifest(store)
         dataset = manifest.dataset()
         latest = manifest.latest_version()
@@ -78,6 +79,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         ]
         report: dict[str, Any] = {
             "namespace": store.url,
+            "job": _job_report(head),
             "dataset": None
             if dataset is None
             else {
@@ -134,6 +136,23 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         store.close()
 
 
+def _job_report(head: Any) -> dict[str, Any] | None:
+    """The declared job and each shard's progress (done, running, stopped, not started); None without one."""
+    from torch_tgb.manifest.jobs import shard_status
+
+    job = head.job
+    if job is None:
+        return None
+    status = shard_status(job, head.producers)
+    shards = []
+    for index, pid in enumerate(job.producer_ids()):
+        state = head.producers.get(pid)
+        shards.append({"shard": index, "id": pid, "label": job.label(pid), "status": status[pid],
+                       "next_offset": None if state is None else state.next_offset})
+    counts = {k: sum(1 for v in status.values() if v == k) for k in ("done", "running", "stopped", "not started")}
+    return {"description": job.describe(), **job.to_json(), "counts": counts, "shards": shards}
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "never"
@@ -146,8 +165,17 @@ def _age(seconds: float | None) -> str:
 
 def _sealed_text(r: dict[str, Any]) -> str:
     """Sealed or not, and for an unsealed stream whether anyone may still commit."""
+    job = r.get("job")
+    unfinished = [s for s in job["shards"] if s["status"] != "done"] if job else []
     if r["sealed"]:
-        return "yes (end of stream)"
+        if unfinished:
+            return (f"yes, by force: {', '.join(s['label'] for s in unfinished[:8])} did not finish "
+                    "(the stream ends without the rest of their data)")
+        return "yes (end of stream)" + (f": every shard of {job['description']} is done" if job else "")
+    if job:
+        waiting = ", ".join(f"{s['label']} ({s['status']})" for s in unfinished[:8])
+        more = f" and {len(unfinished) - 8} more" if len(unfinished) > 8 else ""
+        return f"no: sealed when every declared shard is done; waiting for {waiting}{more}"
     marks = [p["status"] for p in r["producers"]]
     if not marks:
         return "no (no producer yet)"
@@ -196,9 +224,19 @@ def render_text(r: dict[str, Any]) -> str:
         ("lag", f"{r['lag']['steps_ahead_of_safe_boundary']} steps ahead of the safe boundary, "
                 f"{r['lag']['stored_steps_below_safe_boundary']} steps below it still stored"),
     ]
+    job = r.get("job")
+    if job:
+        counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
+        rows.insert(6, ("job", f"{job['description']}: {counts}"))
     if "storage" in r:
         rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} objects"))
     out = [format_table(rows, title="namespace")]
+    if job:
+        out.append("shards")
+        width = max(len(s["label"]) for s in job["shards"])
+        for sh in job["shards"]:
+            offsets = "" if not sh["next_offset"] else f"  offsets 0..{sh['next_offset'] - 1}"
+            out.append(f"  {sh['label']:<{width}}  {sh['status']:<11}  {sh['id']}{offsets}")
     if r["producers"]:
         out.append("producers")
         width = max(len(p["id"]) for p in r["producers"])

@@ -142,6 +142,8 @@ def produce(args: argparse.Namespace) -> int:
         from torch_tgb.cli._produce_ray import produce_fleet
 
         return produce_fleet(args)
+    if getattr(args, "shard", None) is not None and not getattr(args, "source", None):
+        raise CommandError("--shard I/N runs shard I of a --source corpus; give --source (or --ray for a fleet)")
     if getattr(args, "source", None):
         if args.tokens:
             raise CommandError("--source and --tokens are two inputs; give one")
@@ -218,10 +220,10 @@ def produce(args: argparse.Namespace) -> int:
                 f"producer {args.producer_id}: wrote offsets {start}..{steps - 1} "
                 f"({summary['written']} batches) in {seconds:.2f}s"
             )
+        else:
+            print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
         if args.seal:
             print(f"producer {args.producer_id}: done; "
                   + ("the namespace is sealed (end of stream)" if sealed
                      else "the namespace is sealed when the producers still running are done too"))
-        else:
-            print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
     return 0

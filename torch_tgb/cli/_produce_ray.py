@@ -16,7 +16,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
     """Run shards ``0..--shards-1`` of ``--source`` on ``--producers`` actors; print the fleet's summary."""
     if not args.source:
         raise CommandError("--ray runs a --source on a fleet; give --source KIND:WHERE")
-    if args.shard != "0/1":
+    if args.shard is not None:
         raise CommandError("--shard is chosen by the fleet under --ray; use --shards M for the number of shards")
     for flag in ("rate", "stats_interval"):
         if getattr(args, flag) is not None:
@@ -31,7 +31,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
     report = produce_on_ray(
         args.ns, make_pipeline, num_producers=producers, num_shards=args.shards, layout=source_layout(args),
         storage_options=storage_options(args), commit_policy=args.commit_policy, max_lag=args.max_lag,
-        max_steps_per_shard=args.steps, seal=args.seal, prefix=args.producer_id, metadata=source_metadata(args),
+        max_steps_per_shard=args.steps, seal=args.seal is not False, prefix=args.producer_id, metadata=source_metadata(args),
         address=args.ray,
         config=FleetConfig(metrics_port=args.metrics_port),
     )

@@ -185,40 +185,75 @@ def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int
 
 
 def produce_source(args: argparse.Namespace) -> int:
-    """Pack ``--source`` into global batches and append them with ``tgb.produce``; print a summary."""
+    """Pack ``--source`` into global batches and append them with ``tgb.produce``; print a summary.
+
+    With ``--shard I/N`` the run is shard I of a job of N declared shards
+    (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
+    complete and exits 0.
+    """
     from torch_tgb.producer import produce
 
-    shard = parse_shard(args.shard)
+    shard = None if args.shard is None else parse_shard(args.shard)
     layout = source_layout(args)
-    pipeline = source_pipeline(args, *shard)
+    pipeline = source_pipeline(args, *(shard or (0, 1)))
     with argument_errors():  # a bad --producer-id, --commit-policy or --max-lag
         report = produce(
-            args.ns, pipeline, producer_id=args.producer_id, layout=layout, storage_options=storage_options(args),
-            commit_policy=args.commit_policy, max_lag=args.max_lag, max_steps=args.steps, seal=args.seal,
-            metadata=source_metadata(args),
+            args.ns, pipeline, producer_id=None if shard else args.producer_id, shard=shard, job=args.producer_id,
+            layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
+            max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
         )
-    counts = pipeline.state_dict()
+    label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
+    counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}
     summary = {
         "ns": args.ns,
-        "producer_id": args.producer_id,
+        "producer_id": report.producer_id,
         "source": ",".join(_specs(args)),
-        "shard": f"{shard[0]}/{shard[1]}",
+        "shard": None if shard is None else f"{shard[0]}/{shard[1]}",
+        "already_complete": report.already_complete,
         "resumed_at": report.start_offset,
         "written": report.batches,
         "next_offset": report.end_offset,
         "exhausted": report.exhausted,
+        "done": report.done or report.already_complete,
         "sealed": report.sealed,
         "rows": counts["rows"],
         "tokens": counts["tokens"],
         "seconds": round(report.seconds, 3),
         "stats": report.stats,
     }
+    if shard is not None:
+        summary["waiting_for"] = [] if report.sealed else _unfinished(args)
     if args.json:
         print_json(summary)
-    else:
-        how = "to the end of the source" if report.exhausted else f"up to --steps {args.steps}"
-        print(
-            f"producer {args.producer_id}: wrote offsets {report.start_offset}..{report.end_offset - 1} "
-            f"({report.batches} batches, {how}) in {report.seconds:.2f}s{' and sealed' if report.sealed else ''}"
-        )
+        return 0
+    if report.already_complete:
+        print(f"{label} already complete (offsets 0..{report.end_offset - 1}); nothing to do"
+              + ("; the namespace is sealed" if report.sealed else ""))
+        return 0
+    how = "to the end of the source" if report.exhausted else f"up to --steps {args.steps}"
+    print(f"producer {report.producer_id}: wrote offsets {report.start_offset}..{report.end_offset - 1} "
+          f"({report.batches} batches, {how}) in {report.seconds:.2f}s")
+    if report.sealed:
+        print(f"{label}: done; the namespace is sealed (end of stream)")
+    elif report.done and shard is not None:
+        print(f"{label}: done; the namespace is sealed when {', '.join(summary['waiting_for'])} "
+              f"{'is' if len(summary['waiting_for']) == 1 else 'are'} done too")
+    elif report.done:
+        print(f"{label}: done; the namespace is sealed when the producers still running are done too")
+    elif shard is not None and report.exhausted:
+        print(f"{label}: closed, not done (--no-seal: the stream continues; rerun without --no-seal to mark it done)")
     return 0
+
+
+def _unfinished(args: argparse.Namespace) -> list[str]:
+    """The declared shards not done yet, as ``shard i/N (status)`` (one head read)."""
+    from torch_tgb.manifest import Manifest
+    from torch_tgb.manifest.jobs import shard_status
+    from torch_tgb.storage import open_store
+
+    with open_store(args.ns, storage_options(args)) as store:
+        head = Manifest(store).head()
+    if head.job is None:
+        return []
+    return [f"{head.job.label(pid)} ({status})" for pid, status in shard_status(head.job, head.producers).items()
+            if status != "done"]

@@ -122,6 +122,7 @@ def verify_namespace(
 
 
 def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool) -> None:
+    store.check_root()  # a missing bucket is named as such (the caller reports it), not an empty namespace
     manifest = m.Manifest(store)
     dataset = None
     try:

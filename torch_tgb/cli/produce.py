@@ -9,7 +9,10 @@ and committed with its reading position, so a rerun after a crash reads on
 from the last committed batch), from a synthetic token stream (default) or
 from a flat token file cut into rows (``--tokens FILE``, a ``.npy`` array or
 raw ``--dtype`` binary). Resumes where this producer id left off, so rerunning
-the same command after a crash continues the stream exactly once.
+the same command after a crash continues the stream exactly once. With
+``--shard I/N`` the namespace declares a job of N shards: each shard is
+marked done when its source is exhausted, the last one done seals, and a
+rerun of a done shard exits 0 at once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     p.add_argument("ns", metavar="NS", help="namespace URL or local directory")
-    p.add_argument("--producer-id", default="cli", help="stable producer id (default 'cli')")
+    p.add_argument("--producer-id", default="cli",
+                   help="stable producer id (default 'cli'); with --shard or --ray, the job's name: shard I of N is "
+                   "producer '<--producer-id>-shard<I>-of<N>'")
     p.add_argument(
         "--steps",
         type=int,
@@ -60,7 +65,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
-    p.add_argument("--shard", default="0/1", metavar="I/N", help="read shard I of N of the source (default 0/1)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="--source: run shard I of a job of N declared shards (the source's shard I of N, as producer "
+                   "'<--producer-id>-shard<I>-of<N>'); the namespace is sealed when every shard is done, a rerun of a "
+                   "done shard exits 0, another N is refused")
     p.add_argument("--pack", "--packing", dest="packing", choices=("bfd", "concat", "none"), default="bfd",
                    help="--source: best-fit-decreasing packing with document ids (default), concat (documents in "
                    "order, cut at row ends, with document ids) or none (concat-and-chunk, input_ids/labels only)")
@@ -86,9 +94,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate", type=float, default=None, help="at most this many batches per second")
     p.add_argument(
         "--seal",
-        action="store_true",
-        help="mark this producer done when finished; the namespace is sealed (end of stream) once no "
-        "producer is still running, so every producer of a job may pass --seal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="mark this producer done when finished: the namespace is sealed (end of stream) once no producer is "
+        "still running. A --shard or --ray shard is marked done when its source is exhausted without it, and the "
+        "last shard done seals; --no-seal there: the stream continues (the shard only closes)",
     )
     p.add_argument(
         "--segment-mb",
@@ -115,7 +125,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fleet = p.add_argument_group("producer fleets on Ray (needs --source and the ray extra)")
     fleet.add_argument("--ray", default=None, metavar="ADDRESS",
                        help="run --source as a fleet of Ray actors: 'local' (a local Ray), 'auto' or HOST:PORT; "
-                       "shard i of --shards is producer '<--producer-id>-shard<i>-of<n>'")
+                       "shard i of --shards is producer '<--producer-id>-shard<i>-of<n>', the same as --shard i/n; "
+                       "sealed when every shard is done unless --no-seal")
     fleet.add_argument("--producers", type=int, default=None, metavar="N", help="Ray actors (default 2)")
     fleet.add_argument("--shards", type=int, default=None, metavar="M",
                        help="shards, fixed for a namespace (default --producers); more than the most actors you "

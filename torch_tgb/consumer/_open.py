@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from torch_tgb.datapipes.read.poller import PollPolicy
-from torch_tgb.errors import DataTimeout, ManifestError
+from torch_tgb.errors import DataTimeout, ManifestError, NamespaceNotFound
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore, open_store
@@ -21,11 +22,15 @@ log = logging.getLogger(__name__)
 def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float | None, poll: PollPolicy) -> DatasetInfo:
     """The namespace's ``dataset.json``, waiting for it with backoff; a warning every ``poll.warn_every`` seconds.
 
-    A missing bucket fails at once (``store.check_root``); ``DataTimeout`` after ``timeout`` seconds.
+    A missing bucket fails at once (``store.check_root``), and so does a local
+    path whose parent directory does not exist (:class:`NamespaceNotFound`: a
+    typo, since a producer would create the namespace's own directory, not
+    its parents' ones by chance); ``DataTimeout`` after ``timeout`` seconds.
     """
     info = manifest.dataset()
     if info is None:
         store.check_root()  # a missing bucket fails now; a missing local directory may still appear
+        _check_local_parent(store)  # ... but not under a parent directory that does not exist (a typo)
     started = time.monotonic()
     interval = poll.min_interval
     warn_every = poll.warn_every
@@ -63,3 +68,17 @@ def sealed_steps(ns: str | ObjectStore, storage_options: Mapping[str, Any] | Non
     finally:
         if not isinstance(ns, ObjectStore):  # a store handed in belongs to the caller
             store.close()
+
+
+def _check_local_parent(store: ObjectStore) -> None:
+    """:class:`NamespaceNotFound` if ``store`` is a local directory whose parent directory does not exist."""
+    path = store.local_path(DATASET_KEY)  # <root>/_tgb/dataset.json; None for a remote (or wrapped) store
+    if path is None:
+        return
+    root = os.path.dirname(os.path.dirname(path))
+    parent = os.path.dirname(root)
+    if not os.path.isdir(root) and not os.path.isdir(parent):
+        raise NamespaceNotFound(
+            f"{store.url}: no TGB namespace can be there: the directory {parent!r} does not exist "
+            "(a mistyped path?); a reader waits for a namespace only where its directory or its parent exists"
+        )

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from torch_tgb.format import cast_integers, is_integer
+from torch_tgb.format import cast_integers, cast_tensor, is_integer
 
 __all__ = ["DeviceFeed", "cast_integers"]
 
@@ -68,7 +68,7 @@ class DeviceFeed:
                 hosts.append(host)
                 t = host.to(self.device, non_blocking=True)
                 if self.dtype is not None and is_integer(t.dtype) and k not in self.keep:
-                    t = t.to(self.dtype)  # cast on the device, on the side stream
+                    t = cast_tensor(k, t, self.dtype)  # on the device, on the side stream; never a changed value
                 out[k] = t
         return out, hosts
 

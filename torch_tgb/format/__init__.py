@@ -21,7 +21,7 @@ Every slice starts on a 4096-byte boundary so a memory-mapped object yields
 page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
-from torch_tgb.format._dtypes import DTYPES, DType, cast_integers, is_integer
+from torch_tgb.format._dtypes import DTYPES, DType, cast_integers, cast_tensor, is_integer, narrowing_problem
 from torch_tgb.format._footer import (
     FORMAT_VERSION,
     FORMAT_VERSIONS,
@@ -85,12 +85,14 @@ __all__ = [
     "TensorInfo",
     "VERIFY_POLICIES",
     "cast_integers",
+    "cast_tensor",
     "check_padding",
     "check_schema",
     "decode_slice",
     "encode_segment_index",
     "encode_tgb",
     "is_integer",
+    "narrowing_problem",
     "padding_ranges",
     "ragged_keys",
     "parse_footer",

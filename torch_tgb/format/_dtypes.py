@@ -7,12 +7,18 @@ in torch (a view, not a copy).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["DTYPES", "DType", "cast_integers", "dtype_by_code", "dtype_by_name", "dtype_of_tensor", "is_integer"]
+from torch_tgb.errors import SchemaMismatch
+
+__all__ = [
+    "DTYPES", "DType", "cast_integers", "cast_tensor", "dtype_by_code", "dtype_by_name", "dtype_of_tensor", "is_integer",
+    "narrowing_problem",
+]
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,54 @@ def cast_integers(
     """Integer tensors cast to ``dtype`` (a copy); others, and those named in ``skip``, as they are.
 
     ``None``: unchanged. Readers skip ragged keys and their offsets (pixel
-    patches stay uint8, offsets int64): the cast is for dense token ids.
+    patches stay uint8, offsets int64): the cast is for dense token ids. A cast
+    that would change a value (a narrower dtype that cannot hold it: uint32 ids
+    >= 2**31 as int32, ``-100`` labels as uint32) raises :class:`SchemaMismatch`
+    naming the tensor; only such narrowing casts look at the values.
     """
     if dtype is None:
         return tensors
-    return {k: t.to(dtype) if is_integer(t.dtype) and k not in skip else t for k, t in tensors.items()}
+    return {k: cast_tensor(k, t, dtype) if is_integer(t.dtype) and k not in skip else t for k, t in tensors.items()}
+
+
+def cast_tensor(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor`` (named ``name``) cast to ``dtype``; :class:`SchemaMismatch` if that changes a value."""
+    problem = narrowing_problem(tensor, dtype)
+    if problem is not None:
+        raise SchemaMismatch(f"cannot read {name!r} ({str(tensor.dtype).removeprefix('torch.')}) as {dtype}: {problem}")
+    return tensor.to(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _holds(target: torch.dtype, source: torch.dtype) -> tuple[int, int] | None:
+    """``None`` if every ``source`` value fits ``target`` (a widening cast), else ``target``'s range."""
+    lo, hi = int(torch.iinfo(target).min), int(torch.iinfo(target).max)
+    src = torch.iinfo(source)
+    return None if lo <= int(src.min) and int(src.max) <= hi else (lo, hi)
+
+
+def _min_max(values: torch.Tensor) -> tuple[int, int]:
+    if values.device.type == "cpu":  # numpy reduces every integer width, unsigned 64-bit included
+        array = values.numpy()
+        return int(array.min()), int(array.max())
+    low, high = torch.aminmax(values if values.dtype == torch.int64 else values.to(torch.int64))
+    return int(low), int(high)
+
+
+def narrowing_problem(values: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """Why casting integer ``values`` to integer ``dtype`` would change a value, or ``None``.
+
+    Only a cast to a dtype whose range does not hold the source dtype's range
+    looks at the values (one min/max pass): widening casts cost a cache lookup.
+    """
+    if values.dtype == dtype or not (is_integer(values.dtype) and is_integer(dtype)):
+        return None
+    bounds = _holds(dtype, values.dtype)
+    if bounds is None or values.numel() == 0:
+        return None
+    lo, hi = bounds
+    low, high = _min_max(values)
+    if low < lo or high > hi:
+        bad = high if high > hi else low
+        return f"a value {bad} does not fit {str(dtype).removeprefix('torch.')} ({lo}..{hi}): the cast would change it"
+    return None

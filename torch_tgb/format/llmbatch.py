@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
+from torch_tgb.format._dtypes import cast_tensor
 
 __all__ = ["HEADER_SIZE", "MAGIC", "LLMBatchHeader", "LLMBatchReader", "write_llmbatch"]
 
@@ -133,7 +134,7 @@ class LLMBatchReader:
     def read_batch_torch(self, index: int, dtype: torch.dtype | None = torch.int64) -> torch.Tensor:
         """Batch ``index`` as a tensor; ``dtype=None`` keeps uint32 (no copy), int64 converts."""
         t = torch.from_numpy(self.read_batch(index))
-        return t if dtype is None or dtype == t.dtype else t.to(dtype)
+        return t if dtype is None or dtype == t.dtype else cast_tensor(f"{self.path} batch {index}", t, dtype)
 
     def close(self) -> None:
         """Drop the mapping (tensors already handed out keep it alive)."""

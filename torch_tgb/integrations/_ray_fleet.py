@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from torch_tgb.errors import FleetError
@@ -33,8 +34,8 @@ from torch_tgb.integrations._ray_pool import Worker, WorkerPool
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import Manifest, seal_namespace
-from torch_tgb.producer import Producer, ProducerConfig
+from torch_tgb.manifest import JobSpec, Manifest, seal_namespace
+from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import open_store
 
 __all__ = ["Fleet"]
@@ -56,10 +57,16 @@ class Fleet:
     restart budget (a worker past it is replaced by a fresh actor).
     ``address``: ``None`` (the running Ray, or ``ray.init()``), ``"local"``,
     ``"auto"`` or ``host:port`` (an unreachable one fails within
-    ``config.connect_timeout_s``). ``seal=True`` seals the namespace once every
-    shard is done. ``progress``: a bar on a terminal (``None``: if stderr is
-    one), log lines otherwise. ``prefix`` names the shards' producer ids.
-    ``metadata`` goes into ``dataset.json`` (as for ``tgb.produce``).
+    ``config.connect_timeout_s``). The namespace declares the fleet's job
+    (``num_shards`` shards of ``prefix``) when it is created; each shard is
+    marked done when its pipeline ends and the last one done seals the
+    namespace (``seal=False``: the stream continues, shards only close).
+    ``progress``: a bar on a terminal (``None``: if stderr is one), log lines
+    otherwise. ``prefix`` names the job, hence the shards' producer ids (the
+    same shard run by ``tgb produce --shard i/n --producer-id PREFIX`` is the
+    same producer). ``metadata`` goes into ``dataset.json`` (as for
+    ``tgb.produce``). A namespace written by fleets before jobs were declared
+    (shard producers, no job) is run as before, sealed at the end.
 
     ``start()``, then ``scale(n)``, ``stats()`` while it runs, ``wait()`` for
     the :class:`FleetReport`; or ``run()`` for all of it.
@@ -81,7 +88,7 @@ class Fleet:
         max_restarts: int = 3,
         progress: bool | None = None,
         address: str | None = None,
-        seal: bool = False,
+        seal: bool = True,
         prefix: str = "fleet",
         producer_config: ProducerConfig | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -144,6 +151,7 @@ class Fleet:
             if head.sealed:
                 raise FleetError(f"{store.url} is sealed: a fleet cannot produce into it")
             check_shard_count(head.producers, prefix=self.prefix, count=self.num_shards, where=store.url)
+            self._spec = replace(self._spec, job=self._job(head, store.url), seal=self.seal)
             per_shard = self._spec.max_steps_per_shard
             self._monitor = FleetMonitor(
                 ns=store.url, prefix=self.prefix, manifest=manifest, head=head, tally=self._tally,
@@ -161,6 +169,18 @@ class Fleet:
         self._thread = threading.Thread(target=self._drive, name=f"tgb-fleet-{self.prefix}", daemon=True)
         self._thread.start()
         return self
+
+    def _job(self, head: Any, where: str) -> str | None:
+        """The job's name to declare (or join); ``None`` for a namespace written without declared shards."""
+        ours = JobSpec.sharded(self.prefix, self.num_shards)
+        if head.job is not None and head.job != ours:
+            raise FleetError(f"{where}: the namespace declares {head.job.describe()}, this fleet is {ours.describe()}: "
+                             "one namespace holds one job (pass its prefix and num_shards, or use a new namespace)")
+        if head.job is None and head.producers:
+            log.warning("%s: a namespace without declared shards (written before jobs were declared): fleet %s "
+                        "runs its shards as before and seals at the end", where, self.prefix)
+            return None
+        return self.prefix
 
     def scale(self, num_producers: int) -> None:
         """Run on ``num_producers`` actors from now on (surplus ones are killed, their shards requeued)."""
@@ -233,7 +253,7 @@ class Fleet:
                 self._poll_progress()
                 self._monitor.tick()
             self._drain()
-            sealed = self._seal() if self.seal else False
+            sealed = self._sealed()
             self._report = self._monitor.report(workers=len(pool.workers), sealed=sealed)
             log.info("fleet %s", self._report.summary())
         except BaseException as e:  # noqa: BLE001 - handed to wait()
@@ -380,19 +400,25 @@ class Fleet:
             log.warning("fleet %s: stalled worker %s (shard %s) did not come back; killed", self.prefix, w.name,
                         w.shard)
 
-    def _seal(self) -> bool:
-        producer = Producer(self.ns, producer_id=f"{self.prefix}-seal", layout=self.layout,
-                            storage_options=self.storage_options or None, metadata=self._spec.metadata)
-        producer.close(seal=True)
-        if not producer.sealed:
-            # Every shard is produced, but a shard's producer that died after its last commit is
-            # still marked open (its mark never landed): the fleet knows it is finished.
-            store = open_store(self.ns, self.storage_options or None)
-            try:
-                seal_namespace(Manifest(store), force=True)
-            finally:
-                store.close()
-        return True
+    def _sealed(self) -> bool:
+        """Whether the namespace is sealed now that every shard returned.
+
+        A job of declared shards sealed itself with its last shard's done mark
+        (unless ``seal=False``). A namespace without declared shards (written
+        before jobs existed) is sealed here as before: every shard is produced,
+        though a shard's producer that died after its last commit is still
+        marked open (its mark never landed), which the fleet knows is finished.
+        """
+        store = open_store(self.ns, self.storage_options or None)
+        try:
+            manifest = Manifest(store)
+            head = manifest.head()
+            if head.sealed or not self.seal or head.job is not None:
+                return head.sealed
+            seal_namespace(manifest, force=True)
+            return True
+        finally:
+            store.close()
 
     def _shutdown_ray(self) -> None:
         if self._owns_ray and self._ray is not None:

@@ -2,7 +2,9 @@
 
 A fleet cuts its input into ``shard_count`` shards. Shard ``i`` is produced
 by ``make_pipeline(i, shard_count)`` under the producer id
-``f"{prefix}-shard{i:05d}-of{shard_count:05d}"``, whichever worker runs it.
+``f"{prefix}-shard{i:05d}-of{shard_count:05d}"``, whichever worker runs it
+(the ids of a job of declared shards, :mod:`torch_tgb.manifest.jobs`: the
+same shard run by ``tgb produce --shard`` is the same producer).
 The id never depends on the number of workers, so workers may come and go:
 a shard started again anywhere resumes at the offset and pipeline state its
 last commit recorded (exactly-once, docs/protocol.md), and an older
@@ -14,31 +16,14 @@ wait, which run where, which are done, and how often each was started.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from torch_tgb.errors import FleetError
+from torch_tgb.manifest.jobs import parse_shard_producer_id, shard_producer_id
 
 __all__ = ["ShardBoard", "check_shard_count", "parse_shard_producer_id", "shard_producer_id"]
-
-_SHARD_ID = re.compile(r"^(?P<prefix>.+)-shard(?P<index>\d{5,})-of(?P<count>\d{5,})$")
-
-
-def shard_producer_id(prefix: str, index: int, count: int) -> str:
-    """The stable producer id of shard ``index`` of ``count``: ``<prefix>-shard00003-of00008``."""
-    if not 0 <= index < count:
-        raise ValueError(f"shard index {index} is outside 0..{count - 1}")
-    return f"{prefix}-shard{index:05d}-of{count:05d}"
-
-
-def parse_shard_producer_id(producer_id: str) -> tuple[str, int, int] | None:
-    """``(prefix, index, count)`` of a shard producer id, or ``None`` for any other id."""
-    m = _SHARD_ID.match(producer_id)
-    if m is None:
-        return None
-    return m["prefix"], int(m["index"]), int(m["count"])
 
 
 def check_shard_count(producer_ids: Iterable[str], *, prefix: str, count: int, where: str) -> None:

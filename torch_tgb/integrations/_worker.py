@@ -128,6 +128,10 @@ class WorkerSpec:
     max_steps_per_shard: int | None
     producer_config: ProducerConfig | None
     metadata: Mapping[str, Any] | None = None
+    #: the job's name (producer id prefix) when the namespace declares its shards; None: a namespace without
+    job: str | None = None
+    #: whether a shard is marked done when its pipeline ends (False: the stream continues)
+    seal: bool = True
 
 
 class ShardWorker:
@@ -182,10 +186,14 @@ class ShardWorker:
             except Exception as e:  # noqa: BLE001 - reported to the driver, which names the shard
                 return outcome("failed", e, what=f"make_pipeline({shard}, {count}) raised ")
             try:
+                # a shard of a declared job: done when its pipeline ends (the last one seals), and a
+                # rerun of a done shard returns at once; a namespace without declared shards: closed
                 produce(
                     spec.ns, MeteredNode(pipeline, meter), producer_id=producer_id, layout=spec.layout,
+                    shard=None if spec.job is None else (shard, count), job=spec.job or "fleet",
                     storage_options=spec.storage_options, commit_policy=spec.commit_policy,
-                    max_lag=spec.max_lag, max_steps=spec.max_steps_per_shard, seal=False, progress=False,
+                    max_lag=spec.max_lag, max_steps=spec.max_steps_per_shard,
+                    seal=None if spec.job is not None and spec.seal else False, progress=False,
                     config=replace(base, crash_hook=meter), metadata=spec.metadata,
                 )
             except FencedError as e:

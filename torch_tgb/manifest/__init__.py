@@ -3,7 +3,8 @@
 See ``docs/protocol.md`` for the on-storage specification.
 """
 
-from torch_tgb.manifest.commit import AttemptResult, Committer, seal_namespace
+from torch_tgb.manifest.commit import AttemptResult, Committer, seal_namespace, unfinished
+from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import (
     DATASET_KEY,
     GC_BOUNDARY_KEY,
@@ -32,11 +33,13 @@ __all__ = [
     "GC_BOUNDARY_PREFIX",
     "LOG_PREFIX",
     "SNAPSHOT_HINT_KEY",
+    "SEALER_ID",
     "SNAPSHOT_PREFIX",
     "AttemptResult",
     "Committer",
     "DatasetInfo",
     "GCBoundary",
+    "JobSpec",
     "Manifest",
     "ManifestState",
     "ProducerState",
@@ -45,6 +48,7 @@ __all__ = [
     "boundary_key",
     "seal_namespace",
     "snapshot_key",
+    "unfinished",
     "validate_producer_id",
     "version_key",
 ]

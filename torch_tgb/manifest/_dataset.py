@@ -10,6 +10,7 @@ from torch_tgb.errors import AmbiguousWriteError, CorruptObject, LayoutError, Ma
 from torch_tgb.manifest._json import dump_json
 from torch_tgb.manifest.keys import DATASET_KEY, boundary_key
 from torch_tgb.manifest.records import DatasetInfo, GCBoundary
+from torch_tgb.manifest.reserve import create_reserve
 from torch_tgb.storage import ObjectStore
 
 __all__ = ["check_dataset", "ensure_dataset"]
@@ -64,6 +65,7 @@ def ensure_dataset(
                 # The first GC-boundary generation: a reader's boundary read is then one LIST that finds one
                 # (without any, it also reads the pre-generation _tgb/gc_boundary.json).
                 store.put_if_absent(boundary_key(0, 0), dump_json(GCBoundary().to_json()))
+                create_reserve(store)  # room for the Reclaimer's writes once the disk is full (local only)
                 return ours
         except AmbiguousWriteError:
             pass  # landed or not: read it back

@@ -2,16 +2,21 @@
 
 ``fold(state, version)`` is the one place that decides whether version v+1
 may follow version v: steps add up, epochs never go back, a producer's
-offsets continue where its state said, nothing follows a seal. Readers,
-snapshot writers and the committer all fold through it, so they agree.
+offsets continue where its state said, nothing follows a seal, and in a
+namespace of declared shards the job's rules hold (:func:`check_job`).
+Readers, snapshot writers and the committer all fold through it, so they
+agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from torch_tgb.errors import ManifestError
+from torch_tgb.manifest.jobs import SEALER_ID, JobSpec, describe_missing, missing_shards
 from torch_tgb.manifest.records import ManifestState, ProducerState, Version
 
-__all__ = ["fold"]
+__all__ = ["check_job", "fold"]
 
 
 def fold(state: ManifestState, version: Version, *, where: str = "") -> ManifestState:
@@ -55,4 +60,43 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         # one that does not (epoch bump, seal) keeps it unless it restates it.
         kept = new.state if (pid in expected or new.state is not None or old is None) else old.state
         producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status)
-    return ManifestState(version.number, version.stop_step, version.sealed, producers)
+    job = check_job(state, version, producers, what=what)
+    return ManifestState(version.number, version.stop_step, version.sealed, producers, job)
+
+
+def check_job(state: ManifestState, version: Version, after: Mapping[str, ProducerState], *, what: str) -> JobSpec | None:
+    """The job after ``version``; :class:`ManifestError` if it breaks a rule of declared shards.
+
+    - ``job`` is declared once, by the version registering the namespace's first producer;
+    - only the job's producers (and :data:`SEALER_ID`) appear;
+    - a producer marked ``done`` stays as it is (no bump, no entry, no other mark);
+    - ``sealed`` exactly when every declared producer is ``done`` after the version,
+      except a seal the sealer writes (``tgb seal --force``).
+    """
+    job = state.job
+    if version.job is not None:
+        if job is not None:
+            raise ManifestError(f"{what}: declares {version.job.describe()}, but the namespace already "
+                                f"declares {job.describe()}")
+        if state.producers:
+            raise ManifestError(f"{what}: declares {version.job.describe()}, but producers "
+                                f"{sorted(state.producers)} were registered without one")
+        job = version.job
+    if job is None:
+        return None
+    for pid, new in version.producers.items():
+        if pid != SEALER_ID and pid not in job:
+            raise ManifestError(f"{what}: producer {pid!r} is not one of the declared producers of {job.describe()}")
+        old = state.producers.get(pid)
+        if old is not None and old.status == "done" and pid != SEALER_ID and new != old:
+            raise ManifestError(f"{what}: {job.label(pid)} ({pid!r}) changes after it was marked done "
+                                f"(epoch {old.epoch} -> {new.epoch}, next_offset {old.next_offset} -> "
+                                f"{new.next_offset}, {new.status}): a finished shard is final")
+    complete = not missing_shards(job, after)
+    if complete and not version.sealed:
+        raise ManifestError(f"{what}: every declared producer of {job.describe()} is done, but the version "
+                            "does not seal the namespace")
+    if version.sealed and not complete and SEALER_ID not in version.producers:
+        raise ManifestError(f"{what}: seals the namespace while {describe_missing(job, after)} of "
+                            f"{job.describe()} {'is' if len(missing_shards(job, after)) == 1 else 'are'} not done")
+    return job

@@ -25,11 +25,18 @@ v). An attempt:
    version itself is never deleted, so creating it means it is ours.
 
 End of stream: each commit carries the producer's mark (``open``; ``closed``
-when it closes, ``done`` when it closes for good). A version that marks its
-producer ``done`` while no other producer in the view is still ``open`` also
-seals the namespace, so the last producer to finish ends the stream and no
-running producer is ever cut off mid-run. A producer that starts (or a
-zombie that commits) after the seal gets :class:`NamespaceSealed`.
+when it closes, ``done`` when it closes for good). In a namespace of
+declared shards (:mod:`torch_tgb.manifest.jobs`) a version that marks the
+last declared shard ``done`` also seals the namespace; the decision is taken
+on the rebased view of each attempt, and done marks are final, so whichever
+shard's done mark lands last sees every other one and seals (step 3). The
+first producer's epoch bump declares the job; a producer outside it gets
+:class:`JobMismatch`, and a shard that is already done gets
+:class:`ShardComplete` at start, before it writes anything. Without declared
+shards, a version that marks its producer ``done`` while no other producer
+in the view is still ``open`` seals, so the last producer to finish ends the
+stream and no running producer is ever cut off mid-run. A producer that
+starts (or a zombie that commits) after the seal gets :class:`NamespaceSealed`.
 
 The token belongs to an *attempt group*: it is kept across retries until an
 attempt is known to have landed, so a write acknowledged late (or never) is
@@ -45,16 +52,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.errors import (
+    AmbiguousWriteError,
+    FencedError,
+    JobMismatch,
+    ManifestError,
+    NamespaceSealed,
+    ShardComplete,
+    StorageError,
+)
 from torch_tgb.manifest._state import fold
+from torch_tgb.manifest.jobs import SEALER_ID, JobSpec, describe_missing, missing_shards
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
 
-__all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace"]
-
-#: the producer id under which :func:`seal_namespace` records its seal
-SEALER_ID = "tgb-seal"
+__all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace", "unfinished"]
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +96,15 @@ class Committer:
         manifest: Manifest,
         producer_id: str,
         *,
+        job: JobSpec | None = None,
         crash_hook: Callable[[str], None] | None = None,
         max_ambiguous_retries: int = 8,
     ) -> None:
         self.manifest = manifest
         self.store = manifest.store
         self.producer_id = validate_producer_id(producer_id)
+        #: the job this producer belongs to: declared by its start if the namespace has none yet
+        self.job = job
         self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
         self._view: ManifestState | None = None
         self._token = uuid.uuid4().hex
@@ -173,6 +189,7 @@ class Committer:
                 and theirs.next_offset >= ours.next_offset
                 and theirs.status == ours.status
                 and (snapshot.sealed or not candidate.sealed)
+                and (candidate.job is None or snapshot.job == candidate.job)
             )
         raise ManifestError(
             f"{self.manifest.where}no snapshot found for GC boundary version={boundary_version} after retries"
@@ -184,11 +201,16 @@ class Committer:
         """Read the log and commit an epoch bump for our producer_id; returns our new state.
 
         After this returns, any older incarnation is fenced: to commit it must
-        first read the bump, and that read stops it.
+        first read the bump, and that read stops it. In a namespace of
+        declared shards, a producer outside the job raises
+        :class:`JobMismatch` and a shard already done :class:`ShardComplete`
+        (nothing is written: a finished shard's rerun is a no-op); the first
+        producer of a fresh namespace declares ``self.job`` with its bump.
         """
         self._reset_view()
         while True:
             self.refresh()
+            self._check_job()
             if self.view.sealed:
                 raise NamespaceSealed(
                     f"{self.manifest.where}namespace is sealed at version={self.view.version} (its stream has "
@@ -208,10 +230,42 @@ class Committer:
                 {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)},
                 False,
                 now,
+                self.job if self.view.job is None else None,  # the first producer declares the job
             )
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
+
+    def _check_job(self) -> None:
+        """Refuse a producer outside the namespace's job; :class:`ShardComplete` for a finished shard."""
+        view, pid, where = self.view, self.producer_id, self.manifest.where
+        job = view.job
+        if job is None:
+            others = sorted(p for p in view.producers if p != SEALER_ID)
+            if self.job is not None and others:
+                raise JobMismatch(
+                    f"{where}namespace was created without declared shards (producers {others[:8]}): "
+                    f"{self.job.label(pid)} of {self.job.describe()} cannot join it; write the job into a new namespace"
+                )
+            return
+        if self.job is not None and self.job != job:
+            raise JobMismatch(
+                f"{where}namespace declares {job.describe()}; {pid!r} belongs to {self.job.describe()}: "
+                "one namespace holds one job (rerun with the namespace's shard count and name, or write into a "
+                "new namespace)"
+            )
+        if pid == SEALER_ID:
+            return
+        if pid not in job:
+            raise JobMismatch(f"{where}producer {pid!r} is not one of the declared producers of {job.describe()}")
+        mine = view.producers.get(pid)
+        if mine is not None and mine.status == "done":
+            offsets = f"offsets 0..{mine.next_offset - 1}" if mine.next_offset else "no offsets"
+            raise ShardComplete(
+                f"{where}{job.label(pid)} already complete ({offsets}); the namespace is "
+                + ("sealed" if view.sealed else f"waiting for {describe_missing(job, view.producers)}"),
+                producer_id=pid, next_offset=mine.next_offset, sealed=view.sealed,
+            )
 
     def _won_bump(self) -> ProducerState:
         state = self.state
@@ -243,10 +297,12 @@ class Committer:
         ``state``: the pipeline state after the last of ``entries``, committed
         with it (seal-only attempts keep the committed state).
         ``mark`` ("closed" or "done") records this producer's end in the same
-        version; ``"done"`` seals the namespace when no other producer is
-        still open. ``seal=True`` seals unconditionally (one-producer writers);
-        with ``refuse_open`` it raises :class:`ManifestError` instead while
-        another producer is still ``open`` (checked on the rebased view).
+        version; ``"done"`` seals the namespace when it leaves every declared
+        shard done (a namespace of declared shards) or, without declared
+        shards, when no other producer is still open. ``seal=True`` seals
+        unconditionally (one-producer writers, the operator's sealer); with
+        ``refuse_open`` it raises :class:`ManifestError` instead while another
+        producer is unfinished (checked on the rebased view).
         """
         if self._fenced is not None:
             raise self._fenced
@@ -279,13 +335,16 @@ class Committer:
         if not todo and not seal and (mark is None or (current is not None and current.status == status)):
             return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
         if refuse_open:
-            still = sorted(pid for pid, s in self.view.producers.items() if pid != self.producer_id and s.status == "open")
+            still = [pid for pid in unfinished(self.view) if pid != self.producer_id]
             if still:
-                raise ManifestError(
-                    f"{self.manifest.where}cannot seal at version={self.view.version}: producers {still} are still "
-                    "open (running, or crashed without closing): close or restart-and-close them first"
-                )
-        if mark == "done":  # the last producer to finish seals: nobody else may still commit
+                raise ManifestError(f"{self.manifest.where}cannot seal at version={self.view.version}: "
+                                    f"{_unfinished_text(self.view, still)}")
+        job = self.view.job
+        if mark == "done" and job is not None:
+            # Step 3 for declared shards: done marks are final and this view holds every version
+            # before the slot we write, so the last shard to land its done mark always seals.
+            seal = seal or not [pid for pid in missing_shards(job, self.view.producers) if pid != self.producer_id]
+        elif mark == "done":  # the last producer to finish seals: nobody else may still commit
             seal = seal or all(s.status != "open" for pid, s in self.view.producers.items() if pid != self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
@@ -374,25 +433,41 @@ def _marks(view: ManifestState) -> str:
     return ", ".join(f"{pid} {s.status}" for pid, s in sorted(view.producers.items())) or "none"
 
 
-def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
-    """Seal the namespace now, unless a producer is still open; returns the sealing version.
+def unfinished(state: ManifestState) -> list[str]:
+    """Who a plain seal would cut off: the declared shards not done, or (no job) the producers still open."""
+    if state.job is not None:
+        return missing_shards(state.job, state.producers)
+    return sorted(pid for pid, s in state.producers.items() if s.status == "open" and pid != SEALER_ID)
 
-    For jobs whose producers ran one after another (each closed, none
-    ``done``), or that mix ``closed`` and ``done``: the seal is committed as
-    producer :data:`SEALER_ID`. Idempotent on a sealed namespace. ``force``
-    seals even while producers are marked open: for a coordinator that knows
-    they have all finished (a process that died after its last commit stays
-    marked open); a producer still running then meets :class:`NamespaceSealed`.
+
+def _unfinished_text(state: ManifestState, pids: list[str]) -> str:
+    if state.job is not None:
+        return (f"{describe_missing(state.job, state.producers)} of {state.job.describe()} "
+                f"{'is' if len(pids) == 1 else 'are'} not done: a seal now would leave the stream incomplete "
+                "(`tgb seal --force` seals anyway)")
+    return (f"producers {pids} are still open (running, or crashed without closing): close or "
+            "restart-and-close them first")
+
+
+def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
+    """Seal the namespace now, unless a producer is unfinished; returns the sealing version.
+
+    Without declared shards, for jobs whose producers ran one after another
+    (each closed, none ``done``), or that mix ``closed`` and ``done``: the
+    seal is committed as producer :data:`SEALER_ID`; refused while a producer
+    is still open. With declared shards the last shard's done mark seals by
+    itself, so a plain seal is refused while any declared shard is not done.
+    Idempotent on a sealed namespace. ``force`` seals anyway: for an operator
+    or coordinator that knows better (a process that died after its last
+    commit stays marked open), and it records that the sealer sealed; a
+    producer still running then meets :class:`NamespaceSealed`.
     """
     head = manifest.head()
     if head.sealed:
         return head.version
-    still = sorted(pid for pid, s in head.producers.items() if s.status == "open" and pid != SEALER_ID)
+    still = unfinished(head)
     if still and not force:
-        raise ManifestError(
-            f"{manifest.where}cannot seal at version={head.version}: producers {still} are still open "
-            "(running, or crashed without closing): close or restart-and-close them first"
-        )
+        raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {_unfinished_text(head, still)}")
     committer = Committer(manifest, SEALER_ID)
     committer.start()
     try:

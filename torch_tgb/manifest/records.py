@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from torch_tgb.errors import InvalidKey, ManifestError
 from torch_tgb.manifest._json import Fields, dump_json, load_json
+from torch_tgb.manifest.jobs import JobSpec
 from torch_tgb.storage import validate_key
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "PRODUCER_STATUSES",
     "DatasetInfo",
     "GCBoundary",
+    "JobSpec",
     "ManifestState",
     "ProducerState",
     "MAX_STATE_BYTES",
@@ -285,6 +287,8 @@ class Version:
     ``first_step`` is the number of steps committed before it, so the steps
     this version adds are ``first_step .. first_step + len(entries) - 1``.
     ``producers`` holds only the producers whose state this version changes.
+    ``job``: the job of declared shards, on the version that registers the
+    namespace's first producer only (see :mod:`torch_tgb.manifest.jobs`).
     """
 
     number: int
@@ -294,6 +298,7 @@ class Version:
     producers: Mapping[str, ProducerState] = field(default_factory=dict)
     sealed: bool = False
     time: float = 0.0
+    job: JobSpec | None = None
 
     @property
     def stop_step(self) -> int:
@@ -301,7 +306,7 @@ class Version:
         return self.first_step + len(self.entries)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "version": self.number,
             "token": self.token,
@@ -311,6 +316,9 @@ class Version:
             "sealed": self.sealed,
             "time": self.time,
         }
+        if self.job is not None:  # written only when declared: other versions' bytes stay as they were
+            out["job"] = self.job.to_json()
+        return out
 
     def encode(self) -> bytes:
         return dump_json(self.to_json())
@@ -332,7 +340,9 @@ class Version:
             TGBEntry.from_json(e, what=f"{what} entry {i}") for i, e in enumerate(f.array("entries"))
         )
         producers = _producers_from_json(f.mapping("producers"), what=what)
-        version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"))
+        job = f.optional_mapping("job")
+        version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"),
+                      None if job is None else JobSpec.from_json(job, what=what))
         f.done()
         version.check_offsets(what=what)
         return version
@@ -359,21 +369,29 @@ class Version:
 
 @dataclass(frozen=True)
 class ManifestState:
-    """The full state at a version: what a snapshot stores and ``head()`` returns."""
+    """The full state at a version: what a snapshot stores and ``head()`` returns.
+
+    ``job``: the namespace's job of declared shards, ``None`` for a namespace
+    created without one (its producers come and go freely).
+    """
 
     version: int
     num_steps: int
     sealed: bool
     producers: Mapping[str, ProducerState]
+    job: JobSpec | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "version": self.version,
             "num_steps": self.num_steps,
             "sealed": self.sealed,
             "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
         }
+        if self.job is not None:
+            out["job"] = self.job.to_json()
+        return out
 
     def encode(self) -> bytes:
         return dump_json(self.to_json())
@@ -382,8 +400,11 @@ class ManifestState:
     def decode(cls, data: bytes, *, what: str) -> ManifestState:
         f = Fields(load_json(data, what=what), what=what)
         _check_format(f)
+        job = f.optional_mapping("job")
         state = cls(
-            f.integer("version"), f.integer("num_steps"), f.boolean("sealed"), _producers_from_json(f.mapping("producers"), what=what)
+            f.integer("version"), f.integer("num_steps"), f.boolean("sealed"),
+            _producers_from_json(f.mapping("producers"), what=what),
+            None if job is None else JobSpec.from_json(job, what=what),
         )
         f.done()
         return state

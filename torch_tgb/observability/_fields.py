@@ -112,7 +112,7 @@ def _guess_id(obj: Any) -> str:
     mesh = getattr(obj, "mesh", None)
     if mesh is not None and hasattr(mesh, "dp_rank"):
         return f"dp{mesh.dp_rank}-cp{getattr(mesh, 'cp_rank', 0)}"
-    return hex(id(obj))
+    return type(obj).__name__.lower()  # never an object address: series must survive a restart
 
 
 def as_source(
@@ -125,9 +125,11 @@ def as_source(
     """Wrap an object with ``stats()`` as a :class:`StatsSource`; labels are guessed unless given.
 
     Guesses: role from the class name (``Producer`` → ``producer``,
-    ``TGBDataset``/``DataLoader`` → ``consumer``), id from ``producer_id`` or
-    ``rank``, namespace from ``ns``/``url``/``store.url`` with credentials
-    removed.
+    ``TGBDataset``/``DataLoader`` → ``consumer``, ``Mix`` → ``mix``), id from
+    ``producer_id``, ``id``, ``rank`` or ``name`` (a ``Mix``: its sources'
+    names), else the class name — never an object address, which would start
+    new series at every restart —, namespace from
+    ``namespace``/``ns``/``url``/``store.url`` with credentials removed.
     """
     if isinstance(obj, StatsSource):
         if namespace is None and role is None and id is None:

@@ -29,13 +29,15 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.format import narrowing_problem
 from torch_tgb.transforms.packing import IGNORE_INDEX
+from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
     from torch_tgb.datapipes import GlobalBatches
     from torch_tgb.layout import Layout
 
-__all__ = ["ArrayDocuments", "Chunk", "PACKINGS", "batch_keys", "document_batches"]
+__all__ = ["ArrayDocuments", "Chunk", "PACKINGS", "batch_keys", "document_batches", "narrow_tokens"]
 
 #: ``document_batches(packing=)``: ``datapipes.Pack`` methods, or ``"none"`` (:class:`Chunk`)
 PACKINGS = ("bfd", "concat", "none")
@@ -133,8 +135,9 @@ class ArrayDocuments(BaseNode[np.ndarray]):
         start, end = int(self.offsets[d]) + self._at, int(self.offsets[d + 1])
         stop = min(end, start + self.piece)
         doc = self.flat[start:stop]
-        if doc.dtype.kind == "i" and doc.size and doc.min() < 0:
-            raise ValueError(f"document {d} holds a negative token id ({int(doc.min())}); token ids must be >= 0")
+        problem = token_ids_problem(doc)  # the rule every source applies too
+        if problem is not None:
+            raise ValueError(f"document {d}: {problem}")
         if stop == end:
             self._pos, self._at = self._pos + 1, 0
         else:
@@ -157,6 +160,8 @@ class Chunk(BaseNode[dict[str, torch.Tensor]]):
 
     def __init__(self, source: BaseNode[Any], seq_len: int, *, pad_id: int = 0, token_dtype: torch.dtype) -> None:
         super().__init__()
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")  # 0 would yield nothing, silently
         self.source = source
         self.seq_len = seq_len
         self.pad_id = pad_id
@@ -210,10 +215,22 @@ class Chunk(BaseNode[dict[str, torch.Tensor]]):
         document_ids = torch.full((self.seq_len,), -1, dtype=torch.int32)
         document_ids[:take] = 0
         return {
-            "input_ids": torch.from_numpy(ids).to(self.token_dtype),
+            "input_ids": narrow_tokens(torch.from_numpy(ids), self.token_dtype),
             "labels": torch.from_numpy(labels),
             "document_ids": document_ids,
         }
+
+
+def narrow_tokens(ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``ids`` cast to the stored ``token_dtype``; ``ValueError`` if the cast would change an id.
+
+    int32 storage of ids >= 2**31 would wrap them to negatives while ``labels``
+    (int64) keep the real ids: refused, as the reader refuses such a cast.
+    """
+    problem = narrowing_problem(ids, dtype)
+    if problem is not None:
+        raise ValueError(f"input_ids as token_dtype={dtype}: {problem}; store them as int64 (or uint32)")
+    return ids.to(dtype)
 
 
 def document_batches(
@@ -251,6 +268,9 @@ def document_batches(
     packing = "none" if packing is None else packing
     if packing not in PACKINGS:
         raise ValueError(f"packing must be one of {PACKINGS} or None, got {packing!r}")
+    for name, value in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # at the stage: 0 yields nothing
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if balance is not None and packing == "none":
         raise ValueError(f"balance={balance!r} needs packed rows (packing 'bfd' or 'concat'): "
                          "concat-and-chunk rows are one sequence each and all cost the same")
@@ -262,7 +282,7 @@ def document_batches(
     else:
         pack = Pack(tokens, seq_len, window=packing_window, pad_id=pad_id, method=packing,
                     attention_metadata=attention_metadata)
-        rows = Mapper(pack, lambda r: {**r, "input_ids": r["input_ids"].to(token_dtype)})
+        rows = Mapper(pack, lambda r: {**r, "input_ids": narrow_tokens(r["input_ids"], token_dtype)})
         keys = batch_keys(packing, attention_metadata=attention_metadata)
     return GlobalBatches(
         rows, global_batch_size=global_batch_size, layout=layout or Layout(dp=1), balance=balance, alpha=alpha,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torch_tgb.format import cast_tensor
 from torch_tgb.format.llmbatch import LLMBatchReader
 from torch_tgb.offline._commit import commit_batches
 
@@ -26,7 +27,7 @@ def llmbatch_global_batch(
     tokens: torch.Tensor, *, labels: bool = True, dtype: torch.dtype | None = torch.int64
 ) -> dict[str, torch.Tensor]:
     """The global batch of one LLMBATCH batch: ``input_ids`` and next-token ``labels`` (last = -100)."""
-    ids = tokens if dtype is None else tokens.to(dtype)
+    ids = tokens if dtype is None else cast_tensor("input_ids", tokens, dtype)  # never a changed id
     batch = {"input_ids": ids}
     if labels:
         lab = torch.full(ids.shape, -100, dtype=torch.int64)

@@ -33,6 +33,7 @@ from torch_tgb.errors import LayoutError, ManifestError
 from torch_tgb.offline._stream import PACKINGS, batch_keys
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack, pack_rows
 from torch_tgb.transforms.shuffle import permutation
+from torch_tgb.transforms.tokens import offsets_problem, token_ids_problem
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
@@ -56,9 +57,7 @@ def _array(x: Any) -> np.ndarray:
 def as_documents(tokens: Tokens) -> tuple[np.ndarray, np.ndarray]:
     """Normalise ``tokens`` to ``(flat int64 tokens, int64 offsets)``; document d = ``flat[off[d]:off[d+1]]``."""
     if isinstance(tokens, tuple) and len(tokens) == 2 and _array(tokens[1]).ndim == 1 and _array(tokens[0]).ndim == 1:
-        flat, offsets = _array(tokens[0]), _array(tokens[1]).astype(np.int64)
-        if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(flat) or (np.diff(offsets) < 0).any():
-            raise ValueError("doc offsets must start at 0, be non-decreasing and end at len(tokens)")
+        flat, offsets = _array(tokens[0]), _checked_offsets(_array(tokens[1]), len(_array(tokens[0])))
     elif isinstance(tokens, (np.ndarray, torch.Tensor)) and _array(tokens).ndim == 1:
         flat = _array(tokens)
         offsets = np.array([0, len(flat)], dtype=np.int64)
@@ -67,11 +66,18 @@ def as_documents(tokens: Tokens) -> tuple[np.ndarray, np.ndarray]:
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
-    if flat.dtype.kind not in "iu":
-        raise ValueError(f"token ids must be integers, got dtype {flat.dtype}")
-    if flat.size and flat.min() < 0:
-        raise ValueError("token ids must be >= 0")
+    problem = token_ids_problem(flat)  # the rule every source applies too
+    if problem is not None:
+        raise ValueError(problem)
     return flat.astype(np.int64, copy=False), offsets
+
+
+def _checked_offsets(offsets: np.ndarray, num_tokens: int) -> np.ndarray:
+    """``offsets`` as int64 after the rule every source applies (``transforms.tokens.offsets_problem``)."""
+    problem = offsets_problem(offsets, num_tokens, min_boundaries=1)
+    if problem is not None:
+        raise ValueError(f"doc {problem}")
+    return offsets.astype(np.int64)
 
 
 def build_rows(
@@ -108,8 +114,7 @@ def _flat_and_offsets(tokens: Tokens) -> tuple[np.ndarray, np.ndarray]:
         offsets = np.asarray(offsets.numpy() if isinstance(offsets, torch.Tensor) else offsets)
         if not isinstance(flat, np.ndarray) or flat.ndim != 1 or offsets.ndim != 1:
             raise ValueError("(tokens, doc_offsets) must be two 1-D arrays")
-        if len(offsets) < 1 or offsets[0] != 0 or offsets[-1] != len(flat) or (np.diff(offsets) < 0).any():
-            raise ValueError("doc offsets must start at 0, be non-decreasing and end at len(tokens)")
+        offsets = _checked_offsets(offsets, len(flat))
     elif isinstance(tokens, (np.ndarray, torch.Tensor)) and tokens.ndim == 1:
         flat = tokens.detach().cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
         offsets = np.array([0, len(flat)], dtype=np.int64)
@@ -183,7 +188,8 @@ def write_dataset(
     mmap_mode="r")``) is never loaded whole, and a ``torchdata`` node yielding
     documents (``{"tokens": 1-D tensor}`` or arrays, e.g. a
     ``torch_tgb.sources`` node) is read in its own order. Batches hold
-    ``input_ids`` (``token_dtype``: int64, or uint32/int32 to shrink storage)
+    ``input_ids`` (``token_dtype``: int64, or uint32/int32 to shrink storage;
+    an id the dtype cannot hold is a ``ValueError``, never wrapped)
     and ``labels`` (int64, ``-100`` where there is no next token of the same
     document), plus ``document_ids`` and ``position_ids`` with
     ``packing="bfd"`` or ``"concat"`` (block-diagonal document masks), and

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from torch_tgb.errors import TGBError
+from torch_tgb.errors import ShardComplete, TGBError
+from torch_tgb.manifest import JobSpec
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.policies import CommitPolicy
 from torch_tgb.producer.producer import Producer
@@ -48,7 +49,9 @@ class ProduceReport:
     (``batches`` of them) and are committed. ``resumed``: an earlier run of
     this ``producer_id`` had committed offsets (``start_offset > 0``).
     ``exhausted``: the pipeline ended (``StopIteration``) rather than
-    ``max_steps`` being reached.
+    ``max_steps`` being reached. ``already_complete``: the producer's shard of
+    a declared job was done before this run, which did nothing (its offsets
+    are ``0 .. end_offset - 1``). ``done``: this run marked the producer done.
     """
 
     producer_id: str
@@ -61,6 +64,8 @@ class ProduceReport:
     sealed: bool
     bytes_written: int
     stats: ProducerStats
+    already_complete: bool = False
+    done: bool = False
 
     @property
     def batches_per_s(self) -> float:
@@ -71,13 +76,15 @@ def produce(
     ns: str | ObjectStore,
     pipeline: BaseNode[Mapping[str, torch.Tensor]],
     *,
-    producer_id: str,
+    producer_id: str | None = None,
     layout: Layout,
+    shard: tuple[int, int] | None = None,
+    job: str = "job",
     storage_options: Mapping[str, Any] | None = None,
     commit_policy: str | CommitPolicy = "dac",
     max_lag: int | None = None,
     max_steps: int | None = None,
-    seal: bool = False,
+    seal: bool | None = None,
     progress: bool | None = None,
     config: ProducerConfig | None = None,
     metadata: Mapping[str, Any] | None = None,
@@ -93,9 +100,24 @@ def produce(
     ``resume_offset, resume_offset + 1, ...`` with ``state=pipeline.state_dict()``
     until the pipeline ends or this producer id holds ``max_steps`` offsets in
     total (not per run). Then flushes (everything appended is committed when
-    this returns) and closes the producer; ``seal=True`` marks it done, which
+    this returns) and closes the producer.
+
+    **A job of declared shards** (``shard=(i, n)``): the namespace declares
+    ``n`` shards of job ``job`` when it is created, this run is shard ``i``
+    under the producer id ``f"{job}-shard{i:05d}-of{n:05d}"`` (``producer_id``
+    may be left out), and the shard is marked done when its pipeline is
+    exhausted -- the last shard done seals the namespace, whatever the order
+    the shards ran in. ``seal=False`` says the stream continues: the shard
+    closes without being marked done (a later run marks it). Rerunning a done
+    shard does nothing and returns at once (``already_complete``); a shard of
+    another count or job is refused (:class:`~torch_tgb.errors.JobMismatch`).
+    A producer whose id belongs to the namespace's job follows the same rules.
+
+    Without declared shards, ``seal=True`` marks the producer done, which
     seals the namespace once no other producer is still open (see
-    ``Producer.close``): every producer of a job may pass it.
+    ``Producer.close``): every producer of such a stream may pass it.
+    Finishing a shard or sealing with no batch at all written by this
+    producer logs a warning (an empty source, or every document dropped).
 
     ``progress``: a bar on a terminal (``None``: only if stderr is one), and
     a log line every 30 s otherwise. ``metadata`` goes into ``dataset.json``
@@ -113,11 +135,20 @@ def produce(
         raise TypeError(f"pipeline must be a torchdata.nodes.BaseNode, got {type(pipeline).__name__}")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
         raise ValueError(f"max_steps={max_steps!r} must be a non-negative int or None")
+    spec, producer_id = _job_of(producer_id, shard, job)
     started = time.perf_counter()
-    producer = Producer(
-        ns, producer_id=producer_id, layout=layout, commit_policy=commit_policy, max_lag=max_lag,
-        storage_options=storage_options, metadata=metadata, config=config,
-    )
+    try:
+        producer = Producer(
+            ns, producer_id=producer_id, layout=layout, commit_policy=commit_policy, max_lag=max_lag,
+            storage_options=storage_options, metadata=metadata, config=config, job=spec,
+        )
+    except ShardComplete as e:
+        log.info("produce %s: %s", producer_id, e)
+        return ProduceReport(
+            producer_id=producer_id, start_offset=e.next_offset, end_offset=e.next_offset, batches=0,
+            seconds=time.perf_counter() - started, resumed=e.next_offset > 0, exhausted=True, sealed=e.sealed,
+            bytes_written=0, stats=ProducerStats(), already_complete=True, done=False,
+        )
     with producer:
         start = producer.resume_offset
         if start and producer.resume_state is None:
@@ -151,14 +182,46 @@ def produce(
                     log.info("produce %s: offset %d (%d this run, %.1f batch/s)", producer_id, offset,
                              offset - start, (offset - start) / (time.perf_counter() - started))
         producer.flush()
-        producer.close(seal=seal)
+        # a shard of a declared job is done when its pipeline is exhausted (unless the stream
+        # continues); without declared shards the caller says so with seal=True
+        done = (exhausted and seal is not False) if producer.job is not None else bool(seal)
+        if done and offset == 0:
+            log.warning(
+                "%s: producer %r is marked done with no batch written: its pipeline yielded nothing (an empty "
+                "source, a shard with no documents, or every document dropped by packing or batching)",
+                producer.store.url, producer_id,
+            )
+        producer.close(seal=done)
         stats = producer.stats()
         sealed = producer.sealed
     seconds = time.perf_counter() - started
     report = ProduceReport(
         producer_id=producer_id, start_offset=start, end_offset=offset, batches=offset - start, seconds=seconds,
         resumed=start > 0, exhausted=exhausted, sealed=sealed, bytes_written=stats.bytes_written, stats=stats,
+        done=done,
     )
     log.info("produce %s: offsets %d..%d (%d batches) in %.2f s%s", producer_id, start, offset - 1,
-             report.batches, seconds, ", sealed" if sealed else ", done" if seal else "")
+             report.batches, seconds, ", sealed" if sealed else ", done" if done else "")
     return report
+
+
+def _job_of(producer_id: str | None, shard: tuple[int, int] | None, job: str) -> tuple[JobSpec | None, str]:
+    """(the declared job, this run's producer id) from ``produce``'s ``producer_id``/``shard``/``job``."""
+    if shard is None:
+        if producer_id is None:
+            raise TypeError("produce() needs producer_id= or shard=(index, count)")
+        return None, producer_id
+    try:
+        index, count = shard
+    except (TypeError, ValueError):
+        raise ValueError(f"shard={shard!r} must be (index, count) with 0 <= index < count") from None
+    if isinstance(index, bool) or not isinstance(index, int) or not isinstance(count, int) or not 0 <= index < count:
+        raise ValueError(f"shard={shard!r} must be (index, count) with 0 <= index < count")
+    spec = JobSpec.sharded(job, count)
+    derived = spec.producer_id(index)
+    if producer_id is not None and producer_id != derived:
+        raise ValueError(
+            f"producer_id={producer_id!r} with shard={shard}: a shard's producer id is {derived!r} (job={job!r}); "
+            "leave producer_id out, or name the job with job="
+        )
+    return spec, derived

@@ -27,7 +27,7 @@ import torch
 from torch_tgb.errors import SchemaMismatch, TGBError
 from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import Committer, DatasetInfo, Manifest, TGBEntry, validate_producer_id
+from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import encode_producer_state
 from torch_tgb.producer._commit_loop import CommitLoop
@@ -46,7 +46,16 @@ def object_key(producer_id: str, epoch: int, offset: int) -> str:
 
 
 class Producer:
-    """Appends global batches as TGBs to a namespace under a stable ``producer_id``."""
+    """Appends global batches as TGBs to a namespace under a stable ``producer_id``.
+
+    ``job``: the job of declared shards this producer belongs to
+    (``JobSpec.sharded(prefix, n)``, its id ``job.producer_id(i)``). The first
+    producer of a fresh namespace declares it; a producer outside the
+    namespace's job raises :class:`~torch_tgb.errors.JobMismatch`, and one
+    whose shard is already done :class:`~torch_tgb.errors.ShardComplete`,
+    both before anything is written. A producer whose id belongs to the
+    namespace's job follows its rules with or without ``job``.
+    """
 
     def __init__(
         self,
@@ -60,6 +69,7 @@ class Producer:
         schema: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         config: ProducerConfig | None = None,
+        job: JobSpec | None = None,
     ) -> None:
         self.producer_id = validate_producer_id(producer_id)
         if not isinstance(layout, Layout):
@@ -77,8 +87,13 @@ class Producer:
         ensure_conditional_writes(self.store)  # one read once the namespace was probed
         self.manifest = Manifest(self.store, snapshot_every=self.config.snapshot_every)
         self._check_dataset_at_start(schema)
-        self._committer = Committer(self.manifest, self.producer_id, crash_hook=self.config.crash_hook)
-        state = self._committer.start()  # epoch bump: any older incarnation is fenced from here on
+        self._committer = Committer(self.manifest, self.producer_id, job=job, crash_hook=self.config.crash_hook)
+        try:
+            state = self._committer.start()  # epoch bump: any older incarnation is fenced from here on
+        except BaseException:  # ShardComplete, JobMismatch, NamespaceSealed, ...: nothing was written
+            if self._owns_store:
+                self.store.close()
+            raise
         self.epoch = state.epoch
         self.resume_offset = state.next_offset
         #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
@@ -197,12 +212,13 @@ class Producer:
 
         ``seal=False`` marks it ``closed`` (finished for now; it may come back
         with the same ``producer_id`` unless the stream is sealed meanwhile).
-        ``seal=True`` marks it ``done`` and ends the stream once no producer
-        is still running: the namespace is sealed (end of stream for
-        readers) by this commit if no other registered producer is ``open``,
-        else by the last of them to close with ``seal=True`` (or by ``tgb
-        seal``); the others keep committing normally until then.
-        :attr:`sealed` says whether it is sealed.
+        ``seal=True`` marks it ``done`` (finished for good). In a namespace of
+        declared shards the commit that makes the last declared shard done
+        seals it (end of stream for readers). Without declared shards it ends
+        the stream once no producer is still running: sealed by this commit
+        if no other registered producer is ``open``, else by the last of them
+        to close with ``seal=True`` (or by ``tgb seal``); the others keep
+        committing normally until then. :attr:`sealed` says whether it is sealed.
         """
         if self._closed:
             if seal and self._loop.committed_mark != "done":
@@ -231,6 +247,11 @@ class Producer:
     def sealed(self) -> bool:
         """Whether the namespace is sealed, as far as this producer has read the log."""
         return self._loop.sealed
+
+    @property
+    def job(self) -> JobSpec | None:
+        """The namespace's job of declared shards (``None``: a namespace without one)."""
+        return self._committer.view.job
 
     @property
     def paused(self) -> bool:

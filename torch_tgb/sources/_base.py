@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -36,6 +37,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.errors import SourceError, TGBError
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
+from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -120,6 +122,8 @@ class UnitSource(BaseNode[Document]):
         self.shuffle_buffer = shuffle_buffer
         self.on_error = on_error
         self._num_units = 0
+        self._pid = os.getpid()
+        self._inherited: list[Any] = []
         self._start(epoch)
 
     # --- what a subclass provides -------------------------------------------------
@@ -164,8 +168,28 @@ class UnitSource(BaseNode[Document]):
         self._loaded = False
         self._skipped_before_window = self._skipped
 
+    def _after_fork(self) -> None:
+        """In a forked child (a DataLoader worker), set the parent's open files and readers aside.
+
+        They belong to the parent (a file position, a tar stream, a reader's
+        thread pool): the child keeps them referenced, never touches or
+        closes them, and reopens what it reads, as a copy sent to a spawned
+        worker does. A source whose library cannot survive a fork at all
+        (``Lance``) overrides this to refuse with a clear error instead.
+        """
+        pid = os.getpid()
+        if pid == self._pid:
+            return
+        self._pid = pid
+        handles = [k for k in self.__dict__ if k.endswith("_handles")]
+        self._inherited.append((self._it, [self.__dict__[k] for k in handles]))
+        self._it = None
+        for k in handles:
+            self.__dict__[k] = {}
+
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
+        self._after_fork()
         self._close_unit()
         if initial_state is None:
             self._start(self.first_epoch)
@@ -241,6 +265,7 @@ class UnitSource(BaseNode[Document]):
 
     def _fill(self) -> None:
         """Read the next window of records of the current unit (applying on_error) and order it."""
+        self._after_fork()
         unit = int(self._assignment()[self._pos])
         length = self._unit_length(unit)
         size = max(self.shuffle_buffer, 1)
@@ -289,18 +314,24 @@ class UnitSource(BaseNode[Document]):
         # Open files and generators do not travel (DataLoader workers): the copy re-opens the
         # unit and re-reads the current window, exactly as a restore from get_state() does.
         state = self.__dict__.copy()
-        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None)
+        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[])
         state["_skipped"] = self._skipped_before_window if self._loaded else self._skipped
         state.update({k: {} for k in state if k.endswith("_handles")})
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()  # a copy (a spawned worker) opens its own files: nothing inherited
 
 
 def as_tokens(values: Any, where: str) -> torch.Tensor | SourceError:
     """A 1-D integer token tensor from an array-like, or the error saying why not.
 
     uint16 widens to int32 and uint32 to int64 (torch has little support for
-    wide unsigned types); int32 and int64 stay as they are. Always a copy, so
-    a document never pins a memory map or an Arrow buffer.
+    wide unsigned types); int32 and int64 stay as they are. Token ids must be
+    ``>= 0`` (``transforms.tokens.token_ids_problem``): a negative id is an
+    error for that record. Always a copy, so a document never pins a memory
+    map or an Arrow buffer.
     """
     array = np.asarray(values)
     if array.ndim != 1:
@@ -308,6 +339,9 @@ def as_tokens(values: Any, where: str) -> torch.Tensor | SourceError:
     target = TOKEN_DTYPES.get(array.dtype.str.lstrip("<=|"))
     if target is None:
         return SourceError(f"{where}: wrong token dtype {array.dtype}; expected one of {sorted(TOKEN_DTYPES)}")
+    problem = token_ids_problem(array)  # the rule write_dataset applies too
+    if problem is not None:
+        return SourceError(f"{where}: {problem}")
     return torch.from_numpy(array.astype(target, copy=True))
 
 

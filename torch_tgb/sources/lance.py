@@ -5,8 +5,10 @@
 order) of the version current when the source is made, or of ``version=``;
 the version is pinned so that a copy sent to a worker sees the same
 fragments. A unit is read with ``LanceFragment.to_batches(offset=...)``, so
-resuming inside a fragment starts at the record itself. Needs the ``lance``
-extra (pylance).
+resuming inside a fragment starts at the record itself. Lance is not
+fork-safe: read it in ``spawn``/``forkserver`` DataLoader workers (a copy
+reopens the dataset); a forked worker gets a :class:`SourceError` saying so.
+Needs the ``lance`` extra (pylance).
 """
 
 from __future__ import annotations
@@ -50,6 +52,21 @@ class Lance(ArrowSource):
         self._check_schema(dataset.schema, self.uri)
         self._fragment_ids = sorted(int(f.fragment_id) for f in dataset.get_fragments())
         self._set_num_units(len(self._fragment_ids), self.uri)
+
+    def _after_fork(self) -> None:
+        """Refuse to read in a forked process: Lance is not fork-safe.
+
+        Its Rust runtime's threads do not survive a fork, so the child crashes
+        or hangs, whether it uses the inherited dataset or opens it again
+        (both seen, timing-dependent). A copy sent to a ``spawn``/``forkserver``
+        worker (pickled: ``__getstate__`` drops the handle) opens its own.
+        """
+        if os.getpid() != self._pid:
+            raise SourceError(
+                f"{self.uri}: sources.Lance made in process {self._pid} is read in forked process {os.getpid()}; "
+                "Lance is not fork-safe (a forked worker crashes or hangs): use "
+                "DataLoader(..., multiprocessing_context='spawn') or 'forkserver', whose workers open their own copy"
+            )
 
     def _dataset(self) -> Any:
         if "dataset" not in self._handles:

@@ -16,6 +16,7 @@ is then read whole). Needs the ``parquet`` extra (pyarrow).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,11 +59,16 @@ class Parquet(ArrowSource):
             self._check_schema(handle.schema_arrow, path)
             meta = handle.metadata
             self._units += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
-        self._set_num_units(len(self._units), ", ".join(self.paths) or "Parquet(paths=[])")
+        where = ", ".join(self.paths) or "Parquet(paths=[])"
+        if self._units and not any(rows for _, _, rows in self._units):  # row groups of 0 rows: nothing either
+            raise SourceError(f"{where}: empty source, nothing to read (0 rows)")
+        self._set_num_units(len(self._units), where)
 
     def _file(self, f: int) -> Any:
         """A ``ParquetFile``, or for an Arrow IPC file its ``Table`` (memory mapped when local)."""
         path = self.paths[f]
+        if path not in self._handles and "://" not in path:
+            _check_regular(path)  # a FIFO would block the open forever
         if path not in self._handles and _is_arrow(path):
             self._handles[path] = self._arrow_table(path)
         if path not in self._handles:
@@ -129,6 +135,18 @@ def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
         else:
             out.append(item)
     return out
+
+
+def _check_regular(path: str) -> None:
+    """A :class:`SourceError` unless ``path`` is a regular file (never opened otherwise: a FIFO blocks)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError as e:
+        raise SourceError(f"{path}: no such {'Arrow' if _is_arrow(path) else 'Parquet'} file") from e
+    except OSError as e:
+        raise SourceError(f"{path}: cannot stat: {e}") from e
+    if not stat.S_ISREG(mode):
+        raise SourceError(f"{path}: not a regular file (a FIFO, device or directory); refused")
 
 
 def _is_arrow(path: str) -> bool:

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
+from torch_tgb.transforms.tokens import offsets_problem
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -99,7 +100,7 @@ class TokenFile(UnitSource):
     def _unit_length(self, unit: int) -> int:
         return min(self.docs_per_unit, self.num_docs - unit * self.docs_per_unit)
 
-    def _records(self, unit: int, start: int) -> Iterator[Document]:
+    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
         tokens, bounds = self._tokens(), self._bounds()
         first = unit * self.docs_per_unit
         for doc in range(first + start, first + self._unit_length(unit)):
@@ -108,9 +109,7 @@ class TokenFile(UnitSource):
             else:
                 lo, hi = doc * self.chunk_tokens, min((doc + 1) * self.chunk_tokens, len(tokens))
             out = as_tokens(tokens[lo:hi], f"{self.path} document {doc}")
-            if isinstance(out, SourceError):  # the dtype is checked on open; cannot happen per record
-                raise out
-            yield {"tokens": out}
+            yield out if isinstance(out, SourceError) else {"tokens": out}  # e.g. a negative id: on_error decides
 
 
 def _open_tokens(path: str, dtype: np.dtype | None) -> np.ndarray:
@@ -154,11 +153,6 @@ def _open_offsets(path: str) -> np.ndarray:
 
 
 def _check_offsets(bounds: np.ndarray, num_tokens: int, where: str) -> None:
-    if bounds.ndim != 1 or bounds.dtype.kind not in "iu" or len(bounds) < 2:
-        raise SourceError(f"{where}: offsets must be a 1-D integer array of >= 2 boundaries, "
-                          f"got {bounds.dtype} of shape {bounds.shape}")
-    if int(bounds[0]) != 0 or int(bounds[-1]) != num_tokens:
-        raise SourceError(f"{where}: offsets must start at 0 and end at the token count {num_tokens}, "
-                          f"got {int(bounds[0])}..{int(bounds[-1])}")
-    if bool((np.diff(bounds) < 0).any()):
-        raise SourceError(f"{where}: offsets must be non-decreasing")
+    problem = offsets_problem(bounds, num_tokens)  # the rule write_dataset applies too
+    if problem is not None:
+        raise SourceError(f"{where}: {problem}")

@@ -54,7 +54,7 @@ _MASK64 = (1 << 64) - 1
 def check_weights(
     weights: Mapping[str, float], names: Iterable[str] | None = None, *, step: int | None = None
 ) -> dict[str, float]:
-    """Validated weights as a plain dict: finite, >= 0, not all 0, every name known.
+    """Validated weights as a plain dict: finite, >= 0, not all 0, a finite sum, every name known.
 
     ``names`` (the sources that exist), when given: a weight for another name
     is an error; names without a weight get 0. ``step`` only goes into messages.
@@ -79,6 +79,9 @@ def check_weights(
         out = {name: out.get(name, 0.0) for name in known}
     if not any(out.values()):
         raise MixtureError(f"mixture weights{at} are all zero: {out}")
+    if not math.isfinite(sum(out.values())):  # each finite, their sum not: a draw could not be made
+        raise MixtureError(f"mixture weights{at} sum to more than the largest float ({out}); scale them down "
+                           "(only their ratios matter)")
     return out
 
 

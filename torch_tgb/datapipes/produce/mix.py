@@ -28,7 +28,10 @@ draw and token counters (the step derives from them), the exhausted sources
 and each source's epoch (cycle count). ``stats()`` returns :class:`MixStats`:
 the realised share of each source over the last ``stats_window`` documents
 next to its scheduled weight; ``torch_tgb.observability`` exports its flat
-fields (``share_<source>`` -> Prometheus gauge ``tgb_share_<source>``).
+fields (``share_<source>`` -> Prometheus gauge ``tgb_share_<source>``) with
+``role="mix"`` and ``id`` = :attr:`Mix.name` (the sources' names,
+``"code+web"``, unless ``name=`` is given); pass the namespace it feeds with
+``as_source(mix, namespace=ns)``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class Mix(BaseNode[T]):
         documents_per_step: int | None = None,
         tokens_per_step: int | None = None,
         stats_window: int = 10_000,
+        name: str | None = None,
     ) -> None:
         super().__init__()
         if not sources:
@@ -105,11 +109,13 @@ class Mix(BaseNode[T]):
             raise MixtureError(f"exhausted must be one of {EXHAUSTED_POLICIES}, got {exhausted!r}")
         if documents_per_step is not None and tokens_per_step is not None:
             raise MixtureError("give documents_per_step or tokens_per_step, not both")
-        for name, value in (("documents_per_step", documents_per_step), ("tokens_per_step", tokens_per_step)):
+        for what, value in (("documents_per_step", documents_per_step), ("tokens_per_step", tokens_per_step)):
             if value is not None and (not isinstance(value, int) or value < 1):
-                raise MixtureError(f"{name} must be an int >= 1, got {value!r}")
+                raise MixtureError(f"{what} must be an int >= 1, got {value!r}")
         self.sources = dict(sources)
         self.names = sorted(self.sources)
+        #: how exporters label this Mix (``id``): stable across restarts, unlike an object address
+        self.name = name or "+".join(self.names)
         self.schedule = as_schedule(weights)
         check_weights(self.schedule(0), self.names, step=0)  # fail at construction, not mid-run
         self.seed = seed

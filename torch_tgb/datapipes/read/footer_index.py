@@ -10,9 +10,11 @@ waiting (``source.available()``, when the source offers it) and fetches every
 missing footer among them in one ``store.get_ranges`` call (a local namespace
 reads them one after the other: no round trip to save), using the footer
 location recorded in the manifest entry, so a reader pays one round trip per
-``lookahead`` steps for footers instead of one per step. The entry's numbers
-are checked before anything is read (a hostile ``size`` must not decide an
-allocation).
+``lookahead`` steps for footers instead of one per step. If an object of
+that window is missing, the tasks before it are served one by one and the
+missing object's own task raises :class:`ObjectNotFound`: no step before
+it is lost. The entry's numbers are checked before anything is read (a
+hostile ``size`` must not decide an allocation).
 
 State: the source's state as it was right after the last task handed out,
 so tasks buffered ahead are fetched again after a reset, never skipped.
@@ -29,7 +31,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes.read._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
-from torch_tgb.errors import ManifestError
+from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.format import (
     INDEX_TAIL_READ,
     TRAILER_SIZE,
@@ -99,12 +101,14 @@ class FooterIndex(BaseNode[ReadTask]):
         self._local: bool | None = None
         # segment object -> its index (None: a segment written without one), most recent last
         self._indexes: OrderedDict[str, SegmentIndex | None] = OrderedDict()
+        self._narrow = 0  # tasks still fetched one by one after a window with a missing object
         # runtime Protocol checks cost microseconds each: decided once, off the step path
         self._source_lookahead = isinstance(source, Lookahead)
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
         self._pending.clear()
+        self._narrow = 0
         if initial_state is not None:
             self.source.reset(initial_state[self.SOURCE_KEY])
         else:
@@ -131,9 +135,18 @@ class FooterIndex(BaseNode[ReadTask]):
                 for e in task.entries:
                     if e.address not in cache:
                         self._fetch_one_local(e)
+            elif self._narrow:  # a window's fetch failed: task by task until past that window
+                self._narrow -= 1
+                self._fetch(list(task.entries))
             else:
                 self._pull_ready()
-                self._fetch([e for t, _ in self._pending for e in t.entries])
+                try:
+                    self._fetch([e for t, _ in self._pending for e in t.entries])
+                except ObjectNotFound:
+                    # One object of the window is missing: deliver every step before it, then fail
+                    # on its own step (this task's fetch raises if the missing object is its own).
+                    self._narrow = len(self._pending) - 1
+                    self._fetch(list(task.entries))
         else:
             self.stats.add(footer_cache_hits=len(task.entries))
         self._pending.popleft()

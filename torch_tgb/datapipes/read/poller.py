@@ -11,7 +11,9 @@ A wait is never silent: every ``warn_every`` seconds (default 10, ``None``
 to turn off) a warning goes to the ``torch_tgb.datapipes.read.poller`` logger
 naming the namespace, the step waited for, the last version seen and the
 producers' marks (open, closed, done), so a stream whose producers have all
-closed without sealing is told apart from one still being written.
+closed without sealing is told apart from one still being written; in a
+namespace of declared shards, the shards still missing (not started,
+running or stopped) instead.
 
 State: the next step to yield and the newest version seen. Entries buffered
 ahead are refetched after a reset, never carried in the state.
@@ -31,6 +33,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes.read._types import ManifestView, StepEntry
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import DataTimeout, ManifestError
+from torch_tgb.manifest.jobs import describe_missing
 from torch_tgb.manifest.records import ManifestState, TGBEntry
 
 __all__ = ["ManifestPoller", "PollPolicy", "describe_producers"]
@@ -61,6 +64,10 @@ def describe_producers(head: ManifestState, *, now: float | None = None) -> str:
     """One line on a head's producers and what their marks mean for the end of the stream."""
     if head.sealed:
         return "sealed"
+    job = head.job
+    if job is not None:  # a job of declared shards ends exactly when every shard is done: name the missing
+        return (f"{job.describe()}: the stream ends when every shard is done; waiting for "
+                f"{describe_missing(job, head.producers)}")
     if not head.producers:
         return "no producer has started yet"
     now = time.time() if now is None else now
