@@ -42,7 +42,7 @@ SKIP = {
     "python examples/s3_namespace.py --ns s3://bucket/prefix --endpoint-url ...":
         "needs S3 credentials (tests/examples/test_s3_namespace.py runs it against moto)",
     'pip install -e ".[sources]"': "installs packages (network)",
-    'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus,sources,ray]" && python -m pytest -q tests':
+    'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus,sources,ray,images,video]" && python -m pytest -q tests':
         "installs packages (network) and runs this very suite",
     "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",
     "tgb bench all --results-dir benchmarks/results && tgb bench report":

@@ -11,6 +11,18 @@ seek to a sample: resuming inside a shard streams it again from its start,
 skipping samples without decoding them. ``extra`` names members to carry
 along as bytes (``"__key__"`` is the sample key). Needs the ``webdataset``
 extra.
+
+**Media samples.** A sample with an image or video member (extension
+``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``; also
+``0.jpg``, ``1.jpg`` for several) is yielded undecoded: each such member's
+raw bytes under its extension key, ``"__key__"``, ``"__url__"`` and
+``"tokens"``, the caption's tokens (``text_field`` + ``tokenizer``, or the
+``field`` member; empty when the sample has no caption). Decoding is left to
+``datapipes.DecodeImages`` / ``DecodeVideos``. A sample whose only media
+member has an extension that is recognised but not decoded (``gif``,
+``bmp``, ``tiff``, ``avi``, ...) is a bad record (``on_error``); a caption
+without any media member is a text document, which ``DecodeImages``
+refuses (``"no_image"``).
 """
 
 from __future__ import annotations
@@ -23,8 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import torch
+
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, as_tokens, require, tokenize
+from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -99,9 +114,13 @@ class WebDataset(UnitSource):
             return f"{url} sample {index} (key {sample.get('__key__')!r})"
 
         tokens: list[Any] = [None] * len(batch)
+        media = [media_keys(sample, MEDIA_EXTS) for _, sample in batch]
         if self.text_field is not None and self.tokenizer is not None:  # both or neither (__init__)
             texts: dict[int, str] = {}
             for i, (_, sample) in enumerate(batch):
+                if media[i] and self.text_field not in sample:
+                    tokens[i] = torch.zeros(0, dtype=torch.int64)  # an image without a caption
+                    continue
                 try:
                     texts[i] = bytes(sample[self.text_field]).decode("utf-8")
                 except KeyError:
@@ -112,17 +131,30 @@ class WebDataset(UnitSource):
             for i, out in zip(order, tokenize([texts[i] for i in order], self.tokenizer, lambda k: where(order[k]))):
                 tokens[i] = out
         else:
-            tokens = [_load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
+            tokens = [torch.zeros(0, dtype=torch.int64) if media[i] and self.field not in sample
+                      else _load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
         for i, out in enumerate(tokens):
+            sample = batch[i][1]
+            other = media_keys(sample, OTHER_MEDIA_EXTS)
+            if other and not media[i]:
+                yield SourceError(f"{where(i)}: unknown media extension {other[0].rsplit('.', 1)[-1]!r} (decoded: "
+                                  f"{', '.join(MEDIA_EXTS)})")
+                continue
             if isinstance(out, SourceError):
                 yield out
                 continue
-            sample = batch[i][1]
             missing = [name for name in self.extra if name not in sample]
             if missing:
                 yield SourceError(f"{where(i)}: no member {missing[0]!r}")
+            elif media[i]:
+                yield {"tokens": out, "__key__": sample.get("__key__"), "__url__": url,
+                       **{name: sample[name] for name in (*media[i], *self.extra)}}
             else:
                 yield {"tokens": out, **{name: sample[name] for name in self.extra}}
+
+
+#: members yielded raw in a media sample
+MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
 
 
 def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
