@@ -40,7 +40,9 @@ def open_reader(ds: Any, store: Any, layout: Layout) -> Any:
     """The last node of the read path ``ds`` (a TGBDataset) would read with from the start: LocalRuns or a RangeReader."""
     from torch_tgb.consumer._paths import PathStart, RunPath, open_path
     from torch_tgb.cursor import Cursor
+    from torch_tgb.layout import plan_reads
     from torch_tgb.manifest import Manifest
 
-    path, _ = open_path(store, Manifest(store), layout, ds.mesh, ds.options, None, PathStart(Cursor(0), None, 0, 1))
+    plan = plan_reads(layout, ds.mesh, dp_split=ds.options.dp_split)
+    path, _ = open_path(store, Manifest(store), plan, ds.options, None, PathStart(Cursor(0), None, 0, 1))
     return path.runs if isinstance(path, RunPath) else path.reader

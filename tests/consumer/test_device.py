@@ -47,6 +47,8 @@ class AheadOnCpu:
     """A DeviceFeed stand-in that runs one step ahead without a GPU (what CUDA delivery does)."""
 
     ahead = True
+    dtype = None  # no cast on the "device"
+    keep: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.issued = 0

@@ -191,8 +191,8 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
         # phase 1: read the first half while the producers write
         phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000, producers)
         bar.update(1)
-        states = {f"rank{r}": json.loads((work / f"state-phase1-rank{r}.json").read_text()) for r in range(args.ranks)}
-        mid = record_watermark(store, "demo-mid", states)
+        states = [json.loads((work / f"state-phase1-rank{r}.json").read_text()) for r in range(args.ranks)]
+        mid = record_watermark(store, "demo-mid", states)  # every rank's state: the smallest cursor counts
         reclaim_mid = Reclaimer(store).run_once()
         bar.update(1)
         # phase 2: restart every rank from its saved state and read the rest
@@ -219,7 +219,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    end_states = {f"rank{r}": json.loads((work / f"state-phase2-rank{r}.json").read_text()) for r in range(args.ranks)}
+    end_states = [json.loads((work / f"state-phase2-rank{r}.json").read_text()) for r in range(args.ranks)]
     end = record_watermark(store, "demo-end", end_states)
     keep_last(store, 2)  # both checkpoints stay live: the data from demo-mid on is kept for a rollback
     reclaim_end = Reclaimer(store).run_once()

@@ -158,6 +158,19 @@ def _sealed_text(r: dict[str, Any]) -> str:
             "until one restarts; `tgb seal` ends the stream")
 
 
+def _schema_text(schema: dict[str, Any]) -> str:
+    """``name:dtype`` per key, ``[n, ...]`` items per row for a ragged key (values + offsets)."""
+    parts = []
+    for name, spec in schema.items():
+        if not isinstance(spec, dict):
+            parts.append(name)
+            continue
+        dims = ",".join(str(d) for d in spec.get("shape", []))
+        item = f"[n{',' if dims else ''}{dims}] per row, ragged" if spec.get("ragged") else f"[{dims}]" if dims else ""
+        parts.append(f"{name}:{spec.get('dtype', '?')}{' ' + item if item else ''}")
+    return ", ".join(parts) or "-"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -165,7 +178,7 @@ def render_text(r: dict[str, Any]) -> str:
     rows: list[tuple[str, Any]] = [
         ("namespace", r["namespace"]),
         ("layout", ", ".join(f"{k}={val}" for k, val in layout.items()) or "(no dataset.json yet)"),
-        ("schema", ", ".join(f"{k}:{val.get('dtype', '?')}" if isinstance(val, dict) else k for k, val in ((r["dataset"] or {}).get("schema") or {}).items()) or "-"),
+        ("schema", _schema_text((r["dataset"] or {}).get("schema") or {})),
         ("versions", f"latest {v['latest']}, oldest kept {v['oldest_kept']}, {v['log_objects']} log objects"),
         ("last commit", _age(v["latest_commit_age_s"])),
         ("steps", r["steps"]),

@@ -49,12 +49,12 @@ from torch_tgb.datapipes.read import (
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader, cast_integers
-from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
+from torch_tgb.layout import ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
 
-__all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs"]
+__all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs", "uncast_keys"]
 
 #: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
 META_KEY = "__tgb_meta__"
@@ -70,6 +70,11 @@ class PathStart:
     exact: Position | None
     worker: int
     num_workers: int
+
+
+def uncast_keys(plan: ReadPlan) -> frozenset[str]:
+    """What a ``dtype`` cast leaves alone: ragged keys and their offsets (the cast is for dense token ids)."""
+    return frozenset(plan.ragged) | {offsets_key(k) for k in plan.ragged}
 
 
 def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, num_workers: int) -> bool:
@@ -99,12 +104,13 @@ class ReadPath(ABC):
     def __init__(self, project: Project, dtype: torch.dtype | None, sources: list[ReadStats]) -> None:
         self.project = project
         self.dtype = dtype
+        self.keep = uncast_keys(project.plan)
         self.delivered = ReadStats()  # steps handed out and the time spent waiting for them
         self._sources = sources  # the nodes' own counters
 
     def cast(self, tensors: Batch) -> Batch:
-        """The one host-side cast of a step: integer tensors to ``ReaderOptions.dtype``."""
-        return tensors if self.dtype is None else cast_integers(tensors, self.dtype)
+        """The one host-side cast of a step: dense integer tensors to ``ReaderOptions.dtype``."""
+        return tensors if self.dtype is None else cast_integers(tensors, self.dtype, self.keep)
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
@@ -219,11 +225,10 @@ class RunPath(ReadPath):
 
 
 def open_path(
-    store: ObjectStore, manifest: Manifest, layout: Layout, mesh: Mesh, options: ReaderOptions,
-    order: EpochOrder | None, start: PathStart, *, emit_meta: bool = False,
+    store: ObjectStore, manifest: Manifest, plan: ReadPlan, options: ReaderOptions, order: EpochOrder | None,
+    start: PathStart, *, emit_meta: bool = False,
 ) -> tuple[ReadPath, int | None]:
-    """The read path for this iteration, positioned at ``start``; and ``N`` of an epochs read (None: a stream)."""
-    plan = plan_reads(layout, mesh, dp_split=options.dp_split)
+    """The read path of ``plan`` for this iteration, positioned at ``start``; and ``N`` of an epochs read (None: a stream)."""
     steps: ManifestPoller | BlockShuffle
     if order is None:
         steps = ManifestPoller(manifest, timeout=options.timeout, policy=options.poll, stop_step=options.stop_step,

@@ -39,7 +39,8 @@ from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.cursor import Cursor
 from torch_tgb.datapipes.read import ConsumerStats, Position, merge_stats
 from torch_tgb.datapipes.read.project import cursor_at
-from torch_tgb.layout import Layout, Mesh, plan_reads
+from torch_tgb.format import ragged_keys
+from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
 
@@ -73,7 +74,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._num_steps: int | None = None  # epochs reads: steps of the sealed namespace, read once
         self._start: Cursor | None = None if self._order else Cursor(0)  # None: the start of the first epoch
         self._restore: ReaderState | None = None  # an exact same-setting state, used if the setting matches
-        self._layout: dict[str, Any] | None = None  # the written layout, read once and carried to workers
+        self._written: tuple[Layout, tuple[str, ...]] | None = None  # layout and ragged keys, read once
         self._path: ReadPath | None = None  # while iterating
         self._closed_stats = ConsumerStats()  # of the iterations before this one
 
@@ -97,7 +98,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             start = self._start_cursor()
             at, exact = Position(start, start, 0, 1, 1), False
             if setting.worker > 0:
-                plan = plan_reads(self._resolve_layout(), self.mesh, dp_split=self.options.dp_split)
+                plan = self._plan()
                 ratios = {"tgbs_per_step": plan.tgbs_per_step, "steps_per_tgb": plan.steps_per_tgb}
                 cursor = cursor_at(start, setting.worker, version=start.version, **ratios)
                 at, exact = Position(cursor, start, setting.worker, plan.tgbs_per_step, plan.steps_per_tgb), True
@@ -161,20 +162,21 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         assert self._order is not None  # only an epochs read starts at "the first epoch"
         return Cursor(self._order.first_epoch * self._steps_per_epoch())
 
-    def _resolve_layout(self) -> Layout:
-        """The written layout (read once, then carried to workers with the dataset)."""
-        if self._layout is None:
+    def _plan(self) -> ReadPlan:
+        """How this mesh reads the written layout (read once from ``dataset.json``, carried to workers)."""
+        if self._written is None:
             store, _ = self._open()
             store.close()
-        assert self._layout is not None
-        return Layout.from_json(self._layout)
+        assert self._written is not None  # set by _open
+        layout, ragged = self._written
+        return plan_reads(layout, self.mesh, dp_split=self.options.dp_split, ragged=ragged)
 
     def _open(self) -> tuple[ObjectStore, Manifest]:
         store = open_store(self.ns, self.storage_options or None)
         manifest = Manifest(store)
-        if self._layout is None:
+        if self._written is None:
             info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
-            self._layout = dict(info.layout)
+            self._written = (Layout.from_json(info.layout), ragged_keys(info.schema))
         return store, manifest
 
     # --- iteration ---------------------------------------------------------------
@@ -192,14 +194,12 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._close_path()  # an earlier iterator still open: continue from its position
         store, manifest = self._open()
         setting = self._setting()
-        layout = self._resolve_layout()
-        plan = plan_reads(layout, self.mesh, dp_split=self.options.dp_split)
+        plan = self._plan()
         exact = None if self._restore is None else self._restore.restores(
             setting, {"tgbs_per_step": plan.tgbs_per_step, "steps_per_tgb": plan.steps_per_tgb})
         start = PathStart(self._start_cursor() if exact is None else exact.origin, exact, setting.worker,
                           setting.num_workers)
-        path, num_steps = open_path(store, manifest, layout, self.mesh, self.options, self._order, start,
-                                    emit_meta=self.emit_meta)
+        path, num_steps = open_path(store, manifest, plan, self.options, self._order, start, emit_meta=self.emit_meta)
         if num_steps is not None:
             self._num_steps = num_steps
         self._path = path

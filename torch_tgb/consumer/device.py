@@ -29,9 +29,13 @@ __all__ = ["DeviceFeed", "cast_integers"]
 class DeviceFeed:
     """Moves dict-of-tensor batches to ``device``; on CUDA one step ahead on a side stream."""
 
-    def __init__(self, device: str | torch.device, *, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, device: str | torch.device, *, dtype: torch.dtype | None = None, keep: frozenset[str] = frozenset()
+    ) -> None:
         self.device = torch.device(device)
         self.dtype = dtype
+        #: keys the cast leaves alone (ragged keys and their offsets, as on the host)
+        self.keep = keep
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(
                 f"device={str(device)!r} asked for, but CUDA is not available in this process "
@@ -50,7 +54,9 @@ class DeviceFeed:
             return batch
         if self.stream is None:
             moved = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            return cast_integers(moved, self.dtype) if all(isinstance(v, torch.Tensor) for v in moved.values()) else moved
+            if all(isinstance(v, torch.Tensor) for v in moved.values()):
+                return cast_integers(moved, self.dtype, self.keep)
+            return moved
         out: dict[str, Any] = {}
         hosts = []  # pinned copies stay referenced until the copy is consumed
         with torch.cuda.stream(self.stream):
@@ -61,7 +67,7 @@ class DeviceFeed:
                 host = v if v.is_pinned() else v.pin_memory()
                 hosts.append(host)
                 t = host.to(self.device, non_blocking=True)
-                if self.dtype is not None and is_integer(t.dtype):
+                if self.dtype is not None and is_integer(t.dtype) and k not in self.keep:
                     t = t.to(self.dtype)  # cast on the device, on the side stream
                 out[k] = t
         return out, hosts

@@ -42,6 +42,7 @@ from typing_extensions import Unpack
 from torch_tgb.cursor import DATASET_STATE_KEY, WORKER_SNAPSHOTS_PATH, Cursor
 from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, next_step_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
+from torch_tgb.consumer._paths import uncast_keys
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
@@ -135,10 +136,12 @@ class DataLoader(StatefulDataLoader):
         # once here, so every worker's initial state already names its own first step
         # (and the workers do not each wait for dataset.json).
         if self.num_workers > 0:
-            self.tgb_dataset._resolve_layout()
+            self.tgb_dataset._plan()
 
     def __iter__(self) -> Iterator[Any]:
         self._before_workers()
+        if self._feed is not None and self._feed.dtype is not None:  # the device cast keeps what the host cast keeps
+            self._feed.keep = uncast_keys(self.tgb_dataset._plan())
         inner = super().__iter__()
         if self._feed is not None:
             return self._ahead(self._deliver(inner), self._feed)

@@ -24,6 +24,7 @@ page-aligned tensors with no copy; each tensor carries its own CRC32C.
 from torch_tgb.format._dtypes import DTYPES, DType, cast_integers, is_integer
 from torch_tgb.format._footer import (
     FORMAT_VERSION,
+    FORMAT_VERSIONS,
     SLICE_ALIGN,
     TENSOR_ALIGN,
     TRAILER_MAGIC,
@@ -56,12 +57,13 @@ from torch_tgb.format._segment_index import (
     parse_index_trailer,
     read_segment_index,
 )
-from torch_tgb.format._schema import check_schema, schema_fingerprint, schema_of
+from torch_tgb.format._schema import check_schema, ragged_keys, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
 
 __all__ = [
     "DTYPES",
     "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
     "INDEX_TAIL_READ",
     "INDEX_TRAILER_SIZE",
     "MAX_INDEX_BYTES",
@@ -90,6 +92,7 @@ __all__ = [
     "encode_tgb",
     "is_integer",
     "padding_ranges",
+    "ragged_keys",
     "parse_footer",
     "parse_footer_run",
     "parse_index_trailer",

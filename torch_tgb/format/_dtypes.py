@@ -68,8 +68,14 @@ def is_integer(dtype: torch.dtype) -> bool:
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
-def cast_integers(tensors: dict[str, torch.Tensor], dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
-    """Integer tensors cast to ``dtype`` (a copy); others as they are. ``None``: unchanged."""
+def cast_integers(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype | None, skip: frozenset[str] = frozenset()
+) -> dict[str, torch.Tensor]:
+    """Integer tensors cast to ``dtype`` (a copy); others, and those named in ``skip``, as they are.
+
+    ``None``: unchanged. Readers skip ragged keys and their offsets (pixel
+    patches stay uint8, offsets int64): the cast is for dense token ids.
+    """
     if dtype is None:
         return tensors
-    return {k: t.to(dtype) if is_integer(t.dtype) else t for k, t in tensors.items()}
+    return {k: t.to(dtype) if is_integer(t.dtype) and k not in skip else t for k, t in tensors.items()}

@@ -36,6 +36,7 @@ import numpy as np
 from torch_tgb.errors import CorruptObject, SchemaMismatch
 from torch_tgb.format._checks import check_tables, json_depth
 from torch_tgb.format._dtypes import DType, dtype_by_code
+from torch_tgb.layout import offsets_key
 from torch_tgb.format._spec import (
     _DIM,
     _HEADER,
@@ -44,6 +45,7 @@ from torch_tgb.format._spec import (
     _TRAILER,
     FOOTER_MAGIC,
     FORMAT_VERSION,
+    FORMAT_VERSIONS,
     MAX_JSON_DEPTH,
     MAX_META_BYTES,
     MAX_NDIM,
@@ -56,6 +58,7 @@ from torch_tgb.format._spec import (
 __all__ = [
     "FOOTER_MAGIC",
     "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
     "MAX_NDIM",
     "SLICE_ALIGN",
     "TENSOR_ALIGN",
@@ -99,13 +102,18 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class SliceInfo:
-    """One (dp, cp) slice: the byte range ``[start, end)`` holding its tensors."""
+    """One (dp, cp) slice: the byte range ``[start, end)`` holding its tensors.
+
+    ``ragged``: the ragged keys among them (each with its ``_offsets`` tensor),
+    whose offsets a reader checks before handing them out.
+    """
 
     dp: int
     cp: int
     start: int
     end: int
     tensors: tuple[TensorInfo, ...]
+    ragged: tuple[str, ...] = ()
 
     @property
     def length(self) -> int:
@@ -154,6 +162,7 @@ class Footer:
         slices: np.ndarray,
         tensors: np.ndarray,
         dims: np.ndarray,
+        ragged: tuple[str, ...] = (),
     ) -> None:
         self.key = key
         self.size = size
@@ -168,6 +177,8 @@ class Footer:
         self._slices = slices
         self._tensors = tensors
         self._dims = dims
+        #: ragged keys (stored as values under the name and offsets under name + "_offsets")
+        self.ragged = ragged
         # built on first use; a benign race between threads builds equal objects
         self._cache: dict[int, SliceInfo] = {}
 
@@ -206,8 +217,13 @@ class Footer:
             if self.layout is not None and self.layout != want:
                 raise SchemaMismatch(f"{where}: written with layout {self.layout}, expected {want}")
         if schema is not None:
-            if set(self.names) != set(schema):
-                raise SchemaMismatch(f"{where}: holds tensors {sorted(self.names)}, schema has {sorted(schema)}")
+            stored = set(self.names) - {offsets_key(k) for k in self.ragged}
+            if stored != set(schema):
+                raise SchemaMismatch(f"{where}: holds tensors {sorted(stored)}, schema has {sorted(schema)}")
+            for name, spec in schema.items():
+                if bool(dict(spec).get("ragged", False)) != (name in self.ragged):
+                    raise SchemaMismatch(f"{where}: tensor {name!r} is {'ragged' if name in self.ragged else 'dense'}, "
+                                         f"the schema says {'ragged' if dict(spec).get('ragged') else 'dense'}")
             for name, spec in self.schema.items():
                 want_dtype = dict(schema.get(name, {})).get("dtype")
                 if isinstance(spec, dict) and want_dtype is not None and spec.get("dtype") != want_dtype:
@@ -234,12 +250,12 @@ class Footer:
                     f"{numel * dt.itemsize} bytes, footer says {length}"
                 )
             infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt))
-        return SliceInfo(dp, cp, start, end, tuple(infos))
+        return SliceInfo(dp, cp, start, end, tuple(infos), self.ragged)
 
     def __repr__(self) -> str:
         return (
             f"Footer(key={self.key!r}, size={self.size}, dp={self.dp}, cp={self.cp}, "
-            f"tensors={list(self.names)})"
+            f"tensors={list(self.names)}" + (f", ragged={list(self.ragged)})" if self.ragged else ")")
         )
 
 
@@ -254,8 +270,12 @@ def encode_footer(
     layout: Mapping[str, Any] | None,
     schema: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    ragged: Sequence[str] = (),
 ) -> bytes:
-    """Footer body followed by the trailer. ``slices``: (dp, cp, start, end, tensors)."""
+    """Footer body followed by the trailer. ``slices``: (dp, cp, start, end, tensors).
+
+    Version 1 unless there are ``ragged`` keys (version 2, which older readers refuse).
+    """
     names: list[str] = []
     name_ids: dict[str, int] = {}
     srows = np.zeros(len(slices), dtype=_SLICE_ROW)
@@ -272,12 +292,12 @@ def encode_footer(
             trows[ti] = (name_ids[t.name], t._dt.code, len(t.shape), 0, len(dims), t.crc32c, t.offset, t.length)
             dims.extend(t.shape)
             ti += 1
-    meta = json.dumps(
-        {"names": names, "layout": layout, "schema": schema, "metadata": metadata},
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
-    header = _HEADER.pack(FOOTER_MAGIC, FORMAT_VERSION, 0, dp, cp, len(slices), ntensors, len(dims), len(meta))
+    doc: dict[str, Any] = {"names": names, "layout": layout, "schema": schema, "metadata": metadata}
+    if ragged:
+        doc["ragged"] = sorted(ragged)
+    meta = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    version = FORMAT_VERSION if ragged else 1
+    header = _HEADER.pack(FOOTER_MAGIC, version, 0, dp, cp, len(slices), ntensors, len(dims), len(meta))
     body = b"".join(
         [
             header,
@@ -288,16 +308,19 @@ def encode_footer(
             np.asarray(dims, dtype=_DIM).tobytes(),
         ]
     )
-    trailer = _TRAILER.pack(len(body), crc32c_of(body), FORMAT_VERSION, TRAILER_MAGIC)
+    trailer = _TRAILER.pack(len(body), crc32c_of(body), version, TRAILER_MAGIC)
     return body + trailer
 
 
 # --- parsing -----------------------------------------------------------------
 
 
+_Meta = tuple[list[str], dict[str, Any] | None, dict[str, Any], dict[str, Any], tuple[str, ...]]
+
+
 @functools.lru_cache(maxsize=256)
-def _parse_meta(raw: bytes) -> tuple[list[str], dict[str, Any] | None, dict[str, Any], dict[str, Any]] | str:
-    """The footer's meta JSON, validated: (names, layout, schema, metadata), or what is wrong with it.
+def _parse_meta(raw: bytes, version: int) -> _Meta | str:
+    """The footer's meta JSON, validated: (names, layout, schema, metadata, ragged), or what is wrong with it.
 
     Consecutive TGBs of one stream carry the same meta bytes, so it is
     decoded once per distinct value, not once per TGB (the parsed dicts are
@@ -320,7 +343,13 @@ def _parse_meta(raw: bytes) -> tuple[list[str], dict[str, Any] | None, dict[str,
     # layout/schema have a fixed shape; only user metadata can nest arbitrarily
     if metadata and json_depth(metadata, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         return f"footer metadata nests deeper than {MAX_JSON_DEPTH}"
-    return names, layout, schema, metadata
+    ragged = meta.get("ragged", [])
+    if not isinstance(ragged, list) or not all(isinstance(k, str) and k in names and offsets_key(k) in names
+                                                 for k in ragged):
+        return "footer ragged keys are not names of the object with their offsets"
+    if ragged and version < 2:
+        return f"footer of format version {version} names ragged keys (they need version 2)"
+    return names, layout, schema, metadata, tuple(ragged)
 
 
 def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
@@ -330,9 +359,10 @@ def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
     length, _crc, version, magic = _TRAILER.unpack(tail[-TRAILER_SIZE:])
     if magic != TRAILER_MAGIC:
         raise CorruptObject(f"object {key!r}: not a TGB object (bad magic {magic!r}) or truncated")
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise CorruptObject(
-            f"object {key!r}: unknown TGB format version {version} (this reader knows {FORMAT_VERSION})"
+            f"object {key!r}: unknown TGB format version {version} (this reader knows {list(FORMAT_VERSIONS)}): "
+            "written by a newer torch_tgb; upgrade to read it"
         )
     if length < _HEADER.size or length > size - TRAILER_SIZE:
         raise CorruptObject(f"object {key!r}: footer length {length} does not fit in an object of {size} bytes")
@@ -363,8 +393,8 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     magic, version, _flags, dp, cp, nslices, ntensors, ndims, meta_len = _HEADER.unpack_from(body, 0)
     if magic != FOOTER_MAGIC:
         raise CorruptObject(f"{where}: bad footer magic {magic!r}")
-    if version != FORMAT_VERSION:
-        raise CorruptObject(f"{where}: unknown footer version {version}")
+    if version not in FORMAT_VERSIONS:
+        raise CorruptObject(f"{where}: unknown footer version {version} (this reader knows {list(FORMAT_VERSIONS)})")
     meta_end = _HEADER.size + meta_len
     meta_padded = meta_end + (-meta_len % 8)
     expected = meta_padded + nslices * _SLICE_ROW.itemsize + ntensors * _TENSOR_ROW.itemsize + ndims * 8
@@ -374,10 +404,10 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         )
     if dp < 1 or cp < 1 or dp * cp != nslices:
         raise CorruptObject(f"{where}: footer says dp={dp}, cp={cp} but holds {nslices} slices")
-    parsed = _parse_meta(bytes(body[_HEADER.size : meta_end]))
+    parsed = _parse_meta(bytes(body[_HEADER.size : meta_end]), version)
     if isinstance(parsed, str):
         raise CorruptObject(f"{where}: {parsed}")
-    names, layout, schema, metadata = parsed
+    names, layout, schema, metadata, ragged = parsed
 
     pos = meta_padded
     srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)
@@ -400,4 +430,5 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         slices=srows,
         tensors=trows,
         dims=dims,
+        ragged=ragged,
     )

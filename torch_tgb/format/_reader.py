@@ -24,6 +24,7 @@ import torch
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._footer import TRAILER_SIZE, Footer, SliceInfo, parse_footer, parse_trailer
 from torch_tgb.format._run import parse_footer_run
+from torch_tgb.layout import check_offsets, offsets_key
 from torch_tgb.storage.local import open_regular
 
 if TYPE_CHECKING:
@@ -106,7 +107,32 @@ def decode_slice(
             raise _crc_mismatch(key, slice_info, name, crc)
         tensor = torch.from_numpy(arr.reshape(shape))
         out[name] = tensor if view is None else tensor.view(view)
+    if slice_info.ragged:
+        check_ragged_slice(out, slice_info, key)
     return out
+
+
+def check_ragged_slice(tensors: dict[str, torch.Tensor], slice_info: SliceInfo, key: str) -> None:
+    """Raise :class:`CorruptObject` unless every ragged key's offsets fit its values and the slice's rows.
+
+    Offsets are untrusted bytes (a CRC only says they were written so): they
+    must be int64 ``[rows + 1]`` from 0, non-decreasing, ending at the values'
+    item count, with the rows of the dense tensors and of the other ragged keys.
+    """
+    offsets = {offsets_key(k) for k in slice_info.ragged}
+    rows = next((int(t.shape[0]) for n, t in tensors.items() if n not in offsets and n not in slice_info.ragged
+                 and t.dim() > 0), None)
+    for name in slice_info.ragged:
+        values, offs = tensors.get(name), tensors.get(offsets_key(name))
+        if values is None or offs is None or offs.dtype != torch.int64 or values.dim() < 1:
+            problem: str | None = "values or int64 offsets missing"
+        else:
+            problem = check_offsets(int(values.shape[0]), offs.numpy(), rows)
+            rows = int(offs.shape[0]) - 1 if rows is None and offs.dim() == 1 else rows
+        if problem is not None:
+            raise CorruptObject(
+                f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), ragged key {name!r}: {problem}"
+            )
 
 
 def _crc_mismatch(key: str, slice_info: SliceInfo, name: str, crc: int) -> CorruptObject:
@@ -387,6 +413,8 @@ class SliceRun:
             if view is not None:
                 tensor = tensor.view(view)
             out[name] = tensor
+        if self.info.ragged:
+            check_ragged_slice(out, self.info, self.key)
         if check and self._first:
             self._reader._mark_range(self.key, start)
         return out

@@ -81,7 +81,7 @@ class FooterRun:
         return Footer(
             key=f.key, size=f.size + d, footer_offset=f.footer_offset + d, footer_length=f.footer_length,
             dp=f.dp, cp=f.cp, names=f.names, layout=f.layout, schema=f.schema, metadata=f.metadata,
-            slices=slices, tensors=tensors, dims=f._dims,
+            slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged,
         )
 
     def slice_run(self, dp: int, cp: int = 0) -> tuple[SliceInfo, list[tuple[int, ...]]]:
@@ -99,7 +99,7 @@ class FooterRun:
             TensorInfo(t.name, t.dtype, t.shape, t.offset + d, t.length, crc, t._dt)
             for t, crc in zip(info.tensors, crcs[i])
         )
-        return SliceInfo(info.dp, info.cp, info.start + d, info.end + d, tensors)
+        return SliceInfo(info.dp, info.cp, info.start + d, info.end + d, tensors, info.ragged)
 
 
 def parse_footer_run(buffer: Any, tgbs: Sequence[tuple[int, int]], *, key: str) -> FooterRun:

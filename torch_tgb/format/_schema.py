@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,21 +18,37 @@ from torch_tgb.errors import SchemaMismatch
 from torch_tgb.format._dtypes import dtype_of_tensor
 from torch_tgb.layout import Layout
 
-__all__ = ["check_schema", "schema_fingerprint", "schema_of"]
+__all__ = ["check_schema", "ragged_keys", "schema_fingerprint", "schema_of"]
 
 
-def schema_of(batch: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
-    """``name -> {"dtype": ..., "shape": trailing shape}`` of a global batch, sorted by name."""
+def schema_of(batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> dict[str, dict[str, Any]]:
+    """``name -> {"dtype": ..., "shape": trailing shape}`` of a global batch, sorted by name.
+
+    A ragged key (a list of one tensor per row) is ``{"dtype", "shape": the rows'
+    trailing shape after their item dim, "ragged": True}``.
+    """
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(batch):
-        t = batch[name]
+        value = batch[name]
+        ragged = not isinstance(value, torch.Tensor)
+        if ragged and not (isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor)):
+            raise SchemaMismatch(f"tensor {name!r}: expected a tensor or a non-empty list of row tensors")
+        t = value[0] if ragged else value
+        assert isinstance(t, torch.Tensor)  # checked just above
         dt = dtype_of_tensor(t.dtype)
         if dt is None:
             raise SchemaMismatch(f"tensor {name!r}: dtype {t.dtype} is not supported by the TGB format")
         if t.dim() < 1:
-            raise SchemaMismatch(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
+            raise SchemaMismatch(f"tensor {name!r}: a 0-dim tensor has no {'item' if ragged else 'batch'} dim 0")
         out[name] = {"dtype": dt.name, "shape": [int(s) for s in t.shape[1:]]}
+        if ragged:
+            out[name]["ragged"] = True
     return out
+
+
+def ragged_keys(schema: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ragged keys of a schema, sorted."""
+    return tuple(sorted(name for name, spec in schema.items() if isinstance(spec, Mapping) and spec.get("ragged")))
 
 
 def check_schema(schema: Mapping[str, Any], expected: Mapping[str, Any], *, where: str = "") -> None:
@@ -50,6 +66,9 @@ def check_schema(schema: Mapping[str, Any], expected: Mapping[str, Any], *, wher
         want = expected[name]
         if spec.get("dtype") != want.get("dtype"):
             raise SchemaMismatch(f"{prefix}tensor {name!r} has dtype {spec.get('dtype')}, expected {want.get('dtype')}")
+        if bool(spec.get("ragged", False)) != bool(want.get("ragged", False)):
+            kinds = ["ragged" if s.get("ragged") else "dense" for s in (spec, want)]
+            raise SchemaMismatch(f"{prefix}tensor {name!r} is {kinds[0]}, the namespace schema has it {kinds[1]}")
         got_shape, want_shape = list(spec.get("shape", [])), list(want.get("shape", []))
         if len(got_shape) != len(want_shape) or any(w not in (-1, g) for g, w in zip(got_shape, want_shape)):
             raise SchemaMismatch(

@@ -11,6 +11,7 @@ from torch_tgb.format._dtypes import dtype_by_code
 __all__ = [
     "FOOTER_MAGIC",
     "FORMAT_VERSION",
+    "FORMAT_VERSIONS",
     "MAX_DIM",
     "MAX_JSON_DEPTH",
     "MAX_META_BYTES",
@@ -21,7 +22,11 @@ __all__ = [
     "TRAILER_SIZE",
 ]
 
-FORMAT_VERSION = 1
+#: the newest format version this code reads and writes. Version 2 adds ragged keys (meta ``"ragged"``);
+#: an object without them is still written as version 1, so older readers keep reading such namespaces,
+#: and refuse (with the version in the message) only objects whose keys they would misread.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)
 #: PNG-style magic: a high byte and CR/LF/^Z catch text-mode mangling
 TRAILER_MAGIC = b"\x89TGB\r\n\x1a\n"
 FOOTER_MAGIC = b"TGBF"

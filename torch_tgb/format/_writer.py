@@ -26,7 +26,7 @@ from torch_tgb.format._footer import (
     encode_footer,
 )
 
-from torch_tgb.layout import Layout, SliceData
+from torch_tgb.layout import Layout, SliceData, offsets_key
 
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
@@ -138,8 +138,15 @@ def encode_tgb(
         layout_json = dict(layout)
     if layout_json is not None and (layout_json.get("dp"), layout_json.get("cp", 1)) != (dp, cp):
         raise LayoutError(f"layout {layout_json} does not match the slices' grid dp={dp}, cp={cp}")
+    ragged = slices[0].ragged
+    if any(s.ragged != ragged for s in slices):
+        raise SchemaMismatch(f"slices disagree on the ragged keys: {sorted({s.ragged for s in slices})}")
+    offsets = {offsets_key(k) for k in ragged}
+    if not all(k in slices[0].tensors and o in slices[0].tensors for k, o in zip(ragged, map(offsets_key, ragged))):
+        raise SchemaMismatch(f"ragged keys {list(ragged)} need their values and offsets in every slice")
     if schema is None:
-        schema = {n: {"dtype": _dtype(t).name} for n, t in slices[0].tensors.items()}
+        schema = {n: {"dtype": _dtype(t).name, **({"ragged": True} if n in ragged else {})}
+                  for n, t in slices[0].tensors.items() if n not in offsets}
 
     buffers: list[memoryview | bytes] = []
     table = []
@@ -164,7 +171,8 @@ def encode_tgb(
         buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
         pos += _pad(pos, TENSOR_ALIGN)
     footer = encode_footer(
-        dp=dp, cp=cp, slices=table, layout=layout_json, schema=dict(schema), metadata=dict(metadata or {})
+        dp=dp, cp=cp, slices=table, layout=layout_json, schema=dict(schema), metadata=dict(metadata or {}),
+        ragged=ragged,
     )
     buffers.append(footer)
     size = pos + len(footer)

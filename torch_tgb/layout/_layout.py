@@ -12,7 +12,7 @@ Pure: the package ``torch_tgb.layout`` imports nothing above ``errors``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -21,6 +21,7 @@ import torch
 
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
+from torch_tgb.layout._ragged import check_ragged, offsets_key, ragged_part
 from torch_tgb.layout._slices import SliceData
 
 __all__ = ["MAX_CP", "MAX_DP", "MAX_SLICES", "Layout"]
@@ -86,17 +87,30 @@ class Layout:
             dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous")
         )
 
-    def check_batch(self, batch: Mapping[str, torch.Tensor]) -> int:
-        """Validate that ``batch`` can be cut; returns the global batch size."""
+    def check_batch(self, batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> int:
+        """Validate that ``batch`` can be cut; returns the global batch size.
+
+        A value is a tensor (dim 0 = the batch) or, for a ragged key, a list of
+        one tensor per row (:func:`~torch_tgb.layout.check_ragged`).
+        """
         if not isinstance(batch, Mapping) or not batch:
             raise LayoutError("a global batch must be a non-empty dict of tensors")
         sizes = {}
         for name, t in batch.items():
-            if not isinstance(t, torch.Tensor):
-                raise LayoutError(f"tensor {name!r}: expected a torch.Tensor, got {type(t).__name__}")
-            if t.dim() < 1:
-                raise LayoutError(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
-            sizes[name] = t.shape[0]
+            if isinstance(t, torch.Tensor):
+                if t.dim() < 1:
+                    raise LayoutError(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
+                sizes[name] = t.shape[0]
+            elif isinstance(t, (list, tuple)):
+                if name in self.seq_keys:
+                    raise LayoutError(f"ragged key {name!r} cannot be a seq key (ragged keys are repeated in each cp slice)")
+                sizes[name] = check_ragged(name, t)
+                if offsets_key(name) in batch:
+                    raise LayoutError(f"ragged key {name!r}: the batch also has {offsets_key(name)!r}, the name of its offsets")
+            else:
+                raise LayoutError(
+                    f"tensor {name!r}: expected a torch.Tensor or a list of one tensor per row, got {type(t).__name__}"
+                )
         if len(set(sizes.values())) != 1:
             raise LayoutError(f"tensors disagree on the global batch size (dim 0): {sizes}")
         batch_size = next(iter(sizes.values()))
@@ -106,6 +120,7 @@ class Layout:
             if key not in batch:
                 raise LayoutError(f"seq key {key!r} is not in the batch (tensors: {sorted(batch)})")
             t = batch[key]
+            assert isinstance(t, torch.Tensor)  # a ragged seq key was refused above
             if t.dim() < 2:
                 raise LayoutError(f"seq key {key!r} needs a sequence dim 1, has shape {tuple(t.shape)}")
             if t.shape[1] % self.seq_chunks:
@@ -115,16 +130,25 @@ class Layout:
                 )
         return batch_size
 
-    def cut(self, batch: Mapping[str, torch.Tensor]) -> list[SliceData]:
+    def cut(self, batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> list[SliceData]:
         """The ``dp * cp`` slices of ``batch`` in (dp, cp) order, dp-major.
 
-        Slices are views where possible; zig-zag seq chunks are concatenated.
+        Slices are views where possible; zig-zag seq chunks are concatenated. A
+        ragged key's rows of a dp part become one values tensor (the rows in
+        order) and its offsets (:func:`~torch_tgb.layout.ragged_part`), repeated
+        in every cp slice.
         """
         rows = self.check_batch(batch) // self.dp
         ranges = cp_ranges(self.cp, self.cp_order) if self.cp > 1 else [[(Fraction(0), Fraction(1))]]
+        ragged = tuple(name for name, t in batch.items() if not isinstance(t, torch.Tensor))
         slices = []
         for d in range(self.dp):
-            part = {name: t[d * rows : (d + 1) * rows] for name, t in batch.items()}
+            part: dict[str, torch.Tensor] = {}
+            for name, t in batch.items():
+                if isinstance(t, torch.Tensor):
+                    part[name] = t[d * rows : (d + 1) * rows]
+                else:
+                    part[name], part[offsets_key(name)] = ragged_part(t[d * rows : (d + 1) * rows])
             for c in range(self.cp):
                 tensors = {}
                 for name, t in part.items():
@@ -134,5 +158,5 @@ class Layout:
                         tensors[name] = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
                     else:
                         tensors[name] = t
-                slices.append(SliceData(d, c, tensors))
+                slices.append(SliceData(d, c, tensors, ragged))
         return slices

@@ -31,6 +31,7 @@ from torch_tgb.errors import LayoutError
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
 from torch_tgb.layout._layout import Layout
 from torch_tgb.layout._mesh import Mesh
+from torch_tgb.layout._ragged import join_ragged, offsets_key
 
 __all__ = ["DP_SPLITS", "Piece", "ReadPlan", "Segment", "StepReads", "plan_reads"]
 
@@ -61,12 +62,14 @@ class StepReads:
 
     ``parts`` are the dim-0 parts of the batch in order; each is the list of
     seq segments in token order. Non-seq tensors of a part come from the
-    piece of its first segment (every cp slice repeats them).
+    piece of its first segment (every cp slice repeats them). ``ragged``: the
+    ragged keys; joining parts joins their values and shifts their offsets.
     """
 
     pieces: tuple[Piece, ...]
     parts: tuple[tuple[Segment, ...], ...]
     seq_keys: tuple[str, ...]
+    ragged: tuple[str, ...] = ()
 
     def assemble(self, tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """This rank's batch from the pieces' tensors (same order as ``pieces``). Pure.
@@ -79,8 +82,13 @@ class StepReads:
         parts = [self._part(segments, tensors) for segments in self.parts]
         if len(parts) == 1:
             return parts[0]
-        names = parts[0].keys()
-        return {name: torch.cat([p[name] for p in parts], dim=0) for name in names}
+        out = {}
+        for name in parts[0]:
+            if name in self.ragged:
+                out[name], out[offsets_key(name)] = join_ragged(parts, name)
+            elif name not in out:
+                out[name] = torch.cat([p[name] for p in parts], dim=0)
+        return out
 
     def _part(
         self, segments: tuple[Segment, ...], tensors: Sequence[Mapping[str, torch.Tensor]]
@@ -130,6 +138,8 @@ class ReadPlan:
     steps_per_tgb: int
     #: seq-token segments this cp rank takes, per written cp slice index
     _cp_segments: tuple[tuple[int, Fraction, Fraction], ...]
+    #: the ragged keys of the namespace's schema (joined as values + offsets)
+    ragged: tuple[str, ...] = ()
 
     def position(self, step: int) -> tuple[int, int]:
         """``(tgb_offset, sub_step)`` of consumer ``step`` (cursor in TGB units)."""
@@ -171,7 +181,7 @@ class ReadPlan:
             for cp, lo, hi in self._cp_segments:
                 segments.append(Segment(index.setdefault(Piece(tgb, dp, cp), len(index)), lo, hi))
             parts.append(tuple(segments))
-        return StepReads(tuple(index), tuple(parts), self.written.seq_keys)
+        return StepReads(tuple(index), tuple(parts), self.written.seq_keys, self.ragged)
 
     @property
     def seq_amplification(self) -> float:
@@ -213,13 +223,14 @@ def _cp_segments(
 
 
 def plan_reads(
-    written: Layout, mesh: Mesh, *, dp_split: str = "merge", cp_order: str | None = None
+    written: Layout, mesh: Mesh, *, dp_split: str = "merge", cp_order: str | None = None,
+    ragged: Sequence[str] = (),
 ) -> ReadPlan:
     """The :class:`ReadPlan` of ``mesh`` reading TGBs written with ``written``.
 
     ``cp_order`` is the token arrangement this reader's model expects
-    (default: the written one). Raises :class:`LayoutError` when the dp sizes
-    are not multiples of each other.
+    (default: the written one); ``ragged`` names the schema's ragged keys.
+    Raises :class:`LayoutError` when the dp sizes are not multiples of each other.
     """
     if dp_split not in DP_SPLITS:
         raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {dp_split!r}")
@@ -238,4 +249,4 @@ def plan_reads(
         if dp_split == "spread":
             steps_per_tgb = d_w // d_r
     segments = _cp_segments(written, mesh.cp_size, mesh.cp_rank, order)
-    return ReadPlan(written, mesh, dp_split, order, tgbs_per_step, steps_per_tgb, segments)
+    return ReadPlan(written, mesh, dp_split, order, tgbs_per_step, steps_per_tgb, segments, tuple(ragged))

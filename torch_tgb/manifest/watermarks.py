@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,10 +128,10 @@ def _retired_key(checkpoint_id: str) -> str:
 def record_watermark(
     ns_or_store: str | ObjectStore,
     checkpoint_id: str,
-    state: Mapping[str, Any],
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     storage_options: Mapping[str, Any] | None = None,
 ) -> Watermark:
-    """Record the cursor of ``state`` (a dataset/loader ``state_dict()``) for a saved checkpoint.
+    """Record the cursor of ``state`` (a dataset/loader ``state_dict()``, or a list of them) for a saved checkpoint.
 
     Call it after the checkpoint is durable (on one rank: every rank's cursor
     is at the same step). Re-recording the same live id replaces its watermark.
