@@ -42,6 +42,8 @@ SKIP = {
     "python examples/s3_namespace.py --ns s3://bucket/prefix --endpoint-url ...":
         "needs S3 credentials (tests/examples/test_s3_namespace.py runs it against moto)",
     'pip install -e ".[sources]"': "installs packages (network)",
+    "torchrun --nproc-per-node 2 --standalone examples/train_vlm_torchrun.py --workdir /tmp/vlm":
+        "tests/examples/test_train_vlm_torchrun.py runs it at a tiny size, with a preemption and a resume",
     'pip install torch==2.13.0 && pip install -e ".[test,bench,prometheus,sources,ray,images,video]" && python -m pytest -q tests':
         "installs packages (network) and runs this very suite",
     "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",

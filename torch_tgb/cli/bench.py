@@ -34,6 +34,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("getbatch", ["--quick"]),
         ("end_to_end", ["--quick"]),
         ("balance", ["--quick"]),
+        ("multimodal", ["--quick"]),
     ],
     "all": [
         ("peers", []),
@@ -44,6 +45,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("consumer_read", ["--quick", "--s3"]),
         ("lifecycle", []),
         ("balance", []),
+        ("multimodal", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],
 }
