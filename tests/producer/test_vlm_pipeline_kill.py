@@ -17,6 +17,7 @@ import random
 from collections import Counter
 
 import pytest
+import torch
 
 import torch_tgb as tgb
 from tests.producer._kill import Logged, check_reads_resume, kill_and_finish, reads
@@ -32,6 +33,9 @@ def key_line(doc: dict) -> str:
 
 
 def run(ns: str, urls: list[str], index: int, log: str) -> None:
+    # a forked child of a process whose torch ops started OpenMP threads must not start a parallel region:
+    # libgomp is not fork-safe (the child hangs in its barrier). One thread runs torch's kernels inline.
+    torch.set_num_threads(1)
     docs = Logged(source(urls, shard=(index, 2)), log, key_line, delay_s=0.003)
     produce(ns, pipeline(docs), producer_id=f"p{index}", layout=layout(), commit_policy="fixed:1", seal=True,
             progress=False)

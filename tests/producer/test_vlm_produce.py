@@ -43,3 +43,28 @@ def test_every_image_patch_reaches_the_ranks_exactly_once(tmp_path, corpus, dp, 
             assert batch["pixel_values_offsets"].dtype == torch.int64 and int(batch["pixel_values_offsets"][0]) == 0
             seen += delivered_images(batch)
     assert seen == expected_images(samples)
+
+
+def test_lerobot_steps_become_vla_rows(tmp_path):
+    pytest.importorskip("av")
+    pytest.importorskip("pyarrow")
+    from torch_tgb import datapipes, sources
+    from torch_tgb.testing.media import IMAGE_TOKEN, write_lerobot
+
+    root = write_lerobot(tmp_path / "robot", [6, 4], cameras=("cam.top", "cam.wrist"), size=(28, 56))
+    steps = sources.LeRobot(root, action_horizon=2, tokenizer=lambda texts: [[1, 2, 3] for _ in texts])
+    frames = datapipes.Patchify(datapipes.ResizeImages(steps, 28, patch=14), patch=14)
+    spliced = datapipes.SpliceImageTokens(frames, image_token_id=IMAGE_TOKEN)
+    keys = ("pixel_values", "image_grid_thw", "state", "action")
+    rows = datapipes.PackSamples(spliced, 32, window=10, ragged_keys=keys, label_ignore_ids=spliced.special_ids)
+    lay = tgb.Layout(dp=2, seq_keys=("input_ids", "labels", "document_ids", "position_ids"))
+    ns = str(tmp_path / "ns")
+    tgb.produce(ns, datapipes.GlobalBatches(rows, global_batch_size=2, layout=lay), producer_id="p0", layout=lay,
+                seal=True, progress=False)
+    got = []
+    for rank in range(2):
+        for b in tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=rank, dp_size=2)):
+            assert b["state"].shape[0] == b["action"].shape[0] == int(b["state_offsets"][-1])
+            assert b["action"].shape[1:] == (2, 2) and b["image_grid_thw"].shape[0] == 2 * b["state"].shape[0]
+            got += [tuple(s) for s in b["state"][:, :2].tolist()]
+    assert sorted(got) == sorted((e, i) for e, n in ((0, 6), (1, 4)) for i in range(n))  # every step once

@@ -83,3 +83,38 @@ def test_videos_shard_and_resume(videos):
     run_resume_test(lambda: sources.Videos(videos[:5], num_frames=2, seed=1), stop_after=2)
     with pytest.raises(ValueError):
         sources.Videos(videos, fps=2, num_frames=3)
+
+
+@pytest.fixture(scope="module")
+def lerobot(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("av")
+    pytest.importorskip("pyarrow")
+    from torch_tgb.testing.media import write_lerobot
+
+    return write_lerobot(tmp_path_factory.mktemp("lerobot"), [7, 5, 9], cameras=("cam.top", "cam.wrist"))
+
+
+def test_lerobot_steps_carry_state_actions_and_a_frame_per_camera(lerobot):
+    node = sources.LeRobot(lerobot, action_horizon=3, stride=2, tokenizer=word_tokenizer)
+    steps = list(node)
+    assert len(steps) == 4 + 3 + 5 and node.stats().records == 12
+    for s in steps:
+        episode, i = (int(x) for x in s["__key__"].removeprefix("episode_").split("/"))
+        assert s["state"].tolist() == [[episode, i, 0.0]]
+        assert s["action"].shape == (1, 3, 2) and s["action"][0, 0].tolist() == [episode, i]
+        last = {0: 6, 1: 4, 2: 8}[episode]
+        assert s["action"][0, :, 1].tolist() == [min(k, last) for k in range(i, i + 3)]  # the last repeated
+        assert len(s["images"]) == 2 and s["images"][0].shape == (32, 48, 3)
+        for c, image in enumerate(s["images"]):  # the frame on screen at the step (codec error aside)
+            assert abs(int(image[16, 24, 0]) - (37 * episode + 11 * i + 60 * c) % 200) <= 6
+        assert s["tokens"].tolist() == word_tokenizer([f"pick the cube number {episode}"])[0]
+
+
+def test_lerobot_shards_and_resumes_inside_an_episode(lerobot):
+    keys: Counter[str] = Counter()
+    for i in range(2):
+        keys.update(d["__key__"] for d in sources.LeRobot(lerobot, cameras=["cam.top"], shard=(i, 2), seed=3))
+    assert len(keys) == 21 and set(keys.values()) == {1}
+    run_resume_test(lambda: sources.LeRobot(lerobot, cameras=["cam.top"], seed=3, shuffle_buffer=4), stop_after=9)
+    with pytest.raises(SourceError, match="no video feature"):
+        sources.LeRobot(lerobot, cameras=["nope"])

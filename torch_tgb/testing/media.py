@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["IMAGE_TOKEN", "bad_images", "encode_image", "encode_video", "image_samples", "photos", "synthetic_image",
-           "synthetic_images", "word_tokenizer", "write_media_tars"]
+           "synthetic_images", "word_tokenizer", "write_lerobot", "write_media_tars"]
 
 #: the id ``word_tokenizer`` gives the placeholder ``"<image>"``
 IMAGE_TOKEN = 1000
@@ -152,3 +152,40 @@ def image_samples(n: int, seed: int = 0, *, max_side: int = 320, formats: Sequen
             sample[name] = encode_image(pool[(k * max_images + i) % len(pool)], fmt)
         out.append(sample)
     return out
+
+
+def write_lerobot(root: Path, lengths: Sequence[int], *, cameras: Sequence[str] = ("observation.images.top",),
+                  fps: int = 10, size: tuple[int, int] = (32, 48), state_dim: int = 3, action_dim: int = 2) -> Path:
+    """A tiny LeRobot (v2 layout) dataset: episode ``e`` has ``lengths[e]`` steps; frame ``i`` of camera ``c``
+    is flat gray ``(37·e + 11·i + 60·c) % 200``, ``state[i] = [e, i, 0...]`` and ``action[i] = [e, i, ...]``."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features: dict[str, Any] = {"observation.state": {"dtype": "float32", "shape": [state_dim]},
+                                "action": {"dtype": "float32", "shape": [action_dim]},
+                                "timestamp": {"dtype": "float32", "shape": [1]}}
+    features.update({c: {"dtype": "video", "shape": [size[0], size[1], 3]} for c in cameras})
+    info = {"fps": fps, "chunks_size": 1000, "total_episodes": len(lengths), "features": features,
+            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"}
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    with open(root / "meta" / "episodes.jsonl", "w") as f:
+        for e, n in enumerate(lengths):
+            f.write(json.dumps({"episode_index": e, "length": n, "tasks": [f"pick the cube number {e}"]}) + "\n")
+    for e, n in enumerate(lengths):
+        data = root / "data" / "chunk-000" / f"episode_{e:06d}.parquet"
+        data.parent.mkdir(parents=True, exist_ok=True)
+        state = [[float(e), float(i)] + [0.0] * (state_dim - 2) for i in range(n)]
+        action = [[float(e), float(i)] + [1.0] * (action_dim - 2) for i in range(n)]
+        pq.write_table(pa.table({"observation.state": state, "action": action,
+                                 "timestamp": [i / fps for i in range(n)], "frame_index": list(range(n)),
+                                 "episode_index": [e] * n}), str(data))
+        for c, camera in enumerate(cameras):
+            frames = np.stack([np.full((*size, 3), (37 * e + 11 * i + 60 * c) % 200, np.uint8) for i in range(n)])
+            video = root / "videos" / "chunk-000" / camera / f"episode_{e:06d}.mp4"
+            video.parent.mkdir(parents=True, exist_ok=True)
+            video.write_bytes(encode_video(frames, fps=fps))
+    return root

@@ -27,7 +27,7 @@ from __future__ import annotations
 import io
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ __all__ = [
     "decode_image",
     "decode_video",
     "frame_times",
+    "frames_at",
     "image_header",
     "media_keys",
 ]
@@ -189,6 +190,26 @@ def decode_video(
     before the first frame is decoded, and only kept frames are converted, so
     memory stays within ``max_frames × max_pixels × 3`` bytes.
     """
+    frames = list(frames_at(data, None, fps=fps, num_frames=num_frames, max_pixels=max_pixels,
+                            max_frames=max_frames))
+    return torch.from_numpy(np.stack(frames))
+
+
+def frames_at(
+    data: bytes,
+    times: Sequence[float] | None,
+    *,
+    fps: float | None = None,
+    num_frames: int | None = None,
+    max_pixels: int = 1920 * 1080,
+    max_frames: int = 256,
+) -> Iterator[np.ndarray]:
+    """The RGB frame ``[H, W, 3]`` on screen at each of ``times`` (ascending seconds), one by one.
+
+    ``times=None``: :func:`frame_times` of the clip (``fps`` / ``num_frames`` /
+    ``max_frames``). One sequential decode; a frame is converted only when it
+    is yielded, so a long episode streams in constant memory.
+    """
     if not data:
         raise MediaError("empty video (0 bytes)", "empty")
     av = _av()
@@ -205,25 +226,25 @@ def decode_video(
             raise MediaError(f"zero-size video ({width}x{height})", "zero_size")
         if width * height > max_pixels:
             raise MediaError(f"video too large: {width}x{height} > max_pixels={max_pixels}", "too_large")
-        duration = _duration(container, stream)
-        times = frame_times(duration, fps=fps, num_frames=num_frames, max_frames=max_frames)
-        frames: list[np.ndarray] = []
+        if times is None:
+            times = frame_times(_duration(container, stream), fps=fps, num_frames=num_frames, max_frames=max_frames)
+        done = 0
         last: Any = None
         try:
             for frame in container.decode(stream):
                 t = float(frame.time) if frame.time is not None else 0.0
-                while len(frames) < len(times) and last is not None and t > times[len(frames)] + 1e-6:
-                    frames.append(_rgb(last, height, width))  # the frame on screen at that time
-                if len(frames) == len(times):
-                    break
+                while done < len(times) and last is not None and t > times[done] + 1e-6:
+                    yield _rgb(last, height, width)  # the frame on screen at that time
+                    done += 1
+                if done == len(times):
+                    return
                 last = frame
         except (av.FFmpegError, OSError, ValueError) as e:
             raise MediaError(f"corrupt video: {e}", "corrupt") from e
         if last is None:
             raise MediaError("video has no decodable frame", "corrupt")
-        while len(frames) < len(times):  # times past the last frame: it stays on screen
-            frames.append(_rgb(last, height, width))
-    return torch.from_numpy(np.stack(frames))
+        for _ in range(done, len(times)):  # times past the last frame: it stays on screen
+            yield _rgb(last, height, width)
 
 
 def _duration(container: Any, stream: Any) -> float:
