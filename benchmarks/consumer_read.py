@@ -23,6 +23,9 @@ Three measurements, printed and saved as JSON under benchmarks/results/:
 5. ``train_wait`` (``_train_wait.py``): how long a training loop with a fixed
    CPU step waits in ``next()`` per step on tgb.DataLoader vs the
    DataLoader-over-memmap baseline, interleaved rounds.
+6. ``ragged`` (``_ragged_read.py``): a VLM-shaped namespace (ragged pixel
+   patches + text) read by one rank, bytes/s as a ratio to a raw memmap of the
+   same bytes (issue 27: goal >= 0.5).
 
 Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--results-dir DIR] [--only SECTION]
 """
@@ -56,8 +59,9 @@ from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, machine, results_dir  # noqa: E402
 from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
+from _ragged_read import ragged_read  # noqa: E402
 
-SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait")
+SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait", "ragged")
 from _train_wait import train_wait  # noqa: E402
 
 KB = 1000
@@ -282,6 +286,11 @@ def run_train_wait(args: argparse.Namespace) -> dict[str, Any]:
                           log=lambda line: print(line, flush=True))
 
 
+def run_ragged(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return ragged_read(quick=args.quick, rounds=args.rounds, tmp=tmp, log=lambda line: print(line, flush=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI / a laptop)")
@@ -322,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             "hot_path": run_hot_path(args) if args.only in (None, "hot_path") else None,
             "remote": remote(args) if args.only in (None, "remote") else None,
             "train_wait": run_train_wait(args) if args.only in (None, "train_wait") else None,
+            "ragged": run_ragged(args) if args.only in (None, "ragged") else None,
         }
     finally:
         if s3 is not None:

@@ -41,8 +41,10 @@ def lazy_exports(
 
 
 def require(module: str, extra: str) -> ModuleType:
-    """Import an optional dependency, or say which extra installs it."""
+    """Import an optional dependency, or raise ``MissingExtra`` (an ImportError) naming the extra."""
+    from torch_tgb.errors import MissingExtra
+
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{module} is not installed; pip install 'torch-tgb[{extra}]'") from e
+        raise MissingExtra(f"{module} is not installed; pip install 'torch-tgb[{extra}]'") from e

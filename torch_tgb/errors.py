@@ -22,6 +22,7 @@ __all__ = [
     "LayoutError",
     "ManifestError",
     "MediaError",
+    "MissingExtra",
     "MixtureError",
     "NamespaceSealed",
     "ObjectNotFound",
@@ -72,6 +73,13 @@ class AmbiguousWriteError(TransientStorageError):
 
 class ConditionalWriteUnsupported(StorageError):
     """The store does not honour create-if-absent; it cannot host a namespace."""
+
+
+class MissingExtra(TGBError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    One line, e.g. ``gs://bucket/ns: GCS needs google-cloud-storage: pip install "torch-tgb[gcs]"``.
+    """
 
 
 # --- format, layout, manifest -----------------------------------------------

@@ -29,7 +29,7 @@ from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, re
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.producer import ProducerConfig
-from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, FsspecStore, LocalStore, ObjectStore
+from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, LocalStore, ObjectStore, open_store
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
 ROWS = 4  # global batch size
@@ -63,9 +63,10 @@ def layout() -> tgb.Layout:
 
 
 def open_ns(root: str, fault_seed: int | None, options: dict[str, Any] | None = None) -> ObjectStore:
-    """The store a chaos process uses: a local directory or an S3 URL (``options``: storage_options),
-    optionally behind a FaultyStore, always with retries."""
-    inner: ObjectStore = FsspecStore(root, options) if "://" in root else LocalStore(root, fsync=False)
+    """The store a chaos process uses: a local directory or an S3/GCS/Azure URL (``options``:
+    storage_options), optionally behind a FaultyStore, always with retries."""
+    # the backend open_store picks for the URL, unwrapped (its RetryingStore goes outside the faults)
+    inner: ObjectStore = open_store(root, options).inner if "://" in root else LocalStore(root, fsync=False)
     if fault_seed is not None:
         inner = FaultyStore(inner, FaultPlan(seed=fault_seed, default=FAULTS))
     return RetryingStore(inner, RETRY)

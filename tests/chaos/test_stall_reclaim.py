@@ -4,7 +4,7 @@ Issue 13 item 1: while it is stopped, a Reclaimer with a short grace period
 and one whose clock runs 4000 s ahead (production grace period) each run a
 pass; the producer is then resumed and commits. Its object must still exist:
 an uncommitted object of a live incarnation at or above its ``next_offset``
-is never deleted, whatever the clocks say. Local and S3 (moto).
+is never deleted, whatever the clocks say. Local, S3 (moto), GCS and Azure (emulators).
 """
 
 from __future__ import annotations
@@ -77,7 +77,6 @@ def test_sigstop_past_grace_local(zygote: Zygote, tmp_path) -> None:
     _stall_and_reclaim(zygote, str(tmp_path), root, None)
 
 
-@pytest.mark.s3
-def test_sigstop_past_grace_s3(zygote: Zygote, s3_namespace, tmp_path) -> None:
-    url, options = s3_namespace
+def test_sigstop_past_grace_cloud(zygote: Zygote, cloud_namespace, tmp_path) -> None:
+    url, options = cloud_namespace
     _stall_and_reclaim(zygote, str(tmp_path), url, options)

@@ -31,6 +31,8 @@ def test_every_subcommand_takes_storage_option():
         argv = [name, "x", "y"] if name == "convert" else [name, "x"]
         if name in ("demo", "bench"):
             argv = [name]
+        if name == "prewarm":
+            argv = [name, "x", "--mesh", "dp=1", "--cache-dir", "c"]
         args = parser.parse_args([*argv, "--storage-option", "anon=true", "-o", "a.b=1"])
         assert args.storage_option == ["anon=true", "a.b=1"]
 

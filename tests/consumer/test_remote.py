@@ -1,4 +1,4 @@
-"""The remote read path (no local file to map): an in-memory namespace and S3 (moto)."""
+"""The remote read path (no local file to map): an in-memory namespace, S3 (moto), GCS (fake-gcs-server), Azure (Azurite)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,8 @@ def test_memory_namespace_reads_and_resumes(prefetch: int) -> None:
     assert stats.fetch_p95_s >= stats.fetch_p50_s > 0
 
 
-@pytest.mark.s3
-def test_s3_namespace(s3_namespace) -> None:
-    url, options = s3_namespace
+def test_cloud_namespace(cloud_namespace) -> None:
+    url, options = cloud_namespace
     produce(url, 4, storage_options=options)
     mesh = Mesh(0, 2, 1, 2)
     check_stream(list(TGBDataset(url, mesh=mesh, storage_options=options, prefetch=2)), mesh, 0, 4)

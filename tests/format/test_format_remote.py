@@ -1,4 +1,4 @@
-"""Reading TGB objects from S3 (loopback moto server): footer and slices by range reads."""
+"""Reading TGB objects from S3, GCS and Azure (loopback emulators): footer and slices by range reads."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader, read_footer, write_tgb
 from torch_tgb.layout import Layout
 from torch_tgb.storage import open_store
-
-pytestmark = pytest.mark.s3
-
 
 class CountingStore:
     """Wraps a store and counts range reads (delegates everything else)."""
@@ -28,8 +25,8 @@ class CountingStore:
         return getattr(self.inner, name)
 
 
-def test_s3_footer_and_slices_by_range_reads(s3_namespace):
-    url, opts = s3_namespace
+def test_footer_and_slices_by_range_reads(cloud_namespace):
+    url, opts = cloud_namespace
     store = open_store(url, opts)
     layout = Layout(dp=2, cp=2, seq_keys=("ids",), cp_order="zigzag")
     batch = {"ids": torch.arange(4 * 16).reshape(4, 16), "w": torch.rand(4)}
@@ -48,8 +45,8 @@ def test_s3_footer_and_slices_by_range_reads(s3_namespace):
     assert read_footer(store, obj.key).num_slices == 4
 
 
-def test_s3_corrupt_object(s3_namespace):
-    url, opts = s3_namespace
+def test_corrupt_object(cloud_namespace):
+    url, opts = cloud_namespace
     store = open_store(url, opts)
     store.put("data/p/bad.tgb", b"\x00" * 5000)
     with pytest.raises(CorruptObject, match="bad.tgb"):

@@ -68,9 +68,8 @@ def test_eight_processes_local_directory(tmp_path) -> None:
     run_many(FORK, str(tmp_path / "ns"), None, producers=8, per=200, readers=4)
 
 
-@pytest.mark.s3
-def test_four_processes_s3(s3_namespace) -> None:
-    url, options = s3_namespace
+def test_four_processes_cloud(cloud_namespace) -> None:
+    url, options = cloud_namespace
     # Fixed(5) rather than DAC: on moto DAC's gaps (seconds for 4 producers) dominate so short a run;
     # a conflict-heavy policy also exercises rebase over S3 harder.
     run_many(FORK, url, options, producers=4, per=25, readers=4, poll_s=0.2, policy="fixed:5")

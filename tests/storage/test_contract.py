@@ -6,7 +6,15 @@ import uuid
 
 import pytest
 
-from torch_tgb.storage import FsspecStore, LocalStore, MemoryStore, RetryingStore, open_store
+from torch_tgb.storage import (
+    AzureBlobStore,
+    FsspecStore,
+    GCSStore,
+    LocalStore,
+    MemoryStore,
+    RetryingStore,
+    open_store,
+)
 from torch_tgb.testing.store_contract import StoreContract
 
 
@@ -23,6 +31,8 @@ class TestLocalStoreNoFsync(StoreContract):
 
 
 class TestMemoryStore(StoreContract):
+    race_processes = 0
+
     @pytest.fixture
     def store(self):
         store = MemoryStore(f"contract-{uuid.uuid4().hex}")
@@ -39,6 +49,28 @@ class TestS3Store(StoreContract):
         url, options = s3_namespace
         # retries absorb a rare moto hiccup; they cannot mask a contract violation
         return RetryingStore(FsspecStore(url, options))
+
+
+@pytest.mark.gcs
+class TestGCSStore(StoreContract):
+    """fake-gcs-server: the create is ``ifGenerationMatch=0``."""
+
+    @pytest.fixture
+    def store(self, gcs_namespace):
+        store = open_store(*gcs_namespace)  # RetryingStore(GCSStore), what users get
+        assert isinstance(store.inner, GCSStore)
+        return store
+
+
+@pytest.mark.azure
+class TestAzureBlobStore(StoreContract):
+    """Azurite: the create is ``If-None-Match: *``."""
+
+    @pytest.fixture
+    def store(self, azure_namespace):
+        store = open_store(*azure_namespace)
+        assert isinstance(store.inner, AzureBlobStore)
+        return store
 
 
 class TestOpenStoreLocal(StoreContract):
@@ -60,6 +92,8 @@ class TestFaultFreeFaultyStore(StoreContract):
 
 
 class TestZeroLatencyStore(StoreContract):
+    race_processes = 0  # over a MemoryStore
+
     @pytest.fixture
     def store(self):
         from torch_tgb.storage import LatencyStore

@@ -1,4 +1,4 @@
-"""put_if_absent races: 16 processes on local disk, 16 threads against S3.
+"""put_if_absent races: 16 processes on local disk, 16 threads against S3, GCS and Azure (emulators).
 
 Exactly one writer wins each key, the object holds the winner's complete
 content, and a reader polling during the race never sees a partial object.
@@ -116,10 +116,9 @@ def test_put_if_absent_race_16_processes_local(tmp_path):
     assert reads > 0  # the reader really observed objects during the race
 
 
-@pytest.mark.s3
 @pytest.mark.slow
-def test_put_if_absent_race_16_threads_s3(s3_namespace):
-    url, options = s3_namespace
+def test_put_if_absent_race_16_threads_cloud(cloud_namespace):
+    url, options = cloud_namespace
     size = 4096
     # open_store: RetryingStore(FsspecStore); equal options share one s3fs client
     stores = [open_store(url, options) for _ in range(WRITERS)]

@@ -34,6 +34,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("getbatch", ["--quick"]),
         ("end_to_end", ["--quick"]),
         ("balance", ["--quick"]),
+        ("hot_tier", ["--quick"]),
         ("multimodal", ["--quick"]),
     ],
     "all": [
@@ -45,6 +46,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("consumer_read", ["--quick", "--s3"]),
         ("lifecycle", []),
         ("balance", []),
+        ("hot_tier", ["--s3"]),
         ("multimodal", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],

@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "inspect": "torch_tgb.cli.inspect",
     "verify": "torch_tgb.cli.verify",
     "reclaim": "torch_tgb.cli.reclaim",
+    "prewarm": "torch_tgb.cli.prewarm",
     "seal": "torch_tgb.cli.seal",
     "produce": "torch_tgb.cli.produce",
     "convert": "torch_tgb.cli.convert",

@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from torch_tgb.consumer._epochs import EpochOrder
+from torch_tgb.consumer._keys import KeyPlan
 from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.cursor import Cursor
 from torch_tgb.datapipes.read import (
@@ -49,10 +50,19 @@ from torch_tgb.datapipes.read import (
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader, cast_integers
-from torch_tgb.layout import ReadPlan, offsets_key
+from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
+from torch_tgb.transforms.derive import (
+    SEQ_LENS_KEY,
+    SequenceBounds,
+    document_ids,
+    ignored_labels,
+    position_ids,
+    row_cu_seqlens,
+)
+from torch_tgb.transforms.packing import IGNORE_INDEX
 
 __all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs", "uncast_keys"]
 
@@ -99,18 +109,60 @@ def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, nu
 
 
 class ReadPath(ABC):
-    """This rank's steps, one dict of tensors each, from a positioned :class:`Project`."""
+    """This rank's steps, one dict of tensors each, from a positioned :class:`Project`.
 
-    def __init__(self, project: Project, dtype: torch.dtype | None, sources: list[ReadStats]) -> None:
+    :meth:`finish` turns a step as read into the step handed out: the keys
+    derived from ``seq_lens`` (``keys``, :mod:`torch_tgb.consumer._keys`), only
+    the keys asked for, and the one host-side cast.
+    """
+
+    def __init__(self, project: Project, dtype: torch.dtype | None, keys: KeyPlan, sources: list[ReadStats]) -> None:
         self.project = project
         self.dtype = dtype
+        self.keys = keys
         self.keep = uncast_keys(project.plan)
         self.delivered = ReadStats()  # steps handed out and the time spent waiting for them
         self._sources = sources  # the nodes' own counters
+        self._derives = keys.mask_labels or bool(keys.derive)
+        self._label_dtype = torch.int64 if dtype is None else dtype
+        if keys.mask_labels and (not self._label_dtype.is_signed or self._label_dtype == torch.bool):
+            raise ValueError(f"dtype={dtype} cannot hold the -100 of masked labels; pass a signed dtype "
+                             "(e.g. torch.int64) or ReaderOptions(derive=()) for the bare shift")
+        self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
 
-    def cast(self, tensors: Batch) -> Batch:
-        """The one host-side cast of a step: dense integer tensors to ``ReaderOptions.dtype``."""
+    def finish(self, tensors: Batch) -> Batch:
+        """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
+        if self._derives:
+            tensors = self.derive(tensors)
+        deliver = self.keys.deliver
+        if deliver is not None:
+            tensors = {k: v for k, v in tensors.items() if k in deliver}
         return tensors if self.dtype is None else cast_integers(tensors, self.dtype, self.keep)
+
+    def derive(self, tensors: Batch) -> Batch:
+        """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`)."""
+        plan = self.project.plan
+        lengths, offsets = tensors[SEQ_LENS_KEY], tensors[offsets_key(SEQ_LENS_KEY)]
+        tokens = tensors[plan.written.labels_from or LABELS_KEY]
+        seq_len = plan.seq_len_of(int(tokens.shape[1]))
+        ranges = self._ranges.get(seq_len)
+        if ranges is None:
+            ranges = self._ranges[seq_len] = plan.token_ranges(seq_len)
+        out = dict(tensors)
+        if self.keys.mask_labels:
+            labels = torch.empty(tensors[LABELS_KEY].shape, dtype=self._label_dtype)
+            labels.copy_(tensors[LABELS_KEY])
+            ignored = ignored_labels(lengths.numpy(), offsets.numpy(), seq_len, ranges)
+            labels.view(-1)[torch.from_numpy(ignored)] = IGNORE_INDEX
+            out[LABELS_KEY] = labels
+        if self.keys.derive:
+            positions = torch.cat([torch.arange(lo, hi) for lo, hi in ranges])
+            bounds = SequenceBounds(lengths, offsets, seq_len, positions)
+            made = {"position_ids": lambda: position_ids(bounds), "document_ids": lambda: document_ids(bounds),
+                    "cu_seqlens": lambda: row_cu_seqlens(lengths, offsets, seq_len)}
+            for name in self.keys.derive:
+                out[name] = made[name]()
+        return out
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
@@ -130,14 +182,15 @@ class StepPath(ReadPath):
     """The step-by-step pipeline: one ``ReadTask`` per step, fetched, checked and assembled."""
 
     def __init__(
-        self, project: Project, store: ObjectStore, slices: SliceReader, options: ReaderOptions,
+        self, project: Project, store: ObjectStore, slices: SliceReader, options: ReaderOptions, keys: KeyPlan,
         sources: list[ReadStats], *, emit_meta: bool,
     ) -> None:
         self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
                                    slices=slices, errors=options.errors)
         self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
-                                  inline_local=options.inline_local, slices=slices, errors=options.errors)
-        super().__init__(project, options.dtype, [*sources, self.footers.stats, self.reader.stats])
+                                  inline_local=options.inline_local, slices=slices, errors=options.errors,
+                                  names=keys.read)
+        super().__init__(project, options.dtype, keys, [*sources, self.footers.stats, self.reader.stats])
         self.namespace = store.url
         self.check_consistency = options.check_consistency
         self.emit_meta = emit_meta
@@ -175,7 +228,7 @@ class StepPath(ReadPath):
             self._task = task  # the position is derived only when asked for (not per step)
             if checker is not None:
                 checker.check(task.cursor, task.keys)
-            tensors = self.cast(batch.tensors)
+            tensors = self.finish(batch.tensors)
             if meta:
                 c = task.cursor
                 tensors = {**tensors, META_KEY: torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])}
@@ -186,11 +239,11 @@ class RunPath(ReadPath):
     """The run path: a run of steps of one mapped object at a time, a view (and CRC) per slice and step."""
 
     def __init__(self, project: Project, steps: ManifestPoller | BlockShuffle, slices: SliceReader,
-                 store: ObjectStore, options: ReaderOptions, sources: list[ReadStats]) -> None:
+                 store: ObjectStore, options: ReaderOptions, keys: KeyPlan, sources: list[ReadStats]) -> None:
         at = project.position()  # the Project only counts positions here (it validated the origin)
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
-                              start_step=at.cursor.step, version=at.cursor.version)
-        super().__init__(project, options.dtype, [*sources, self.runs.stats])
+                              start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
+        super().__init__(project, options.dtype, keys, [*sources, self.runs.stats])
         self._run: StepRun | None = None
         self._done = 0
         self.runs.reset(None)
@@ -203,7 +256,7 @@ class RunPath(ReadPath):
         return self.project.position_at(step - self.project.cursor(0).step, run.version)
 
     def __iter__(self) -> Iterator[Batch]:
-        runs, delivered, clock, cast = self.runs, self.delivered, time.perf_counter, self.cast
+        runs, delivered, clock, finish = self.runs, self.delivered, time.perf_counter, self.finish
         while True:
             started = clock()
             try:
@@ -214,7 +267,7 @@ class RunPath(ReadPath):
             read, step = run.read, run.first_step
             for i in range(len(run)):
                 try:
-                    tensors = cast(read(i))
+                    tensors = finish(read(i))
                 except CorruptObject as e:  # the format names object/slice/tensor; add the step
                     raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
                 # only once step i is in hand: a failed read leaves the position after the last delivered step
@@ -225,8 +278,8 @@ class RunPath(ReadPath):
 
 
 def open_path(
-    store: ObjectStore, manifest: Manifest, plan: ReadPlan, options: ReaderOptions, order: EpochOrder | None,
-    start: PathStart, *, emit_meta: bool = False,
+    store: ObjectStore, manifest: Manifest, plan: ReadPlan, keys: KeyPlan, options: ReaderOptions,
+    order: EpochOrder | None, start: PathStart, *, emit_meta: bool = False,
 ) -> tuple[ReadPath, int | None]:
     """The read path of ``plan`` for this iteration, positioned at ``start``; and ``N`` of an epochs read (None: a stream)."""
     steps: ManifestPoller | BlockShuffle
@@ -247,7 +300,7 @@ def open_path(
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
     if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
-        path = RunPath(project, steps, slices, store, options, sources)
+        path = RunPath(project, steps, slices, store, options, keys, sources)
     else:
-        path = StepPath(project, store, slices, options, sources, emit_meta=emit_meta)
+        path = StepPath(project, store, slices, options, keys, sources, emit_meta=emit_meta)
     return path, None if order is None else int(steps.num_steps)  # type: ignore[union-attr]  # BlockShuffle

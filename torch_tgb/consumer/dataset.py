@@ -32,6 +32,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from typing_extensions import Unpack
 
 from torch_tgb.consumer._epochs import EpochOrder
+from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
@@ -43,6 +44,7 @@ from torch_tgb.format import ragged_keys
 from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage.hot_tier import with_hot_tier
 
 __all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
@@ -74,7 +76,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._num_steps: int | None = None  # epochs reads: steps of the sealed namespace, read once
         self._start: Cursor | None = None if self._order else Cursor(0)  # None: the start of the first epoch
         self._restore: ReaderState | None = None  # an exact same-setting state, used if the setting matches
-        self._written: tuple[Layout, tuple[str, ...]] | None = None  # layout and ragged keys, read once
+        self._written: tuple[Layout, dict[str, Any]] | None = None  # layout and schema, read once
         self._path: ReadPath | None = None  # while iterating
         self._closed_stats = ConsumerStats()  # of the iterations before this one
 
@@ -168,15 +170,22 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             store, _ = self._open()
             store.close()
         assert self._written is not None  # set by _open
-        layout, ragged = self._written
-        return plan_reads(layout, self.mesh, dp_split=self.options.dp_split, ragged=ragged)
+        layout, schema = self._written
+        return plan_reads(layout, self.mesh, dp_split=self.options.dp_split, ragged=ragged_keys(schema))
+
+    def _keys(self) -> KeyPlan:
+        """What this reader reads, derives and delivers (``ReaderOptions.keys``/``derive``)."""
+        plan = self._plan()
+        assert self._written is not None  # read by _plan
+        return plan_keys(self._written[1], plan.written.labels_from, self.options.keys, self.options.derive)
 
     def _open(self) -> tuple[ObjectStore, Manifest]:
         store = open_store(self.ns, self.storage_options or None)
+        store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
         manifest = Manifest(store)
         if self._written is None:
             info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
-            self._written = (Layout.from_json(info.layout), ragged_keys(info.schema))
+            self._written = (Layout.from_json(info.layout), dict(info.schema))
         return store, manifest
 
     # --- iteration ---------------------------------------------------------------
@@ -199,7 +208,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             setting, {"tgbs_per_step": plan.tgbs_per_step, "steps_per_tgb": plan.steps_per_tgb})
         start = PathStart(self._start_cursor() if exact is None else exact.origin, exact, setting.worker,
                           setting.num_workers)
-        path, num_steps = open_path(store, manifest, plan, self.options, self._order, start, emit_meta=self.emit_meta)
+        path, num_steps = open_path(store, manifest, plan, self._keys(), self.options, self._order, start,
+                                    emit_meta=self.emit_meta)
         if num_steps is not None:
             self._num_steps = num_steps
         self._path = path

@@ -50,6 +50,11 @@ class ReaderOptions:
     buffers: a truncation is a CorruptObject), ``check_consistency``
     (all-gather (step, keys) every step and raise ``ConsistencyError`` when ranks
     disagree), and the caches and budgets below.
+
+    The hot tier: ``cache_dir``, a node-local directory caching a remote
+    namespace's TGB byte ranges (:class:`torch_tgb.storage.HotTierStore`,
+    shared by the reader processes of a node), bounded by ``cache_bytes``
+    (``None``: 80% of the free space there).
     """
 
     prefetch: int = 4
@@ -80,6 +85,15 @@ class ReaderOptions:
     #: read consecutive steps of one mapped local object as a run (datapipes.read.local_runs) where the plan
     #: allows it; False: every step through the step-by-step pipeline (same tensors, same positions)
     runs: bool = True
+    #: deliver only these keys, reading and checksumming only the stored tensors they need (None: all)
+    keys: tuple[str, ...] | None = None
+    #: what to derive from a token-efficient namespace's seq_lens (consumer/_keys.py): "labels" masks the
+    #: one-token shift with -100 at sequence ends and padding; "position_ids", "document_ids", "cu_seqlens"
+    derive: tuple[str, ...] = ("labels",)
+    #: node-local hot tier of a remote namespace's TGB objects (None: no cache)
+    cache_dir: str | None = None
+    #: bound of the hot tier in bytes (None: 80% of the free space on cache_dir)
+    cache_bytes: int | None = None
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -93,6 +107,14 @@ class ReaderOptions:
             raise LayoutError(f"dp_split must be one of {DP_SPLITS}, got {self.dp_split!r}")
         if self.prefetch < 0 or (self.timeout is not None and self.timeout < 0):
             raise ValueError(f"prefetch and timeout must be >= 0, got prefetch={self.prefetch} timeout={self.timeout}")
+        for name in ("keys", "derive"):
+            value = getattr(self, name)
+            if isinstance(value, str) or (value is not None and not all(isinstance(k, str) for k in value)):
+                raise TypeError(f"ReaderOptions.{name} must be a tuple of key names, got {value!r}")
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        if self.cache_bytes is not None and self.cache_bytes <= 0:
+            raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -137,3 +159,7 @@ class ReadSettings(TypedDict, total=False):
     open_objects: int
     small_object_bytes: int
     runs: bool
+    keys: tuple[str, ...] | None
+    derive: tuple[str, ...]
+    cache_dir: str | None
+    cache_bytes: int | None

@@ -119,6 +119,19 @@ class SliceInfo:
     def length(self) -> int:
         return self.end - self.start
 
+    def select(self, names: frozenset[str]) -> SliceInfo:
+        """This slice with only the tensors named in ``names`` (in slice order), spanning just them.
+
+        Reading it reads ``[first selected tensor, end of the last)``: one range
+        for any selection, exactly the selected bytes when they are adjacent.
+        """
+        tensors = tuple(t for t in self.tensors if t.name in names)
+        if not tensors:
+            raise SchemaMismatch(f"slice (dp={self.dp}, cp={self.cp}) holds none of the keys {sorted(names)}")
+        start = min(t.offset for t in tensors)
+        end = max(t.offset + t.length for t in tensors)
+        return SliceInfo(self.dp, self.cp, start, end, tensors, tuple(k for k in self.ragged if k in names))
+
     @property
     def decode_plan(self) -> tuple[tuple[Any, ...], ...]:
         """Per tensor: (name, numpy dtype, count, offset, shape, torch view dtype or None, crc32c).
@@ -181,13 +194,14 @@ class Footer:
         self.ragged = ragged
         # built on first use; a benign race between threads builds equal objects
         self._cache: dict[int, SliceInfo] = {}
+        self._selected: dict[tuple[int, frozenset[str]], SliceInfo] = {}
 
     @property
     def num_slices(self) -> int:
         return int(len(self._slices))
 
-    def slice(self, dp: int, cp: int = 0) -> SliceInfo:
-        """The slice for data-parallel part ``dp`` and context-parallel part ``cp``."""
+    def slice(self, dp: int, cp: int = 0, names: frozenset[str] | None = None) -> SliceInfo:
+        """The slice for data-parallel part ``dp`` and context-parallel part ``cp`` (``names``: only those tensors)."""
         if not (0 <= dp < self.dp and 0 <= cp < self.cp):
             raise CorruptObject(
                 f"object {self.key!r}: no slice (dp={dp}, cp={cp}); it has dp={self.dp}, cp={self.cp}"
@@ -197,7 +211,12 @@ class Footer:
         if info is None:
             info = self._build(index)
             self._cache[index] = info
-        return info
+        if names is None:
+            return info
+        selected = self._selected.get((index, names))
+        if selected is None:
+            selected = self._selected[(index, names)] = info.select(names)
+        return selected
 
     def slices(self) -> list[SliceInfo]:
         """Every slice in (dp, cp) order; validates all of them."""

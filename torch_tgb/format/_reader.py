@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import google_crc32c
 import numpy as np
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = ["READ_MODES", "VERIFY_POLICIES", "SliceReader", "SliceRun", "decode_slice", "read_footer", "read_slice", "verify_policy", "writable"]
 
-_MISSING = object()
+#: a cache-miss marker of the cache's own value type (compared by identity), so no lookup needs a cast
+_MISSING = bytearray()
 
 #: bytes read from the end of an object when the footer location is unknown
 TAIL_READ = 64 << 10
@@ -80,8 +81,12 @@ def read_footer(
     return parse_footer(rest, key=key, size=size, footer_offset=offset)
 
 
+#: what slices are decoded from: a mapping, a private buffer, or fetched bytes
+ByteSource = Union[bytes, bytearray, memoryview, mmap.mmap]
+
+
 def decode_slice(
-    buffer: Any,
+    buffer: ByteSource,
     slice_info: SliceInfo,
     *,
     base_offset: int = 0,
@@ -236,7 +241,7 @@ class SliceReader:
         # hit: a plain dict read, atomic under the GIL (the hot path takes no lock)
         mm = self._maps.get(key, _MISSING)
         if mm is not _MISSING:
-            return mm  # type: ignore[return-value]
+            return mm
         path = self.store.local_path(key) if self.mode == "mmap" else None
         mm = _open_local(path, key, self.read_whole_below) if path is not None else None
         if mm is not None and len(mm) < size:
@@ -254,9 +259,9 @@ class SliceReader:
             mm = self._mapping(key, end)
         if mm is None:
             return None
-        if len(mm) < end:  # type: ignore[arg-type]
-            raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {end} bytes")  # type: ignore[arg-type]
-        return memoryview(mm)[start:end]  # type: ignore[arg-type]
+        if len(mm) < end:
+            raise CorruptObject(f"object {key!r}: truncated, file has {len(mm)} of {end} bytes")
+        return memoryview(mm)[start:end]
 
     def _check(self, key: str, slice_info: SliceInfo, verify: str) -> bool:
         """Whether to check this byte range's CRCs now (``_mark`` remembers it once checked)."""
@@ -277,7 +282,10 @@ class SliceReader:
                 while len(verified) > _VERIFIED_MAX:
                     verified.pop(next(iter(verified)))
 
-    def run(self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0) -> SliceRun | None:
+    def run(
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], dp: int, cp: int = 0,
+        names: frozenset[str] | None = None,
+    ) -> SliceRun | None:
         """Slice ``(dp, cp)`` of a leading run of consecutive TGBs of the mapped object ``key``.
 
         ``tgbs`` are ``(footer_offset, size)`` of the TGBs, as their manifest
@@ -286,20 +294,24 @@ class SliceReader:
         :func:`parse_footer_run`); None when ``key`` is not mapped (remote, or
         ``mode="copy"``).
         """
-        runs = self.runs(key, size, tgbs, ((dp, cp),))
+        runs = self.runs(key, size, tgbs, ((dp, cp),), names)
         return None if runs is None else runs[0]
 
     def runs(
-        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]]
+        self, key: str, size: int, tgbs: Sequence[tuple[int, int]], slices: Sequence[tuple[int, int]],
+        names: frozenset[str] | None = None,
     ) -> tuple[SliceRun, ...] | None:
-        """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice."""
+        """:meth:`run` for several slices ``(dp, cp)`` of the same TGBs: one footer parse, a SliceRun per slice.
+
+        ``names``: read only those tensors of each slice (None: all).
+        """
         mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
         if mm is None:
             return None
         footers = parse_footer_run(mm, tgbs, key=key)
         out = []
         for dp, cp in slices:
-            info, crcs = footers.slice_run(dp, cp)
+            info, crcs = footers.slice_run(dp, cp, names)
             out.append(SliceRun(self, key, mm, info, footers.shifts, crcs))
         return tuple(out)
 
@@ -320,7 +332,7 @@ class SliceReader:
             self._mark(key, slice_info)
         return out
 
-    def decode(self, key: str, data: Any, slice_info: SliceInfo, *, verify: bool) -> dict[str, torch.Tensor]:
+    def decode(self, key: str, data: ByteSource, slice_info: SliceInfo, *, verify: bool) -> dict[str, torch.Tensor]:
         """Tensors of ``slice_info`` over ``data`` (its bytes), checked for length."""
         if len(data) != slice_info.length:
             raise CorruptObject(
@@ -329,7 +341,7 @@ class SliceReader:
             )
         return decode_slice(data, slice_info, base_offset=slice_info.start, verify=verify, key=key)
 
-    def read_fetched(self, key: str, data: Any, slice_info: SliceInfo) -> dict[str, torch.Tensor]:
+    def read_fetched(self, key: str, data: ByteSource, slice_info: SliceInfo) -> dict[str, torch.Tensor]:
         """Tensors of a slice fetched elsewhere (a batched remote read), under this reader's policy.
 
         Immutable ``bytes`` are copied into a writable buffer first: tensors
@@ -378,7 +390,7 @@ class SliceRun:
     __slots__ = ("_always", "_first", "_plan", "_reader", "buffer", "crcs", "info", "key", "shifts")
 
     def __init__(
-        self, reader: SliceReader, key: str, buffer: Any, info: SliceInfo, shifts: list[int],
+        self, reader: SliceReader, key: str, buffer: ByteSource, info: SliceInfo, shifts: list[int],
         crcs: list[tuple[int, ...]],
     ) -> None:
         self._reader = reader
@@ -420,7 +432,7 @@ class SliceRun:
         return out
 
 
-def writable(data: Any) -> Any:
+def writable(data: ByteSource) -> bytearray | memoryview | mmap.mmap:
     """``data`` itself if it is a writable buffer, else a writable copy (bytearray)."""
     if isinstance(data, bytes) or (isinstance(data, memoryview) and data.readonly):
         return bytearray(data)

@@ -84,12 +84,16 @@ class FooterRun:
             slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged,
         )
 
-    def slice_run(self, dp: int, cp: int = 0) -> tuple[SliceInfo, list[tuple[int, ...]]]:
-        """Slice ``(dp, cp)`` of TGB 0, and per TGB the CRC32Cs of that slice's tensors."""
-        info = self.first.slice(dp, cp)  # validates the slice (shape/length agreement)
+    def slice_run(
+        self, dp: int, cp: int = 0, names: frozenset[str] | None = None
+    ) -> tuple[SliceInfo, list[tuple[int, ...]]]:
+        """Slice ``(dp, cp)`` of TGB 0 (``names``: only those tensors), and per TGB the CRC32Cs of its tensors."""
+        whole = self.first.slice(dp, cp)  # validates the slice (shape/length agreement)
+        info = whole if names is None else self.first.slice(dp, cp, names)
         row = self.first._slices[dp * self.first.cp + cp]
         first, count = int(row["first"]), int(row["count"])
-        return info, [tuple(r) for r in self.crcs[:, first : first + count].tolist()]
+        columns = [first + i for i, t in enumerate(whole.tensors) if names is None or t.name in names]
+        return info, [tuple(r) for r in self.crcs[:, columns].tolist()]
 
     def slice(self, i: int, dp: int, cp: int = 0) -> SliceInfo:
         """Slice ``(dp, cp)`` of TGB ``i`` (for tools and tests; the hot path uses :meth:`slice_run`)."""
@@ -178,4 +182,5 @@ def _shifted_copies(buffer: Any, first: Footer, fo0: int, span: int, shifts: lis
             break
         count += 1
     tensor_crcs = words[1:count, base + _TENSOR_CRC_WORD : base + ntensor * _TENSOR_WORDS : _TENSOR_WORDS]
-    return (tensor_crcs >> np.uint64(32)).astype(np.uint32)
+    crcs: np.ndarray = (tensor_crcs >> np.uint64(32)).astype(np.uint32)
+    return crcs

@@ -9,7 +9,7 @@ Pure and at the bottom of the package: it imports nothing from torch_tgb but
 - ragged keys (``_ragged.py``): a tensor per row, stored as values plus offsets.
 """
 
-from torch_tgb.layout._layout import MAX_CP, MAX_DP, MAX_SLICES, Layout
+from torch_tgb.layout._layout import LABELS_KEY, MAX_CP, MAX_DP, MAX_SLICES, Layout
 from torch_tgb.layout._mesh import Mesh, resolve_rank_world
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
 from torch_tgb.layout._projection import DP_SPLITS, Piece, ReadPlan, Segment, StepReads, plan_reads
@@ -18,6 +18,7 @@ from torch_tgb.layout._slices import SliceData
 
 __all__ = [
     "CP_ORDERS",
+    "LABELS_KEY",
     "DP_SPLITS",
     "MAX_CP",
     "MAX_DP",

@@ -33,14 +33,25 @@ MAX_DP = 2**16
 MAX_CP = 2**16
 MAX_SLICES = 2**20  # dp * cp
 
+#: the key a reader derives from ``Layout.labels_from``: the one-token shift of that seq key
+LABELS_KEY = "labels"
+
+
 @dataclass(frozen=True)
 class Layout:
-    """How one global batch is cut into ``dp * cp`` slices."""
+    """How one global batch is cut into ``dp * cp`` slices.
+
+    ``labels_from``: a seq key stored with one more token per row (``seq_len + 1``,
+    each cp chunk with the token after it) from which readers derive ``labels``,
+    its one-token shift: the two are views of the same bytes, so labels are
+    never stored (``docs/format.md``, *Labels from tokens*).
+    """
 
     dp: int = 1
     cp: int = 1
     seq_keys: tuple[str, ...] = ()
     cp_order: str = "contiguous"
+    labels_from: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("dp", "cp"):
@@ -58,6 +69,11 @@ class Layout:
         if not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):
             raise LayoutError(f"Layout.seq_keys must be distinct non-empty names, got {keys!r}")
         object.__setattr__(self, "seq_keys", keys)
+        if self.labels_from is not None and (self.labels_from not in keys or LABELS_KEY in keys):
+            raise LayoutError(
+                f"Layout.labels_from={self.labels_from!r} must name one of the seq keys {keys!r}, "
+                f"and {LABELS_KEY!r} must not be one (readers derive it)"
+            )
         if self.cp_order not in CP_ORDERS:
             raise LayoutError(f"Layout.cp_order must be one of {CP_ORDERS}, got {self.cp_order!r}")
 
@@ -70,21 +86,33 @@ class Layout:
         """Number of equal chunks the sequence dim must divide into."""
         return self.cp * (2 if self.cp_order == "zigzag" and self.cp > 1 else 1)
 
+    def seq_len_of(self, key: str, stored: int) -> int:
+        """The sequence length of seq key ``key`` whose rows hold ``stored`` tokens (one more for ``labels_from``)."""
+        return stored - 1 if key == self.labels_from else stored
+
     def to_json(self) -> dict[str, Any]:
-        return {"dp": self.dp, "cp": self.cp, "seq_keys": list(self.seq_keys), "cp_order": self.cp_order}
+        """The JSON of ``dataset.json`` and footers; ``labels_from`` only when set (older readers refuse it)."""
+        out: dict[str, Any] = {"dp": self.dp, "cp": self.cp, "seq_keys": list(self.seq_keys), "cp_order": self.cp_order}
+        if self.labels_from is not None:
+            out["labels_from"] = self.labels_from
+        return out
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Layout:
         if not isinstance(d, Mapping):
             raise LayoutError(f"a layout must be a JSON object, got {type(d).__name__}")
-        unknown = set(d) - {"dp", "cp", "seq_keys", "cp_order"}
+        unknown = set(d) - {"dp", "cp", "seq_keys", "cp_order", "labels_from"}
         if unknown:
             raise LayoutError(f"unknown layout fields {sorted(unknown)}")
         seq_keys = d.get("seq_keys", ())
         if not isinstance(seq_keys, (list, tuple)):
             raise LayoutError(f"layout seq_keys must be a list, got {seq_keys!r}")
+        labels_from = d.get("labels_from")
+        if labels_from is not None and not isinstance(labels_from, str):
+            raise LayoutError(f"layout labels_from must be a key name, got {labels_from!r}")
         return cls(
-            dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous")
+            dp=d.get("dp", 1), cp=d.get("cp", 1), seq_keys=tuple(seq_keys), cp_order=d.get("cp_order", "contiguous"),
+            labels_from=labels_from,
         )
 
     def check_batch(self, batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> int:
@@ -123,11 +151,15 @@ class Layout:
             assert isinstance(t, torch.Tensor)  # a ragged seq key was refused above
             if t.dim() < 2:
                 raise LayoutError(f"seq key {key!r} needs a sequence dim 1, has shape {tuple(t.shape)}")
-            if t.shape[1] % self.seq_chunks:
+            length = self.seq_len_of(key, t.shape[1])
+            if length % self.seq_chunks or length < 1:
                 raise LayoutError(
-                    f"seq key {key!r}: sequence length {t.shape[1]} is not divisible into "
+                    f"seq key {key!r}: sequence length {length} is not divisible into "
                     f"{self.seq_chunks} chunks (cp={self.cp}, cp_order={self.cp_order!r})"
+                    + (f" (it holds {length} + 1 tokens: labels_from)" if key == self.labels_from else "")
                 )
+        if LABELS_KEY in batch and self.labels_from is not None:
+            raise LayoutError(f"a layout with labels_from={self.labels_from!r} derives {LABELS_KEY!r}: do not store it")
         return batch_size
 
     def cut(self, batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> list[SliceData]:
@@ -153,8 +185,9 @@ class Layout:
                 tensors = {}
                 for name, t in part.items():
                     if name in self.seq_keys and self.cp > 1:
-                        n = t.shape[1]
-                        chunks = [t[:, int(lo * n) : int(hi * n)] for lo, hi in ranges[c]]
+                        n = self.seq_len_of(name, t.shape[1])
+                        more = int(name == self.labels_from)  # each chunk keeps the token after it
+                        chunks = [t[:, int(lo * n) : int(hi * n) + more] for lo, hi in ranges[c]]
                         tensors[name] = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
                     else:
                         tensors[name] = t

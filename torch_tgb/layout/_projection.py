@@ -29,7 +29,7 @@ import torch
 
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
-from torch_tgb.layout._layout import Layout
+from torch_tgb.layout._layout import LABELS_KEY, Layout
 from torch_tgb.layout._mesh import Mesh
 from torch_tgb.layout._ragged import join_ragged, offsets_key
 
@@ -70,6 +70,9 @@ class StepReads:
     parts: tuple[tuple[Segment, ...], ...]
     seq_keys: tuple[str, ...]
     ragged: tuple[str, ...] = ()
+    #: the written layout's ``labels_from`` key (delivered as it and ``labels``) and its chunks per cp slice
+    labels_from: str | None = None
+    chunks: int = 1
 
     def assemble(self, tensors: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """This rank's batch from the pieces' tensors (same order as ``pieces``). Pure.
@@ -104,9 +107,40 @@ class StepReads:
                 piece = tensors[seg.piece]
                 if name not in piece:
                     raise LayoutError(f"piece {self.pieces[seg.piece]} has no tensor {name!r}")
-                views.append(_tokens(piece[name], seg, name, self.pieces[seg.piece]))
-            out[name] = views[0] if len(views) == 1 else torch.cat(views, dim=1)
+                if name == self.labels_from:
+                    views.append(_tokens_and_next(piece[name], seg, name, self.pieces[seg.piece], self.chunks))
+                else:
+                    views.append(_tokens(piece[name], seg, name, self.pieces[seg.piece]))
+            if name == self.labels_from:  # each view holds its tokens and the one after: two shifted views
+                out[name] = _join([v[:, :-1] for v in views])
+                out[LABELS_KEY] = _join([v[:, 1:] for v in views])
+            else:
+                out[name] = _join(views)
         return out
+
+
+def _join(views: list[torch.Tensor]) -> torch.Tensor:
+    return views[0] if len(views) == 1 else torch.cat(views, dim=1)
+
+
+def _tokens_and_next(t: torch.Tensor, seg: Segment, name: str, piece: Piece, chunks: int) -> torch.Tensor:
+    """Tokens ``[lo, hi)`` of a ``labels_from`` piece plus the token after them (a view).
+
+    The piece stores ``chunks`` cp chunks of ``m`` tokens, each followed by the
+    token after it (``m + 1`` stored); a segment lies inside one chunk.
+    """
+    if t.dim() < 2 or t.shape[1] % chunks:
+        raise LayoutError(f"labels_from key {name!r} of {piece} has shape {tuple(t.shape)}, not {chunks} chunks")
+    m = t.shape[1] // chunks - 1
+    k = int(seg.lo * chunks)  # the chunk the segment lies in
+    lo, hi = (seg.lo * chunks - k) * m, (seg.hi * chunks - k) * m
+    if m < 1 or lo.denominator != 1 or hi.denominator != 1 or hi > m:
+        raise LayoutError(
+            f"labels_from key {name!r} of {piece}: {m} tokens per chunk cannot be cut at fractions "
+            f"{seg.lo}..{seg.hi} (sequence length not divisible for this cp projection)"
+        )
+    base = k * (m + 1)
+    return t[:, base + int(lo) : base + int(hi) + 1]
 
 
 def _tokens(t: torch.Tensor, seg: Segment, name: str, piece: Piece) -> torch.Tensor:
@@ -181,7 +215,23 @@ class ReadPlan:
             for cp, lo, hi in self._cp_segments:
                 segments.append(Segment(index.setdefault(Piece(tgb, dp, cp), len(index)), lo, hi))
             parts.append(tuple(segments))
-        return StepReads(tuple(index), tuple(parts), self.written.seq_keys, self.ragged)
+        w = self.written
+        chunks = 2 if w.cp > 1 and w.cp_order == "zigzag" else 1
+        return StepReads(tuple(index), tuple(parts), w.seq_keys, self.ragged, w.labels_from, chunks)
+
+    def token_ranges(self, seq_len: int) -> tuple[tuple[int, int], ...]:
+        """The token positions ``[lo, hi)`` of a row this rank's seq keys hold, in delivery order (all: cp 1)."""
+        if not self.written.seq_keys or self.mesh.cp_size == 1:
+            return ((0, seq_len),)
+        return tuple((int(lo * seq_len), int(hi * seq_len))
+                     for lo, hi in cp_ranges(self.mesh.cp_size, self.cp_order)[self.mesh.cp_rank])
+
+    def seq_len_of(self, delivered: int) -> int:
+        """A row's sequence length, from the ``delivered`` tokens of a seq key on this rank."""
+        if not self.written.seq_keys or self.mesh.cp_size == 1:
+            return delivered
+        share = sum(hi - lo for lo, hi in cp_ranges(self.mesh.cp_size, self.cp_order)[self.mesh.cp_rank])
+        return int(delivered / share)
 
     @property
     def seq_amplification(self) -> float:
@@ -215,8 +265,10 @@ def _cp_segments(
                 continue
             scale = (lhi - llo) / (hi - lo)
             seg = (j, llo + (a - lo) * scale, llo + (b - lo) * scale)
-            if out and out[-1][0] == j and out[-1][2] == seg[1]:
-                out[-1] = (j, out[-1][1], seg[2])  # contiguous in the same piece: one view
+            # contiguous in the same piece: one view, unless a labels_from piece stores the two
+            # chunks apart (each with the token after it)
+            if out and out[-1][0] == j and out[-1][2] == seg[1] and (written.labels_from is None or len(held[j]) == 1):
+                out[-1] = (j, out[-1][1], seg[2])
             else:
                 out.append(seg)
     return tuple(out)

@@ -26,11 +26,11 @@ import builtins
 import concurrent.futures
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Protocol, Union, runtime_checkable
 
 from torch_tgb.errors import StorageError, TGBError
 
-__all__ = ["Buffer", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
+__all__ = ["Buffer", "CachingStore", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
 
 #: what ``put`` and ``put_if_absent`` accept: any contiguous bytes-like object
 Buffer = Union[bytes, bytearray, memoryview]
@@ -175,3 +175,14 @@ class ObjectStore(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+@runtime_checkable
+class CachingStore(Protocol):
+    """A store that keeps copies of what it read (a hot tier): ``forget`` drops this node's copies of ``keys``.
+
+    Readers call it when cached bytes fail their checks, and read the keys
+    again from the origin (``datapipes.read.batch_fetch.refetch_if_cached``).
+    """
+
+    def forget(self, keys: Iterable[str] | None = None) -> None: ...

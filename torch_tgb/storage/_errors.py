@@ -1,6 +1,7 @@
 """The one place where backend exceptions become torch_tgb errors.
 
-Backends (builtin ``OSError``, fsspec, s3fs, botocore, aiohttp) report the same
+Backends (builtin ``OSError``, fsspec, s3fs, botocore, aiohttp, the Google
+Cloud Storage and Azure Blob clients) report the same
 conditions in many shapes. :func:`translate` maps them onto the hierarchy of
 :mod:`torch_tgb.errors` so that retry decisions and user messages depend on
 one table:
@@ -32,7 +33,7 @@ from torch_tgb.errors import (
     TransientStorageError,
 )
 
-__all__ = ["is_transient", "translate"]
+__all__ = ["is_transient", "translate", "translate_hidden"]
 
 _FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
 _TRANSIENT_ERRNOS = frozenset(
@@ -85,11 +86,23 @@ _NETWORK_NAMES = frozenset(
         "ClientPayloadError",
         "ResponseStreamingError",
         "IncompleteReadError",
+        "ReadTimeout",  # requests (google-cloud-storage)
+        "ConnectionError",  # requests' own, not the builtin (which is handled by isinstance)
+        "ServiceRequestError",  # azure-core: the request could not be sent
+        "ServiceResponseError",  # azure-core: sent, but no (complete) reply
+        "DataCorruption",  # google-resumable-media: a download failed its checksum in transit
     }
 )
 # Of those, the ones that may strike after the request body went out.
 _AFTER_SEND_NAMES = frozenset(
-    {"ReadTimeoutError", "ServerTimeoutError", "ServerDisconnectedError", "ConnectionClosedError"}
+    {
+        "ReadTimeoutError",
+        "ServerTimeoutError",
+        "ServerDisconnectedError",
+        "ConnectionClosedError",
+        "ReadTimeout",
+        "ServiceResponseError",
+    }
 )
 
 
@@ -109,6 +122,15 @@ def _client_error_code(exc: BaseException) -> str | None:
             if status:
                 return str(status)
         current = current.__cause__ or current.__context__
+    return None
+
+
+def _http_status(exc: BaseException) -> str | None:
+    """The HTTP status of a Google (``exc.code``) or Azure (``exc.status_code``) client error."""
+    for name in ("status_code", "code"):
+        value = getattr(exc, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            return str(value)
     return None
 
 
@@ -159,7 +181,7 @@ def translate(
     for secret in redact:
         if secret:
             detail = detail.replace(secret, "***")
-    code = _client_error_code(exc)
+    code = _client_error_code(exc) or _http_status(exc)
     names = _chain_names(exc)
     err_no = getattr(exc, "errno", None)
 
@@ -167,7 +189,7 @@ def translate(
         return ObjectNotFound(f"{where}: no such object")
     if err_no in _FULL_ERRNOS:
         return StorageFull(f"{where}: store is full ({detail})")
-    if isinstance(exc, PermissionError) or code in ("AccessDenied", "403"):
+    if isinstance(exc, PermissionError) or code in ("AccessDenied", "401", "403"):
         return StorageError(f"{where}: permission denied ({detail})")
     timeout = _is_timeout(exc, names)
     if timeout and write_sent and (isinstance(exc, TimeoutError) or names & _AFTER_SEND_NAMES):
@@ -175,3 +197,38 @@ def translate(
     if timeout or code in _TRANSIENT_CODES or err_no in _TRANSIENT_ERRNOS or isinstance(exc, ConnectionError):
         return TransientStorageError(f"{where}: transient failure ({detail})")
     return StorageError(f"{where}: failed ({detail})")
+
+
+def translate_hidden(
+    exc: BaseException,
+    *,
+    url: str,
+    op: str,
+    key: str | None,
+    write_sent: bool = False,
+    redact: tuple[str, ...] = (),
+) -> TGBError:
+    """:func:`translate`, chained to ``exc`` unless ``exc`` (or its causes) would print a secret.
+
+    Backends raise the result as it is (``raise translate_hidden(...)``): the
+    chain is already set, and dropped with ``__suppress_context__`` where a
+    traceback would show a secret from ``redact``.
+    """
+    error = translate(exc, url=url, op=op, key=key, write_sent=write_sent, redact=redact)
+    if error is exc:
+        return error
+    if any(secret and secret in _chain_text(exc) for secret in redact):
+        error.__cause__ = None
+        error.__suppress_context__ = True  # the traceback must not print the secret
+    else:
+        error.__cause__ = exc
+    return error
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(parts) < 16:
+        parts.append(f"{current!r} {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from torch_tgb.storage._azure import AZURE_SCHEMES, AzureBlobStore
 from torch_tgb.storage._base import ObjectStore
+from torch_tgb.storage._gcs import GCS_SCHEMES, GCSStore
 from torch_tgb.storage.fsspec_store import FsspecStore, redact_url
 from torch_tgb.storage.local import LocalStore
 from torch_tgb.storage.memory import MemoryStore
@@ -30,6 +32,9 @@ def open_store(
     * a bare path or ``file://`` URL is a :class:`LocalStore`
       (``storage_options`` may hold ``fsync``);
     * ``memory://name`` is a :class:`MemoryStore` (no options);
+    * ``gs://`` and ``gcs://`` are a :class:`GCSStore` (``pip install "torch-tgb[gcs]"``),
+      ``az://``, ``abfs://`` and ``abfss://`` an :class:`AzureBlobStore` (``[azure]``);
+      ``storage_options`` as gcsfs and adlfs name them;
     * anything else is an :class:`FsspecStore` with ``storage_options``
       passed to fsspec (e.g. ``endpoint_url``, ``key``, ``secret``).
 
@@ -58,6 +63,10 @@ def open_store(
         if options:
             raise ValueError(f"{url}: a memory:// namespace takes no storage_options")
         inner = MemoryStore(url.split("://", 1)[1])
+    elif scheme in GCS_SCHEMES:
+        inner = GCSStore(url, options)
+    elif scheme in AZURE_SCHEMES:
+        inner = AzureBlobStore(url, options)
     else:
         inner = FsspecStore(url, options)
     return RetryingStore(inner, retry)

@@ -16,7 +16,8 @@ __all__ = ["SECRET_OPTION_NAMES", "is_secret_option", "option_names", "secret_va
 
 #: substrings of option names whose values are secrets
 SECRET_OPTION_NAMES = (
-    "auth", "credential", "key", "passwd", "password", "sas", "secret", "session", "signature", "token",
+    "auth", "connection_string", "credential", "key", "passwd", "password", "sas", "secret", "session", "signature",
+    "token",
 )
 
 

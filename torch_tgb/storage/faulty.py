@@ -27,12 +27,15 @@ import errno
 import random
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 from dataclasses import dataclass, field
 
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._wrapper import StoreWrapper
+
+_T = TypeVar("_T")
 
 __all__ = ["FAULT_KINDS", "OPERATIONS", "FaultPlan", "FaultRates", "FaultyStore"]
 
@@ -134,7 +137,7 @@ class FaultyStore(StoreWrapper):
 
     # --- the fault machinery ----------------------------------------------------
 
-    def _run(self, op: str, key: str | None, fn, *args):  # type: ignore[no-untyped-def]
+    def _run(self, op: str, key: str | None, fn: Callable[..., _T], *args: Any) -> _T:
         kind = self._fate(op)
         write = op in WRITES
         if kind == "slow":

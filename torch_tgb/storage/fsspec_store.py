@@ -44,7 +44,7 @@ from fsspec.asyn import AsyncFileSystem, sync
 
 from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
-from torch_tgb.storage._errors import translate
+from torch_tgb.storage._errors import translate, translate_hidden
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._secrets import secret_values
 
@@ -140,15 +140,7 @@ class FsspecStore(ObjectStore):
 
     def _fail(self, e: BaseException, op: str, key: str | None, *, write: bool = False) -> TGBError:
         """The translated error, chained to ``e`` unless ``e`` would print a secret."""
-        error = translate(e, url=self.url, op=op, key=key, write_sent=write, redact=self._redact)
-        if error is e:
-            return error
-        if any(secret in _chain_text(e) for secret in self._redact):
-            error.__cause__ = None
-            error.__suppress_context__ = True  # the traceback must not print the secret
-        else:
-            error.__cause__ = e
-        return error
+        return translate_hidden(e, url=self.url, op=op, key=key, write_sent=write, redact=self._redact)
 
     def check_root(self) -> None:
         """S3: one ``HEAD`` of the bucket; other file systems: nothing (directories appear on write)."""
@@ -334,15 +326,6 @@ class FsspecStore(ObjectStore):
 
     def close(self) -> None:
         """Nothing to release eagerly: s3fs closes its session with the file system."""
-
-
-def _chain_text(exc: BaseException) -> str:
-    parts: list[str] = []
-    current: BaseException | None = exc
-    while current is not None and len(parts) < 16:
-        parts.append(f"{current!r} {current}")
-        current = current.__cause__ or current.__context__
-    return "\n".join(parts)
 
 
 def _mtime(info: dict[str, Any]) -> float:

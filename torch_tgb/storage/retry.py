@@ -55,7 +55,7 @@ class RetryPolicy:
     def delay(self, retry: int, rng: random.Random) -> float:
         """Seconds to wait before retry number ``retry`` (1-based)."""
         ceiling = min(self.max_delay, self.base_delay * (2 ** (retry - 1)))
-        return ceiling * (1.0 - self.jitter * rng.random())
+        return float(ceiling * (1.0 - self.jitter * rng.random()))
 
 
 class RetryingStore(StoreWrapper):

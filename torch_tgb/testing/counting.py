@@ -23,6 +23,8 @@ class CountingStore(ForwardingStore):
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__(inner)
         self.calls: Counter[str] = Counter()
+        #: range reads per key (``get_ranges`` and ``get_range_into`` arrive here as ranges too)
+        self.range_keys: Counter[str] = Counter()
 
     def _count(self, op: str) -> None:
         with self._lock:
@@ -31,6 +33,12 @@ class CountingStore(ForwardingStore):
     def reset(self) -> None:
         with self._lock:
             self.calls.clear()
+            self.range_keys.clear()
+
+    def range_reads(self, prefix: str = "") -> int:
+        """Range reads of keys under ``prefix`` (``"data/"``: the TGB objects) so far."""
+        with self._lock:
+            return sum(n for key, n in self.range_keys.items() if key.startswith(prefix))
 
     @property
     def total(self) -> int:
@@ -42,6 +50,8 @@ class CountingStore(ForwardingStore):
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         self._count("get_range")
+        with self._lock:
+            self.range_keys[key] += 1
         return self.inner.get_range(key, start, end)
 
     def stat(self, key: str) -> ObjectInfo:

@@ -11,10 +11,14 @@ fixture returning a fresh, empty store (zarr's ``StoreTests`` is the model)::
 Every test here uses only the public interface, so the suite also checks
 wrappers (``RetryingStore``, a fault-free ``FaultyStore``...). Backend
 specifics (symlinks on disk, credential-free URLs) belong in the subclass.
+The create-if-absent race runs in threads and in separate processes (the
+store is pickled into each, as DataLoader workers and producers receive
+it); a store that lives in one process sets ``race_processes = 0``.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
 
 import pytest
@@ -49,6 +53,8 @@ class StoreContract:
 
     #: concurrent writers in the create-if-absent race (lower it for slow servers)
     race_threads = 8
+    #: writer processes in the cross-process race (0: the store cannot be shared between processes)
+    race_processes = 4
 
     @pytest.fixture
     def store(self) -> ObjectStore:
@@ -195,6 +201,26 @@ class StoreContract:
             assert len(winners) == 1, outcome
             assert store.get(key) == f"writer-{winners[0]}".encode() * 100
 
+    def test_put_if_absent_concurrent_processes(self, store: ObjectStore) -> None:
+        n = self.race_processes
+        if n < 2:
+            pytest.skip("the store lives in one process")
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no client or lock inherited by fork
+        barrier, results = ctx.Barrier(n), ctx.Queue()
+        keys = [f"xrace/{k}" for k in range(3)]
+        procs = [ctx.Process(target=_race_writer, args=(store, keys, i, barrier, results)) for i in range(n)]
+        for p in procs:
+            p.start()
+        reports = [results.get(timeout=120) for _ in procs]
+        for p in procs:
+            p.join(timeout=60)
+        errors = [r for r in reports if isinstance(r[1], str)]
+        assert not errors, errors
+        for key in keys:
+            winners = [i for i, won in reports if key in won]
+            assert len(winners) == 1, (key, reports)
+            assert store.get(key) == _race_payload(winners[0])
+
     # --- delete ------------------------------------------------------------------
 
     def test_delete_idempotent(self, store: ObjectStore) -> None:
@@ -271,3 +297,21 @@ class StoreContract:
     def test_errors_are_storage_errors(self, store: ObjectStore) -> None:
         with pytest.raises(StorageError):
             store.get("missing")
+
+
+def _race_payload(writer: int) -> bytes:
+    return f"process-{writer}".encode() * 200
+
+
+def _race_writer(store: ObjectStore, keys: list[str], writer: int, barrier, results) -> None:  # type: ignore[no-untyped-def]
+    """One process of the cross-process race: ``(writer, keys won)`` or ``(writer, error)``."""
+    try:
+        won = []
+        for key in keys:
+            barrier.wait(60)  # every process hits the same key at once
+            if store.put_if_absent(key, _race_payload(writer)):
+                won.append(key)
+        results.put((writer, won))
+    except BaseException as e:  # reported to the parent instead of hanging its barrier
+        barrier.abort()
+        results.put((writer, repr(e)))

@@ -19,9 +19,12 @@ padding positions (their outputs are meaningless and their labels are
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 __all__ = ["document_block_mask", "document_mask", "flatten_cu_seqlens"]
 
@@ -37,7 +40,7 @@ def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
     return mask[0] if document_ids.dim() == 1 else mask[:, None]
 
 
-def document_block_mask(document_ids: torch.Tensor, *, block_size: int = 128) -> Any:
+def document_block_mask(document_ids: torch.Tensor, *, block_size: int = 128) -> BlockMask:
     """A ``flex_attention`` ``BlockMask`` equal to :func:`document_mask` (``[B, 1, L, L]``).
 
     Built on ``document_ids``' device; needs ``torch.nn.attention.flex_attention``
@@ -53,7 +56,7 @@ def document_block_mask(document_ids: torch.Tensor, *, block_size: int = 128) ->
     ids = document_ids.unsqueeze(0) if document_ids.dim() == 1 else document_ids
     batch, length = ids.shape
 
-    def same_document_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
+    def same_document_causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return (ids[b, q] == ids[b, kv]) & (q >= kv)
 
     return create_block_mask(
@@ -73,4 +76,5 @@ def flatten_cu_seqlens(cu_seqlens: torch.Tensor) -> torch.Tensor:
     length = cu_seqlens.shape[1] - 1
     shift = torch.arange(cu_seqlens.shape[0], device=cu_seqlens.device, dtype=torch.int64)[:, None] * length
     flat = (cu_seqlens.to(torch.int64) + shift).reshape(-1)
-    return torch.unique_consecutive(flat).to(torch.int32)
+    unique: torch.Tensor = torch.unique_consecutive(flat)
+    return unique.to(torch.int32)

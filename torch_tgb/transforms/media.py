@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_tgb.errors import MediaError
+from torch_tgb.errors import MediaError, MissingExtra
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -72,7 +72,7 @@ def _pil() -> Any:
     try:
         from PIL import Image
     except ImportError as e:
-        raise ImportError("Pillow is not installed; pip install 'torch-tgb[images]'") from e
+        raise MissingExtra("Pillow is not installed; pip install 'torch-tgb[images]'") from e
     return Image
 
 
@@ -171,7 +171,7 @@ def _av() -> Any:
     try:
         import av
     except ImportError as e:
-        raise ImportError("av (PyAV) is not installed; pip install 'torch-tgb[video]'") from e
+        raise MissingExtra("av (PyAV) is not installed; pip install 'torch-tgb[video]'") from e
     return av
 
 
@@ -256,7 +256,7 @@ def _duration(container: Any, stream: Any) -> float:
 
 
 def _rgb(frame: Any, height: int, width: int) -> np.ndarray:
-    array = frame.to_ndarray(format="rgb24")
+    array = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
     if array.shape != (height, width, 3):  # a stream whose size changes mid-way: refuse, never resize silently
         raise MediaError(f"video frame of shape {array.shape} in a {width}x{height} stream", "corrupt")
     return array

@@ -42,4 +42,5 @@ def block_shuffle_order(num_items: int, block_size: int, seed: int, epoch: int =
     lengths = np.minimum(block_size, num_items - starts)
     # index i of the output: starts[block of i] + (i - first output index of that block)
     first = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.repeat(starts, lengths) + (np.arange(num_items, dtype=np.int64) - first)
+    order: np.ndarray = np.repeat(starts, lengths) + (np.arange(num_items, dtype=np.int64) - first)
+    return order

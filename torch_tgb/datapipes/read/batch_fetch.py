@@ -23,14 +23,17 @@ and ``retries`` go to the pipeline's :class:`ReadStats` (and from there to
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from torch_tgb.datapipes.read.stats import ReadStats
-from torch_tgb.errors import ObjectNotFound, TGBError, TransientStorageError
-from torch_tgb.storage import ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.errors import CorruptObject, ObjectNotFound, TGBError, TransientStorageError
+from torch_tgb.storage import CachingStore, ObjectStore, RangeFailure, RangeRequest
 
-__all__ = ["ErrorBudget", "fetch_ranges", "is_soft"]
+__all__ = ["ErrorBudget", "fetch_ranges", "is_soft", "refetch_if_cached"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,22 @@ def _budget_error(error: TGBError, why: str) -> TGBError:
         return error
     out.__cause__ = error
     return out
+
+
+def refetch_if_cached(store: ObjectStore, keys: Iterable[str], attempt: Callable[[], _T], stats: ReadStats) -> _T:
+    """``attempt()`` (fetch and check some ranges of ``keys``); once more from the origin if cached bytes were corrupt.
+
+    A hot tier (:class:`~torch_tgb.storage.CachingStore`) keeps what it
+    fetched, so bytes corrupted on their way in would fail every later read on
+    the node. On :class:`CorruptObject` the cached copies of ``keys`` are
+    dropped and the ranges read again, once; bytes still corrupt at the origin
+    raise. A store that caches nothing raises at once.
+    """
+    try:
+        return attempt()
+    except CorruptObject:
+        if not isinstance(store, CachingStore):
+            raise
+        store.forget(list(keys))
+        stats.add(retries=1)
+        return attempt()

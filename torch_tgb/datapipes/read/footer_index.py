@@ -21,12 +21,13 @@ so tasks buffered ahead are fetched again after a reset, never skipped.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from typing import Any, cast
 
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.read._types import Lookahead, ReadTask, StepEntry
-from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import ManifestError
 from torch_tgb.format import (
@@ -176,18 +177,29 @@ class FooterIndex(BaseNode[ReadTask]):
         requests = [self._footer_range(e) for e in todo.values()]
         if self._local is None:  # one namespace lives on one backend: ask once
             self._local = self.store.local_path(requests[0].key) is not None
+        def parse(blobs: Sequence[bytes | memoryview]) -> list[Footer]:
+            return [parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
+                    for e, blob in zip(todo.values(), blobs)]
+
         if self._local:
             # local files: sequential reads beat spinning up reader threads; through the
             # shared mapping when there is one (the object is opened once, not per footer)
             blobs: list[bytes | memoryview] = [self._local_range(r) for r in requests]
+            footers = parse(blobs)
         else:
             todo = self._from_segment_indexes(todo)  # a segment's footers: one tail read per object
             requests = [self._footer_range(e) for e in todo.values()]
-            # one batched call; soft failures re-read within the error budget, hard ones raised
-            blobs = list(fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)) if todo else []
+
+            def fetch_and_parse() -> tuple[list[bytes | memoryview], list[Footer]]:
+                # one batched call; soft failures re-read within the error budget, hard ones raised
+                got: list[bytes | memoryview] = []
+                if todo:
+                    got.extend(fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats))
+                return got, parse(got)
+
+            blobs, footers = refetch_if_cached(self.store, {r.key for r in requests}, fetch_and_parse, self.stats)
         self.stats.add(footer_requests=len(requests), bytes_read=sum(len(b) for b in blobs))
-        for (address, e), blob in zip(todo.items(), blobs):
-            footer = parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
+        for address, footer in zip(todo, footers):
             self._cache[address] = footer
         if len(self._cache) > self.cache_size:
             self._evict()

@@ -102,6 +102,7 @@ class LocalRuns(BaseNode[StepRun]):
         start_step: int = 0,
         version: int = 0,
         max_run: int = MAX_RUN,
+        names: frozenset[str] | None = None,
     ) -> None:
         super().__init__()
         if max_run < 1:
@@ -115,8 +116,10 @@ class LocalRuns(BaseNode[StepRun]):
         self.namespace = namespace
         self.reader = reader
         self.reads = reads
-        # a step of one whole slice is delivered as read; else its slices are joined
-        self._whole = len(reads.parts) == 1 and [(s.lo, s.hi) for s in reads.parts[0]] == [(0, 1)]
+        # a step of one whole slice is delivered as read; else its slices are joined (and a labels_from key split)
+        self._whole = (len(reads.parts) == 1 and [(s.lo, s.hi) for s in reads.parts[0]] == [(0, 1)]
+                       and reads.labels_from is None)
+        self.names = names
         self._slices = tuple((p.dp, p.cp) for p in reads.pieces)
         self.start_step, self.start_version = start_step, version
         self.max_run = max_run
@@ -156,7 +159,7 @@ class LocalRuns(BaseNode[StepRun]):
                 break  # a bad entry starts the next run: the steps before it are delivered, then it raises at its step
             tgbs.append((e.footer_offset, e.size))
         try:
-            runs = self.reader.runs(key, first.total_size, tgbs, self._slices)
+            runs = self.reader.runs(key, first.total_size, tgbs, self._slices, self.names)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.namespace}: step={step}: {e}") from e
         if runs is None:

@@ -41,7 +41,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.read._types import Interruptible, Lookahead, ReadTask, StepBatch
-from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges
+from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
@@ -74,7 +74,9 @@ class RangeReader(BaseNode[StepBatch]):
         inline_local: bool = True,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
+        names: frozenset[str] | None = None,
     ) -> None:
+        """``names``: read only these tensors of each slice (one range spanning them); None: all."""
         super().__init__()
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
@@ -95,6 +97,7 @@ class RangeReader(BaseNode[StepBatch]):
         self._slices = slices if slices is not None else SliceReader(store, verify=verify)
         self._local: bool | None = None
         self.errors = errors
+        self.names = names
         self._source_lookahead = isinstance(source, Lookahead)  # decided once, not per step
 
     # --- BaseNode --------------------------------------------------------------
@@ -158,7 +161,7 @@ class RangeReader(BaseNode[StepBatch]):
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
-                info = footer.slice(piece.dp, piece.cp)
+                info = footer.slice(piece.dp, piece.cp, self.names)
                 parts.append(self._slices.read(entry.key, footer, info))
                 nbytes += info.end - info.start
                 for tensor in info.tensors:
@@ -187,18 +190,24 @@ class RangeReader(BaseNode[StepBatch]):
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
-                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp)))
+                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp, self.names)))
                 owner.append(t)
         started = time.perf_counter()
         parts: list[dict] = []
         i = 0
+
+        def fetch_and_check() -> None:
+            nonlocal i
+            parts.clear()
+            requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
+            blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
+            # into writable buffers: tensors never view an immutable bytes object
+            for i, ((key, _, info), blob) in enumerate(zip(infos, blobs)):
+                parts.append(self._slices.read_fetched(key, blob, info))
+
         try:
             if infos:
-                requests = [RangeRequest(key, info.start, info.end) for key, _, info in infos]
-                blobs = fetch_ranges(self.store, requests, budget=self.errors, stats=self.stats)
-                # into writable buffers: tensors never view an immutable bytes object
-                for i, ((key, _, info), blob) in enumerate(zip(infos, blobs)):
-                    parts.append(self._slices.read_fetched(key, blob, info))
+                refetch_if_cached(self.store, {key for key, _, _ in infos}, fetch_and_check, self.stats)
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             c = tasks[owner[i]].cursor
             # no version number: the reader knows only the newest version it has seen, which is not the

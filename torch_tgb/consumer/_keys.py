@@ -1,0 +1,72 @@
+"""Which stored tensors a reader reads, what it derives, and what it delivers.
+
+``ReaderOptions(keys=...)`` names the keys a training step uses; a reader then
+reads and checksums only the stored tensors they need (one range read per
+slice, spanning them), and delivers exactly those keys (a ragged key with its
+offsets). ``ReaderOptions(derive=...)`` names what to derive from the rows'
+``seq_lens`` in a token-efficient namespace (``Layout.labels_from``):
+``"labels"`` masks the one-token shift with -100 where a sequence ends and on
+padding (a copy; without it ``labels`` is the bare shift, a view), and
+``position_ids``, ``document_ids`` and ``cu_seqlens`` are computed on request.
+A key the namespace stores is read, never derived (older namespaces store them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch_tgb.errors import SchemaMismatch
+from torch_tgb.layout import LABELS_KEY, offsets_key
+from torch_tgb.transforms.derive import DERIVABLE, SEQ_LENS_KEY
+
+__all__ = ["KeyPlan", "plan_keys"]
+
+
+@dataclass(frozen=True)
+class KeyPlan:
+    """What a reader reads (``read``: stored tensor names, None: all), derives and delivers (None: all)."""
+
+    read: frozenset[str] | None
+    derive: tuple[str, ...]
+    deliver: frozenset[str] | None
+    #: whether ``labels`` is masked from ``seq_lens`` (else the bare shift of ``labels_from``)
+    mask_labels: bool
+
+
+def plan_keys(
+    schema: Mapping[str, Any], labels_from: str | None, keys: tuple[str, ...] | None, derive: tuple[str, ...]
+) -> KeyPlan:
+    """The :class:`KeyPlan` of a namespace (its ``schema`` and layout's ``labels_from``) for ``keys``/``derive``.
+
+    Raises :class:`SchemaMismatch` for a key the namespace neither stores nor
+    can derive, and ``ValueError`` for an unknown derivation.
+    """
+    unknown = sorted(set(derive) - set(DERIVABLE))
+    if unknown:
+        raise ValueError(f"cannot derive {unknown}: ReaderOptions(derive=) takes any of {list(DERIVABLE)}")
+    ragged = {name for name, spec in schema.items() if isinstance(spec, Mapping) and spec.get("ragged")}
+    has_lens = SEQ_LENS_KEY in ragged
+    stored = set(schema)
+    deliverable = stored | ({LABELS_KEY} if labels_from is not None else set())
+    derivable = set(DERIVABLE) - {LABELS_KEY} if has_lens else set()
+    wanted = set(deliverable | (set(derive) & derivable)) if keys is None else set(keys)
+    missing = sorted(wanted - deliverable - derivable)
+    if missing:
+        raise SchemaMismatch(
+            f"keys {missing} are neither stored nor derivable: the namespace stores {sorted(stored)}"
+            + (f" and derives {sorted(derivable | {LABELS_KEY})}" if labels_from is not None else "")
+        )
+    derived = tuple(sorted((wanted & derivable) - stored))
+    mask = labels_from is not None and has_lens and LABELS_KEY in wanted and LABELS_KEY in derive
+    needs = set(wanted & stored)
+    if LABELS_KEY in wanted and labels_from is not None:
+        needs.add(labels_from)
+    if derived or mask:
+        needs.add(SEQ_LENS_KEY)
+    read = frozenset(needs | {offsets_key(k) for k in needs & ragged})
+    if keys is None:
+        return KeyPlan(None, derived, None, mask)
+    deliver = frozenset(wanted | {offsets_key(k) for k in wanted & ragged})
+    return KeyPlan(read, derived, deliver, mask)

@@ -1,0 +1,148 @@
+"""Per-token tensors derived from per-row sequence lengths: what a token-efficient row does not store.
+
+A token-efficient row stores its tokens once (``Layout.labels_from``: the row's
+tokens and the one after them, read back as ``input_ids`` and ``labels``, two
+views of the same bytes) and the lengths of the sequences packed into it, the
+ragged key ``seq_lens`` (int32 per row, in row order; padding follows the
+last, so a row's real tokens are ``sum(seq_lens)``). Everything else a trainer
+uses is derived, for the tokens at global positions ``positions`` of each row
+(a cp rank holds a share of the row; default: the whole row ``0 .. S-1``):
+
+- :func:`mask_labels`: ``labels`` with ``-100`` (``IGNORE_INDEX``) on the last
+  token of each sequence (its next token belongs to another one) and on padding;
+- :func:`position_ids`: the position inside its sequence, 0 on padding;
+- :func:`document_ids`: the sequence's index in the row, -1 on padding (what
+  ``transforms.attention`` turns into masks and flex-attention ``BlockMask``);
+- :func:`row_cu_seqlens`: the per-row ``[rows, S + 1]`` int32 offsets ``Pack`` writes.
+
+Pure torch over the whole batch at once (no Python loop over rows): the
+reader runs them on the CPU (``ReaderOptions(derive=...)``), or a training
+step runs them on the device, on the tensors it received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from torch_tgb.transforms.packing import IGNORE_INDEX
+
+__all__ = [
+    "DERIVABLE",
+    "SEQ_LENS_KEY",
+    "SequenceBounds",
+    "document_ids",
+    "ignored_labels",
+    "mask_labels",
+    "position_ids",
+    "row_cu_seqlens",
+]
+
+#: the ragged key of a token-efficient row: the lengths of the sequences packed into it
+SEQ_LENS_KEY = "seq_lens"
+#: the keys a reader can derive from ``seq_lens`` (``ReaderOptions(derive=...)``)
+DERIVABLE = ("labels", "position_ids", "document_ids", "cu_seqlens")
+
+
+def ignored_labels(
+    lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """Flat indices into a rank's ``[rows, n]`` labels whose label is ignored (-100): the reader's fast path.
+
+    The rank holds token positions ``ranges`` of every row (``[lo, hi)`` pairs,
+    concatenated in that order: ``n`` tokens). A label is ignored on the last
+    token of each sequence and on padding (positions ``>= sum(seq_lens)``).
+    Numpy over the sequences, a loop over padded rows only: a few microseconds
+    per step where :func:`mask_labels` over :class:`SequenceBounds` costs tens.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = len(offsets) - 1
+    n = sum(hi - lo for lo, hi in ranges)
+    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
+    cum = np.cumsum(lengths)
+    before = np.concatenate([np.zeros(1, dtype=np.int64), cum])
+    last = cum - before[offsets[:-1]][row_of] - 1  # each sequence's last token, in its row
+    real = before[offsets[1:]] - before[offsets[:-1]]  # real tokens per row
+    found = []
+    column = 0  # where positions [lo, hi) sit in the rank's tokens
+    for lo, hi in ranges:
+        hit = (last >= lo) & (last < hi) & (lengths > 0)
+        found.append(row_of[hit] * n + column + last[hit] - lo)
+        for r in np.nonzero(real < hi)[0].tolist():
+            first = max(int(real[r]), lo)
+            found.append(np.arange(r * n + column + first - lo, r * n + column + hi - lo, dtype=np.int64))
+        column += hi - lo
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+class SequenceBounds:
+    """Where each token of each row lies: its sequence's index, start and end, from the rows' ``seq_lens``.
+
+    ``lengths`` / ``offsets``: the ragged ``seq_lens`` of ``rows`` rows (values
+    and int64 offsets ``[rows + 1]``); ``seq_len``: tokens per row; ``positions``:
+    the global positions (in ``[0, seq_len)``) of the tokens asked about.
+    """
+
+    def __init__(
+        self, lengths: torch.Tensor, offsets: torch.Tensor, seq_len: int, positions: torch.Tensor | None = None
+    ) -> None:
+        device = lengths.device
+        pos = torch.arange(seq_len, device=device) if positions is None else positions.to(device=device, dtype=torch.int64)
+        rows, row_of, slot, in_row = _ends_in_row(lengths, offsets)
+        width = max(1, int(slot.max()) + 1) if slot.numel() else 1
+        # ends[r, j]: the end (exclusive) of row r's sequence j; past the last one, beyond any position
+        ends = torch.full((rows, width), seq_len + 1, dtype=torch.int64, device=device)
+        ends[row_of, slot] = in_row
+        starts = torch.cat([torch.zeros(rows, 1, dtype=torch.int64, device=device), ends[:, :-1]], dim=1)
+        real = torch.zeros(rows, dtype=torch.int64, device=device).index_add_(0, row_of, lengths.to(torch.int64))
+        grid = pos.expand(rows, -1).contiguous()
+        #: index of each token's sequence ([rows, n]); padding tokens get an index past the last sequence
+        self.index = torch.searchsorted(ends, grid, right=True)
+        self.padding = grid >= real[:, None]
+        safe = self.index.clamp(max=width - 1)
+        self.start = torch.gather(starts, 1, safe)
+        self.end = torch.gather(ends, 1, safe)
+        self.positions = grid
+
+
+def mask_labels(labels: torch.Tensor, bounds: SequenceBounds, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """``labels`` (the raw one-token shift) as ``dtype`` with -100 where a sequence ends and on padding (a copy)."""
+    out = labels.to(dtype=dtype, copy=True)
+    out[(bounds.positions + 1 == bounds.end) | bounds.padding] = IGNORE_INDEX
+    return out
+
+
+def position_ids(bounds: SequenceBounds) -> torch.Tensor:
+    """int64 ``[rows, n]``: each token's position inside its sequence, 0 on padding."""
+    return (bounds.positions - bounds.start).masked_fill(bounds.padding, 0)
+
+
+def document_ids(bounds: SequenceBounds) -> torch.Tensor:
+    """int32 ``[rows, n]``: each token's sequence index in its row, -1 on padding."""
+    return bounds.index.masked_fill(bounds.padding, -1).to(torch.int32)
+
+
+def row_cu_seqlens(lengths: torch.Tensor, offsets: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """int32 ``[rows, seq_len + 1]`` as ``Pack`` writes it: 0, each sequence's end, the padding's end, then ``seq_len``."""
+    rows, row_of, slot, in_row = _ends_in_row(lengths, offsets)
+    out = torch.full((rows, seq_len + 1), seq_len, dtype=torch.int64, device=lengths.device)
+    out[:, 0] = 0
+    out[row_of, slot + 1] = in_row
+    return out.to(torch.int32)
+
+
+def _ends_in_row(lengths: torch.Tensor, offsets: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rows, row of each sequence, its index in its row, its end inside its row)`` of ragged ``seq_lens``."""
+    device = lengths.device
+    offsets = offsets.to(device=device, dtype=torch.int64)
+    lengths = lengths.to(torch.int64)
+    rows = int(offsets.shape[0]) - 1
+    counts = offsets[1:] - offsets[:-1]
+    row_of = torch.repeat_interleave(torch.arange(rows, device=device), counts)
+    slot = torch.arange(lengths.shape[0], device=device) - offsets[:-1][row_of]
+    cum = torch.cumsum(lengths, 0)
+    before_row = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), cum])[offsets[:-1]]
+    return rows, row_of, slot, cum - before_row[row_of]
