@@ -118,3 +118,13 @@ def test_lerobot_shards_and_resumes_inside_an_episode(lerobot):
     run_resume_test(lambda: sources.LeRobot(lerobot, cameras=["cam.top"], seed=3, shuffle_buffer=4), stop_after=9)
     with pytest.raises(SourceError, match="no video feature"):
         sources.LeRobot(lerobot, cameras=["nope"])
+
+
+def test_a_member_over_max_member_bytes_is_never_read(tmp_path):
+    samples = [{"__key__": "small", "txt": "a b", "jpg": b"x" * 10}, {"__key__": "big", "txt": "c", "jpg": b"y" * 5000}]
+    urls = write_media_tars(tmp_path, samples, per_tar=2)
+    node = sources.WebDataset(urls, text_field="txt", tokenizer=word_tokenizer, max_member_bytes=1000,
+                              on_error="skip_and_count")
+    assert [d["__key__"] for d in node] == ["small"] and node.stats().skipped == 1
+    with pytest.raises(SourceError, match="'jpg' has 5000 bytes > max_member_bytes=1000"):
+        list(sources.WebDataset(urls, text_field="txt", tokenizer=word_tokenizer, max_member_bytes=1000))

@@ -9,8 +9,9 @@ paths are opened directly, URLs with a scheme through fsspec
 ``webdataset``'s ``tar_file_iterator`` and ``group_by_keys``. A tar cannot
 seek to a sample: resuming inside a shard streams it again from its start,
 skipping samples without decoding them. ``extra`` names members to carry
-along as bytes (``"__key__"`` is the sample key). Needs the ``webdataset``
-extra.
+along as bytes (``"__key__"`` is the sample key). A member larger than
+``max_member_bytes`` (1 GiB) is never read: its sample is a bad record
+(``on_error``). Needs the ``webdataset`` extra.
 
 **Media samples.** A sample with an image or video member (extension
 ``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``; also
@@ -65,6 +66,7 @@ class WebDataset(UnitSource):
         tokenizer: Tokenizer | None = None,
         extra: Sequence[str] = (),
         batch_size: int = 64,
+        max_member_bytes: int = 1 << 30,
         storage_options: dict[str, Any] | None = None,
         **options: Unpack[ReadOptions],
     ) -> None:
@@ -78,6 +80,7 @@ class WebDataset(UnitSource):
         self.field, self.text_field, self.tokenizer = field, text_field, tokenizer
         self.extra = tuple(extra)
         self.batch_size = batch_size
+        self.max_member_bytes = max_member_bytes
         self.storage_options = dict(storage_options or {})
         for url in self.urls:
             if "://" not in url and not os.path.isfile(url):
@@ -97,7 +100,7 @@ class WebDataset(UnitSource):
         url = self.urls[unit]
         with self._open(url) as stream:
             _check_tar(stream, url)
-            samples = wds_tar.group_by_keys(_members(stream, url))
+            samples = wds_tar.group_by_keys(_members(stream, url, self.max_member_bytes))
             batch: list[tuple[int, dict[str, Any]]] = []
             for index, sample in enumerate(samples):
                 if index < start:
@@ -115,9 +118,16 @@ class WebDataset(UnitSource):
 
         tokens: list[Any] = [None] * len(batch)
         media = [media_keys(sample, MEDIA_EXTS) for _, sample in batch]
+        for i, (_, sample) in enumerate(batch):  # before anything reads a member: an unread one has no bytes
+            big = [(k, int(v)) for k, v in sample.items() if isinstance(v, _Oversized)]
+            if big:
+                tokens[i] = SourceError(f"{where(i)}: member {big[0][0]!r} has {big[0][1]} bytes > "
+                                        f"max_member_bytes={self.max_member_bytes}")
         if self.text_field is not None and self.tokenizer is not None:  # both or neither (__init__)
             texts: dict[int, str] = {}
             for i, (_, sample) in enumerate(batch):
+                if tokens[i] is not None:
+                    continue
                 if media[i] and self.text_field not in sample:
                     tokens[i] = torch.zeros(0, dtype=torch.int64)  # an image without a caption
                     continue
@@ -131,7 +141,8 @@ class WebDataset(UnitSource):
             for i, out in zip(order, tokenize([texts[i] for i in order], self.tokenizer, lambda k: where(order[k]))):
                 tokens[i] = out
         else:
-            tokens = [torch.zeros(0, dtype=torch.int64) if media[i] and self.field not in sample
+            tokens = [tokens[i] if tokens[i] is not None
+                      else torch.zeros(0, dtype=torch.int64) if media[i] and self.field not in sample
                       else _load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
         for i, out in enumerate(tokens):
             sample = batch[i][1]
@@ -167,8 +178,15 @@ def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
     return as_tokens(array, where)
 
 
-def _members(stream: Any, url: str) -> Iterator[dict[str, Any]]:
+class _Oversized(int):
+    """The size of a member that was not read: larger than ``max_member_bytes``."""
+
+
+def _members(stream: Any, url: str, max_bytes: int) -> Iterator[dict[str, Any]]:
     """The regular files of a tar stream as webdataset's ``{"fname", "data", "__url__"}`` dicts.
+
+    A member larger than ``max_bytes`` is not read (its data is an ``_Oversized`` size): its
+    sample becomes a bad record, and no allocation follows a size written in a tar header.
 
     Like ``webdataset.tariterators.tar_file_iterator``, plus the check it lacks:
     ``tarfile`` ends a stream silently when it is cut at a member boundary, so
@@ -177,6 +195,9 @@ def _members(stream: Any, url: str) -> Iterator[dict[str, Any]]:
     tar = tarfile.open(fileobj=stream, mode="r|*")
     for info in tar:
         if info.isreg() and not info.name.startswith("__"):
+            if info.size > max_bytes:
+                yield {"fname": info.name, "data": _Oversized(info.size), "__url__": url}
+                continue
             member = tar.extractfile(info)
             if member is not None:
                 yield {"fname": info.name, "data": member.read(), "__url__": url}
