@@ -128,3 +128,16 @@ def test_a_member_over_max_member_bytes_is_never_read(tmp_path):
     assert [d["__key__"] for d in node] == ["small"] and node.stats().skipped == 1
     with pytest.raises(SourceError, match="'jpg' has 5000 bytes > max_member_bytes=1000"):
         list(sources.WebDataset(urls, text_field="txt", tokenizer=word_tokenizer, max_member_bytes=1000))
+
+
+def test_json_captions(tmp_path):
+    import json
+
+    samples = [{"__key__": "a", "jpg": b"x", "json": json.dumps({"caption": "one two", "w": 3})},
+               {"__key__": "b", "jpg": b"x", "json": json.dumps({"text": "three"})},
+               {"__key__": "c", "jpg": b"x", "json": json.dumps([1, 2])}]
+    urls = write_media_tars(tmp_path, samples, per_tar=3)
+    node = sources.WebDataset(urls, text_field="json", tokenizer=word_tokenizer, on_error="skip_and_count")
+    got = {d["__key__"]: d["tokens"].tolist() for d in node}
+    assert got == {"a": word_tokenizer(["one two"])[0], "b": word_tokenizer(["three"])[0]}
+    assert node.stats().skipped == 1

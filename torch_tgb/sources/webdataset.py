@@ -2,7 +2,8 @@
 
 Tokens come from a ``.npy`` member (``field="tokens.npy"``: a 1-D integer
 array, loaded without pickle) or from a text member (``text_field="txt"``,
-UTF-8) tokenized with ``tokenizer=``. Units of sharding are the tar shards
+UTF-8; a ``json`` member's ``caption`` or ``text`` string) tokenized with
+``tokenizer=``. Units of sharding are the tar shards
 (``urls``: a list, or one string with ``{000..009}`` brace ranges). Local
 paths are opened directly, URLs with a scheme through fsspec
 (``storage_options``); the tar stream is split into samples by
@@ -29,6 +30,7 @@ refuses (``"no_image"``).
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -132,11 +134,11 @@ class WebDataset(UnitSource):
                     tokens[i] = torch.zeros(0, dtype=torch.int64)  # an image without a caption
                     continue
                 try:
-                    texts[i] = bytes(sample[self.text_field]).decode("utf-8")
+                    texts[i] = _text(bytes(sample[self.text_field]), self.text_field)
                 except KeyError:
                     tokens[i] = SourceError(f"{where(i)}: no member {self.text_field!r}")
-                except UnicodeDecodeError as e:
-                    tokens[i] = SourceError(f"{where(i)}: {self.text_field!r} is not UTF-8: {e}")
+                except (UnicodeDecodeError, ValueError) as e:
+                    tokens[i] = SourceError(f"{where(i)}: {self.text_field!r} is not UTF-8 text: {e}")
             order = list(texts)
             for i, out in zip(order, tokenize([texts[i] for i in order], self.tokenizer, lambda k: where(order[k]))):
                 tokens[i] = out
@@ -176,6 +178,18 @@ def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
     except (OSError, ValueError, EOFError) as e:
         return SourceError(f"{where}: {field!r} is not a valid .npy array: {e}")
     return as_tokens(array, where)
+
+
+def _text(data: bytes, field: str) -> str:
+    """A text member as a string; a ``json`` member is an object whose ``caption`` (or ``text``) is taken."""
+    text = data.decode("utf-8")
+    if not field.endswith("json"):
+        return text
+    obj = json.loads(text)
+    value = obj.get("caption", obj.get("text")) if isinstance(obj, dict) else None
+    if not isinstance(value, str):
+        raise ValueError("a json caption must be an object with a string 'caption' or 'text'")
+    return value
 
 
 class _Oversized(int):
