@@ -30,7 +30,8 @@ decoder, causal attention inside each packed sample), encoder
 image), i.e. ``VLMCost`` with ``encoder_weight = 2·Le·de / (L·d)``. Methods:
 ``none`` (arrival order), ``kk_backbone`` (kk on the backbone cost alone,
 OVERLORD's "backbone balance"), ``greedy`` and ``kk`` on encoder + backbone
-(``transforms.vlm_balance.micro_batch_plan``). Reported: max/mean over the dp
+(``transforms.vlm_balance.micro_batch_plan``), and ``vector``
+(``balance_vector``: both costs even in every micro-batch). Reported: max/mean over the dp
 ranks of encoder, backbone and total cost, max/mean over the 32
 micro-batches, and the simulated step time ``Σ_k (max_r enc(r,k) + max_r
 bb(r,k))`` at 400 TFLOP/s per replica (each module's phase of each
@@ -195,13 +196,13 @@ def balance_sim(args: argparse.Namespace, batches: int) -> dict[str, Any]:
             rows_enc.append(enc_flops * float(encoder_costs([patches], beta=beta)[0]))
     enc_all, bb_all = np.array(rows_enc), np.array(rows_bb)
     methods = {"none": (None, "total"), "kk_backbone": ("kk", "backbone"), "greedy": ("greedy", "total"),
-               "kk": ("kk", "total")}
+               "kk": ("kk", "total"), "vector": ("vector", "both")}
     stats: dict[str, dict[str, list[float]]] = {k: {} for k in methods}
     for b in range(batches):
         enc, bb = enc_all[b * gbs : (b + 1) * gbs], bb_all[b * gbs : (b + 1) * gbs]
         perfect = m * (enc.sum() + bb.sum()) / (dp * m) / REPLICA_FLOPS
         for name, (method, by) in methods.items():
-            plan = micro_batch_plan(enc + bb if by == "total" else bb, dp, m, method)
+            plan = micro_batch_plan(bb if by == "backbone" else enc + bb, dp, m, method, encoder=enc, backbone=bb)
             ranks = [[i for mb in rank for i in mb] for rank in plan]
             micro = [mb for rank in plan for mb in rank]
             step = simulated_step_time(enc, bb, plan) / REPLICA_FLOPS
@@ -262,6 +263,10 @@ def main() -> None:
                   f"{s['total_max_over_mean']:>8.3f} {s['micro_total_max_over_mean']:>8.3f} {s['step_s']:>8.3f} "
                   f"{s['step_over_perfect']:>9.3f} {s['speedup_vs_none']:>9.3f}")
     out = results_dir(args) / "multimodal.json"
+    if args.only and out.exists():  # refresh one section, keep the other's figures (and its machine block)
+        kept = json.loads(out.read_text())
+        kept.update({k: v for k, v in report.items() if k != "machine"}, **{f"machine_{args.only}": report["machine"]})
+        report = kept
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -503,8 +503,8 @@ def multimodal_section(mm: dict[str, Any] | None) -> list[str]:
                        f"{s['step_over_perfect']:.3f} | {s['speedup_vs_none']:.3f}x |")
         out += ["", "Step = Σ over micro-batches of (slowest rank's encoder + slowest rank's backbone); "
                 "`kk_backbone` balances the backbone cost alone (OVERLORD's backbone-only baseline) and leaves "
-                "the encoder skewed. One combined cost cannot balance both phases at once: the remaining "
-                "gap to perfect is that.", ""]
+                "the encoder skewed; `greedy`/`kk` balance the sum of the two, `vector` "
+                "(`balance=\"vector\"`) both at once, since each phase waits for its own slowest rank.", ""]
     return out
 
 

@@ -165,6 +165,11 @@ def test_global_batches_report_encoder_backbone_and_micro_imbalance(tars):
     assert stats.encoder_imbalance != stats.backbone_imbalance
     costs = batch["row_cost"]
     assert costs.shape == (4,) and bool((costs > 0).any())
+    vector = datapipes.GlobalBatches(node.source, global_batch_size=4, layout=Layout(dp=2), balance="vector",
+                                     micro_batches=2, cost=VLMCost(beta=1.0))
+    assert vector.stats().encoder_imbalance == 1.0 and next(iter(vector))["row_cost"].shape == (4,)
+    with pytest.raises(ValueError, match="VLMCost"):
+        datapipes.GlobalBatches(node.source, global_batch_size=4, layout=Layout(dp=2), balance="vector")
     with pytest.raises(LayoutError, match="micro_batches"):
         datapipes.GlobalBatches(node.source, global_batch_size=4, layout=Layout(dp=2), micro_batches=3)
 

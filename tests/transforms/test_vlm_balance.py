@@ -8,7 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tgb.transforms.vlm_balance import VLMCost, encoder_costs, imbalance, micro_batch_plan, simulated_step_time
+from torch_tgb.transforms.vlm_balance import (
+    VLMCost,
+    balance_vector,
+    encoder_costs,
+    imbalance,
+    micro_batch_plan,
+    simulated_step_time,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -16,12 +23,15 @@ from torch_tgb.transforms.vlm_balance import VLMCost, encoder_costs, imbalance, 
     dp=st.integers(1, 4),
     m=st.integers(1, 4),
     per=st.integers(1, 4),
-    method=st.sampled_from([None, "greedy", "kk", "round_robin"]),
+    method=st.sampled_from([None, "greedy", "kk", "round_robin", "vector"]),
     seed=st.integers(0, 2**16),
 )
 def test_plan_covers_every_row_once_in_equal_micro_batches(dp, m, per, method, seed):
-    costs = np.random.default_rng(seed).lognormal(0, 1.5, dp * m * per)
-    plan = micro_batch_plan(costs, dp, m, method)
+    rng = np.random.default_rng(seed)
+    n = dp * m * per
+    encoder, backbone = rng.lognormal(0, 1.5, n) * (rng.random(n) < 0.7), rng.lognormal(0, 1, n)
+    costs = encoder + backbone
+    plan = micro_batch_plan(costs, dp, m, method, encoder=encoder, backbone=backbone)
     assert len(plan) == dp and all(len(rank) == m for rank in plan)
     assert all(len(micro) == per and micro == sorted(micro) for rank in plan for micro in rank)
     assert sorted(i for rank in plan for micro in rank for i in micro) == list(range(len(costs)))
@@ -40,12 +50,13 @@ def test_balanced_plans_beat_arrival_order_on_a_vlm_mix():
     encoder = rng.lognormal(11, 1.5, rows) * (rng.random(rows) < 0.7)
     total = encoder + backbone
     times = {}
-    for method in (None, "greedy", "kk"):
-        plan = micro_batch_plan(total, dp, m, method)
+    for method in (None, "greedy", "kk", "vector"):
+        plan = micro_batch_plan(total, dp, m, method, encoder=encoder, backbone=backbone)
         micro = [float(total[mb].sum()) for rank in plan for mb in rank]
         times[method] = (imbalance(micro), simulated_step_time(encoder, backbone, plan))
     assert times["kk"][0] < times[None][0] and times["greedy"][0] < times[None][0]
     assert times["kk"][1] < times[None][1] and times["greedy"][1] < times[None][1]
+    assert times["vector"][1] < times["kk"][1]  # both phases even beats an even sum on this mix
     perfect = m * (encoder.sum() + backbone.sum()) / (dp * m)
     assert all(t >= perfect * (1 - 1e-9) for _, t in times.values())
 
@@ -65,3 +76,14 @@ def test_vlm_cost_parts_of_a_packed_row():
     with pytest.raises(ValueError):
         VLMCost(beta=-1)
     assert imbalance([]) == 1.0 and imbalance([1, 3]) == 1.5
+
+
+def test_vector_balance_evens_both_costs():
+    # two kinds of rows with the same total: encoder-heavy and text-heavy; a sum-balancer may pair them badly
+    encoder = np.array([9.0, 9, 9, 9, 1, 1, 1, 1])
+    backbone = np.array([1.0, 1, 1, 1, 9, 9, 9, 9])
+    parts = balance_vector(encoder, backbone, 4)
+    assert sorted(len(p) for p in parts) == [2, 2, 2, 2]
+    assert all(encoder[p].sum() == 10 and backbone[p].sum() == 10 for p in parts)
+    with pytest.raises(ValueError, match="encoder= and backbone="):
+        micro_batch_plan(encoder + backbone, 2, 2, "vector")

@@ -60,7 +60,13 @@ from torch_tgb.transforms.vision import (
     target_size,
     unpatchify,
 )
-from torch_tgb.transforms.vlm_balance import VLMCost, encoder_costs, micro_batch_plan, simulated_step_time
+from torch_tgb.transforms.vlm_balance import (
+    VLMCost,
+    balance_vector,
+    encoder_costs,
+    micro_batch_plan,
+    simulated_step_time,
+)
 
 __all__ = [
     "BALANCERS",
@@ -76,6 +82,7 @@ __all__ = [
     "balance_greedy",
     "balance_kk",
     "balance_round_robin",
+    "balance_vector",
     "block_shuffle_order",
     "check_weights",
     "constant",

@@ -11,8 +11,9 @@ from a packed row.
 :func:`micro_batch_plan` cuts ``B`` rows into ``dp`` ranks × ``m``
 micro-batches of ``B / (dp·m)`` rows each (Alg. 1/2: micro-batches first,
 then micro-batches to ranks): the rows are balanced into ``dp·m`` bins with
-a ``transforms.balance`` method, then the bins into ``dp`` groups of ``m``
-with the same method. Every micro-batch of every rank then carries about
+a ``transforms.balance`` method on the combined cost, or with ``"vector"``
+(:func:`balance_vector`) on both costs at once, then the bins into ``dp``
+groups of ``m``. Every micro-batch of every rank then carries about
 ``1/(dp·m)`` of the batch's cost, which is what a step waits for when each
 micro-batch synchronises the ranks (FSDP's gathers, the encoder's
 all-to-all, pipeline stages): :func:`simulated_step_time`.
@@ -27,10 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from torch_tgb.transforms.balance import balance, part_costs, row_costs
+from torch_tgb.transforms.balance import Partition, _check, balance, part_costs, row_costs
 
 __all__ = [
+    "VLM_BALANCERS",
     "VLMCost",
+    "balance_vector",
     "encoder_costs",
     "imbalance",
     "micro_batch_plan",
@@ -38,6 +41,8 @@ __all__ = [
 ]
 
 Plan = list[list[list[int]]]  # plan[rank][micro] = row indices
+#: the balance methods of ``micro_batch_plan``: those of ``transforms.balance`` and ``"vector"``
+VLM_BALANCERS = ("greedy", "kk", "round_robin", "vector")
 
 
 def encoder_costs(patches_per_row: Sequence[Sequence[int] | np.ndarray], *, beta: float = 0.0) -> np.ndarray:
@@ -52,11 +57,48 @@ def imbalance(costs: Sequence[float] | np.ndarray) -> float:
     return float(values.max()) / mean if mean > 0 else 1.0
 
 
-def micro_batch_plan(costs: Sequence[float] | np.ndarray, dp: int, micro_batches: int, method: str | None) -> Plan:
+def balance_vector(encoder: Sequence[float] | np.ndarray, backbone: Sequence[float] | np.ndarray, parts: int) -> Partition:
+    """Equal-count parts whose encoder *and* backbone loads are both even (vector LPT).
+
+    Rows by decreasing ``encoder/E + backbone/B`` (``E``, ``B``: the per-part
+    means), each to the part, not full yet, whose larger normalised load after
+    taking it is smallest; ties by part index. A combined cost can put the
+    encoder-heavy rows of a step in one part and the text-heavy ones in
+    another with equal totals; the two phases then wait on different ranks,
+    which this avoids.
+    """
+    enc = np.asarray(encoder, dtype=np.float64).reshape(-1)
+    bb = np.asarray(backbone, dtype=np.float64).reshape(-1)
+    _check(enc + bb, parts)
+    size = len(enc) // parts
+    e_mean, b_mean = (enc.sum() / parts) or 1.0, (bb.sum() / parts) or 1.0
+    loads = np.zeros((parts, 2))
+    out: Partition = [[] for _ in range(parts)]
+    for i in sorted(range(len(enc)), key=lambda i: (-(enc[i] / e_mean + bb[i] / b_mean), i)):
+        after = np.maximum((loads[:, 0] + enc[i]) / e_mean, (loads[:, 1] + bb[i]) / b_mean)
+        after[[len(o) >= size for o in out]] = np.inf
+        p = int(np.argmin(after))
+        out[p].append(i)
+        loads[p] += (enc[i], bb[i])
+    return [sorted(o) for o in out]
+
+
+def micro_batch_plan(
+    costs: Sequence[float] | np.ndarray,
+    dp: int,
+    micro_batches: int,
+    method: str | None,
+    *,
+    encoder: Sequence[float] | np.ndarray | None = None,
+    backbone: Sequence[float] | np.ndarray | None = None,
+) -> Plan:
     """``plan[rank][k]``: the rows (ascending) of micro-batch ``k`` of ``rank``; equal counts everywhere.
 
     ``method=None`` keeps arrival order: rank ``r`` gets the ``r``-th block of
-    ``B/dp`` rows and micro-batch ``k`` the ``k``-th block of that. Needs
+    ``B/dp`` rows and micro-batch ``k`` the ``k``-th block of that; a
+    ``transforms.balance`` method balances ``costs``; ``"vector"``
+    (:func:`balance_vector`) balances ``encoder`` and ``backbone`` together
+    into the micro-batches (then their totals into ranks with ``kk``). Needs
     ``len(costs) % (dp·m) == 0``.
     """
     values = np.asarray(costs, dtype=np.float64).reshape(-1)
@@ -67,8 +109,14 @@ def micro_batch_plan(costs: Sequence[float] | np.ndarray, dp: int, micro_batches
     if method is None:
         return [[list(range((r * micro_batches + k) * size, (r * micro_batches + k + 1) * size))
                  for k in range(micro_batches)] for r in range(dp)]
-    parts = balance(values, bins, method)
-    groups = balance(part_costs(values, parts), dp, method) if micro_batches > 1 else [[r] for r in range(dp)]
+    if method == "vector":
+        if encoder is None or backbone is None:
+            raise ValueError("method='vector' needs the encoder= and backbone= costs of the rows")
+        parts = balance_vector(encoder, backbone, bins)
+    else:
+        parts = balance(values, bins, method)
+    group_method = "kk" if method == "vector" else method
+    groups = balance(part_costs(values, parts), dp, group_method) if micro_batches > 1 else [[r] for r in range(dp)]
     # inside a rank, micro-batches in the order of their first row: deterministic, close to arrival order
     return [sorted((parts[b] for b in group), key=lambda rows: rows[0] if rows else -1) for group in groups]
 

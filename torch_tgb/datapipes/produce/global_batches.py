@@ -38,7 +38,8 @@ are ``m`` consecutive micro-batches of ``B/(dp·m)`` rows, each carrying about
 ``1/(dp·m)`` of the batch's cost (``B`` must be a multiple of ``dp·m``).
 ``cost=transforms.VLMCost(...)`` costs a row as encoder (its images'
 patches) plus backbone (its documents) and reports the two imbalances
-separately in ``BatchStats``.
+separately in ``BatchStats``; with it, ``balance="vector"`` evens out both
+parts at once (``transforms.vlm_balance.balance_vector``) instead of their sum.
 
 ``stats()`` (:class:`BatchStats`) reports the slice costs of the last batch
 and the mean imbalance (max/mean slice cost) so far.
@@ -63,8 +64,8 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.errors import LayoutError
-from torch_tgb.transforms import BALANCERS, IGNORE_INDEX, part_costs, row_costs
-from torch_tgb.transforms.vlm_balance import VLMCost, imbalance, micro_batch_plan
+from torch_tgb.transforms import IGNORE_INDEX, part_costs, row_costs
+from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
@@ -172,8 +173,10 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         if not isinstance(micro_batches, int) or micro_batches < 1 or global_batch_size % (layout.dp * micro_batches):
             raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp} x "
                               f"micro_batches={micro_batches}: every micro-batch must get the same number of rows")
-        if balance is not None and balance not in BALANCERS:
-            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(BALANCERS)}")
+        if balance is not None and balance not in VLM_BALANCERS:
+            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(VLM_BALANCERS)}")
+        if balance == "vector" and not isinstance(cost, VLMCost):
+            raise ValueError("balance='vector' balances a VLMCost's encoder and backbone parts: pass cost=VLMCost(...)")
         if not callable(cost) and cost != "attention":
             raise ValueError(f"cost must be 'attention' or a callable row -> float, got {cost!r}")
         if alpha < 0:
@@ -249,7 +252,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
                          dtype=np.float64).reshape(len(rows), 3)
         costs = parts[:, 0]
         dp = self.layout.dp
-        plan = micro_batch_plan(costs, dp, self.micro_batches, self.balance)
+        plan = micro_batch_plan(costs, dp, self.micro_batches, self.balance, encoder=parts[:, 1], backbone=parts[:, 2])
         partition = [[i for micro in rank for i in micro] for rank in plan]
         order = [i for part in partition for i in part]
         names = list(rows[0]) if self.keys is None else self.keys
