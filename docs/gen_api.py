@@ -44,6 +44,8 @@ MODULES = [
     ("torch_tgb.manifest", "the manifest log and commit protocol"),
     ("torch_tgb.distributed", "cross-rank helpers"),
     ("torch_tgb.integrations.ray", "producer fleets on Ray (extra: torch-tgb[ray])"),
+    ("torch_tgb.integrations.lightning", "PyTorch Lightning: exact resume under read-ahead (extra: torch-tgb[lightning])"),
+    ("torch_tgb.integrations.torchtitan", "torchtitan's data loader contract (docs/frameworks.md)"),
     ("torch_tgb.observability", "stats logging and Prometheus export"),
     ("torch_tgb.errors", "the error hierarchy"),
 ]

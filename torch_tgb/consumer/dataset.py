@@ -24,6 +24,7 @@ through the epochs and ``set_epoch(e)`` starts epoch ``e``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -127,11 +128,21 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._restore = ReaderState.from_json(state)  # its cursor is the one just found (the epochs position)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start (the next iteration) at the beginning of ``epoch``; reads ``epochs`` epochs from there."""
+        """Start (the next iteration) at the beginning of ``epoch``; reads ``epochs`` epochs from there.
+
+        A stream read (``shuffle=False, epochs=1``) has one pass and no epochs:
+        there it changes nothing (training frameworks call it at every epoch start),
+        with a warning for ``epoch > 0``.
+        """
         if self._order is None:
-            raise ValueError(
-                "set_epoch needs an epochs read of a sealed namespace: TGBDataset(..., shuffle=True) or epochs != 1"
-            )
+            if epoch != 0:
+                warnings.warn(
+                    f"set_epoch({epoch}) on a stream read changes nothing: the stream is one pass (HF Trainer, "
+                    "accelerate and other frameworks call set_epoch at every epoch start). To read a sealed "
+                    "namespace in epochs, pass epochs= (and shuffle=True) to the reader",
+                    stacklevel=2,
+                )
+            return
         self._close_path()
         self._order = self._order.starting_at(epoch)
         self._start = self._restore = None

@@ -20,6 +20,12 @@ segment per tensor, and is handed out as views of it.
 side stream (see :mod:`torch_tgb.consumer.device`); ``state_dict()`` then
 still names the first step not yet handed to the trainer, not the one in
 flight. ``device=None`` or ``"cpu"`` delivers host tensors as before.
+
+A training framework that fetches ahead of the batch it trains (Lightning's
+fit loop) calls :meth:`DataLoader.track_consumed` and
+:meth:`DataLoader.consumed`; ``state_dict()`` then describes the batches the
+loop consumed (``consumer/_consumed.py``). HF accelerate's ``prepare`` keeps
+the loader as it is (``consumer/_accelerate.py``). docs/frameworks.md has both.
 """
 
 from __future__ import annotations
@@ -40,9 +46,11 @@ from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSinglePro
 from typing_extensions import Unpack
 
 from torch_tgb.cursor import DATASET_STATE_KEY, WORKER_SNAPSHOTS_PATH, Cursor
-from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, next_step_of
-from torch_tgb.consumer.options import ReaderOptions, ReadSettings
+from torch_tgb.consumer._accelerate import AccelerateAware
+from torch_tgb.consumer._consumed import Consumption
 from torch_tgb.consumer._paths import uncast_keys
+from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
+from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
@@ -53,7 +61,7 @@ from torch_tgb.storage import ObjectStore
 __all__ = ["DataLoader"]
 
 
-class DataLoader(StatefulDataLoader):
+class DataLoader(StatefulDataLoader, AccelerateAware):
     """Batches of this rank's slice, one per step, with exact resume.
 
     Reader settings as on :class:`TGBDataset` (``options=ReaderOptions(...)``
@@ -112,6 +120,7 @@ class DataLoader(StatefulDataLoader):
         self._stall = 0.0
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
+        self._consumption = Consumption()  # what the training loop consumed, for frameworks that fetch ahead
         self._checker = ConsistencyChecker(namespace=str(getattr(dataset, "ns", ""))) if dataset.emit_meta else None
 
     @property
@@ -142,17 +151,50 @@ class DataLoader(StatefulDataLoader):
         self._before_workers()
         if self._feed is not None and self._feed.dtype is not None:  # the device cast keeps what the host cast keeps
             self._feed.keep = uncast_keys(self.tgb_dataset._plan())
+        self._continue_workers()
         inner = super().__iter__()
-        if self._feed is not None:
-            return self._ahead(self._deliver(inner), self._feed)
-        return self._deliver(inner)
+        batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
+        return self._consumption.hand_out(batches, self._handed_out_state)
+
+    def _continue_workers(self) -> None:
+        """With workers, a new iteration starts where the last one stopped, as it does in-process.
+
+        New workers get the main process's copy of the dataset, which still holds the
+        position it had before the last iteration (or load); frameworks iterate once per
+        epoch (Lightning, HF Trainer), and the next epoch must continue the stream, not
+        replay it. A fresh iterator that ``state_dict()`` made is the next one: nothing to do.
+        """
+        if self.num_workers > 0 and self._iterator is not None and not self._initial_iter_for_state_dict:
+            self.tgb_dataset.load_state_dict(self._handed_out_state())
 
     def state_dict(self) -> dict[str, Any]:
-        """The StatefulDataLoader's state, less the workers' read statistics (they ride in worker snapshots only)."""
+        """The position after the last batch handed out, or (see :meth:`track_consumed`) the last one consumed.
+
+        Workers' read statistics ride in their snapshots only: they are left out here.
+        """
         self._before_workers()
+        state = self._consumption.state() if self._consumption.held() else self._handed_out_state()
+        # held: a framework holds batches it fetched ahead, not consumed yet; accelerate: see _accelerate.py
+        return canonical_state(state) if self._seen_by_accelerate else state
+
+    def _handed_out_state(self) -> dict[str, Any]:
         if self._held is not None:  # one batch is in flight to the device: not delivered yet
             return self._held
         return without_worker_stats(super().state_dict())
+
+    def track_consumed(self) -> None:
+        """For training loops that fetch batches ahead of the one they train (Lightning's fit loop, by one).
+
+        From now on :meth:`state_dict` describes the batches the loop acknowledged
+        with :meth:`consumed`, not those handed out (see ``consumer/_consumed.py``).
+        Call it before the loop fetches its second batch; the Lightning callback
+        (``torch_tgb.integrations.lightning``) does both calls with Lightning's defaults.
+        """
+        self._consumption.track()
+
+    def consumed(self, n: int = 1) -> None:
+        """The training loop has finished ``n`` more batches (only counts after :meth:`track_consumed`)."""
+        self._consumption.consumed(n)
 
     def _ahead(self, batches: Iterator[Any], feed: DeviceFeed) -> Iterator[Any]:
         """Device delivery one step ahead; ``_held`` keeps the state of what was handed out."""
@@ -191,6 +233,7 @@ class DataLoader(StatefulDataLoader):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from the canonical position of ``state_dict`` (any consumer state), with a fresh round robin."""
+        self._consumption.reset()
         if not state_dict:
             super().load_state_dict({})
             return
