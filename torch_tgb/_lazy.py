@@ -2,16 +2,18 @@
 
 A package maps public names to the modules that define them; a name is
 imported on first use, so importing the package stays cheap and optional
-dependencies load only when their names are used.
+dependencies load only when their names are used. ``require`` imports an
+optional dependency or names the extra that installs it.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "require"]
 
 
 def lazy_exports(
@@ -36,3 +38,13 @@ def lazy_exports(
         return sorted(namespace.get("__all__", names))
 
     return __getattr__, __dir__
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional dependency, or raise ``MissingExtra`` (an ImportError) naming the extra."""
+    from torch_tgb.errors import MissingExtra
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise MissingExtra(f"{module} is not installed; pip install 'torch-tgb[{extra}]'") from e

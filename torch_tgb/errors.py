@@ -22,6 +22,7 @@ __all__ = [
     "JobMismatch",
     "LayoutError",
     "ManifestError",
+    "MediaError",
     "MissingExtra",
     "MixtureError",
     "NamespaceNotFound",
@@ -146,6 +147,21 @@ class SourceError(TGBError, ValueError):
 
     The message names the file (and the unit and record where known).
     """
+
+
+class MediaError(SourceError):
+    """An image or video cannot be used: empty, corrupt or truncated, too large, of a format not allowed.
+
+    ``reason`` is a short fixed word (``"empty"``, ``"corrupt"``, ``"too_large"``,
+    ``"zero_size"``, ``"format"``, ...) under which the stages count skips.
+    """
+
+    def __init__(self, message: str, reason: str = "corrupt") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[MediaError], tuple[str, str]]:  # keeps the reason across processes
+        return (type(self), (str(self), self.reason))
 
 
 # --- protocol ------------------------------------------------------------------

@@ -38,6 +38,8 @@ SKIP = {
     "tgb reclaim s3://bucket/run1": "needs S3 credentials (the S3 path is tested against moto in tests/cli/test_s3.py)",
     "python examples/s3_namespace.py --ns s3://bucket/prefix --endpoint-url ...":
         "needs S3 credentials (tests/examples/test_s3_namespace.py runs it against moto)",
+    "torchrun --nproc-per-node 2 --standalone examples/train_vlm_torchrun.py --workdir /tmp/vlm":
+        "tests/examples/test_train_vlm_torchrun.py runs it at a tiny size, with a preemption and a resume",
     "tgb prewarm gs://bucket/run1 --mesh dp=8,tp=2 --ranks 0-15 --steps 0:2000 --cache-dir /local_nvme/tgb "
     "--cache-bytes 500GiB": "needs GCS credentials (tests/cli/test_prewarm.py runs it against the emulators)",
     "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",

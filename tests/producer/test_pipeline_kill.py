@@ -12,55 +12,28 @@ never from the start, and that the namespace holds each document once.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
-import signal
-import time
 from collections import Counter
-from typing import Any
 
 import torch
-from torchdata.nodes import BaseNode
 
 from tests.offline.conftest import read_global_batches
+from tests.producer._kill import Logged, check_reads_resume, kill_and_finish, reads
 from tests.sources._corpus import make_docs, write_tars
 from torch_tgb.layout import Layout
 from torch_tgb.offline._stream import document_batches
 from torch_tgb.producer import produce
 from torch_tgb.sources import WebDataset
 
-FORK = multiprocessing.get_context("fork")
 KEYS = ("input_ids", "labels", "document_ids", "position_ids")
 LAYOUT = Layout(dp=2, seq_keys=KEYS)
 NUM_DOCS = 400
 SEQ = 32
 
 
-class LoggedDocs(BaseNode[dict[str, Any]]):
-    """Passes a source through, logging ``reset <documents before>`` and one line per document read."""
-
-    def __init__(self, source: WebDataset, log: str, delay_s: float = 0.0) -> None:
-        super().__init__()
-        self.source, self.log, self.delay_s = source, log, delay_s
-
-    def _write(self, line: str) -> None:
-        with open(self.log, "a") as f:
-            f.write(line + "\n")
-
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-        self.source.reset(initial_state)
-        self._write(f"reset {self.source.state_dict()['stats']['records']}")
-
-    def next(self) -> dict[str, Any]:
-        time.sleep(self.delay_s)
-        doc = next(self.source)
-        self._write(",".join(str(t) for t in doc["tokens"].tolist()))
-        return doc
-
-    def get_state(self) -> dict[str, Any]:
-        return self.source.state_dict()
+def tokens_line(doc: dict) -> str:
+    return ",".join(str(t) for t in doc["tokens"].tolist())
 
 
 def shard_source(urls: list[str], index: int) -> WebDataset:
@@ -68,17 +41,10 @@ def shard_source(urls: list[str], index: int) -> WebDataset:
 
 
 def run(ns: str, urls: list[str], index: int, log: str) -> None:
-    docs = LoggedDocs(shard_source(urls, index), log, delay_s=0.002)
+    docs = Logged(shard_source(urls, index), log, tokens_line, delay_s=0.002)
     pipeline = document_batches(docs, seq_len=SEQ, global_batch_size=4, packing="bfd", packing_window=8)
     produce(ns, pipeline, producer_id=f"p{index}", layout=LAYOUT, commit_policy="fixed:3", progress=False)
     os._exit(0)
-
-
-def reads(log: str) -> list[str]:
-    if not os.path.exists(log):
-        return []
-    with open(log) as f:
-        return f.read().splitlines()
 
 
 def spans(ns: str) -> Counter[str]:
@@ -97,39 +63,11 @@ def test_sigkill_two_producers_ten_times(tmp_path) -> None:
     urls = write_tars(tmp_path, docs, per_tar=20)
     ns = str(tmp_path / "ns")
     logs = [str(tmp_path / f"reads{i}.log") for i in range(2)]
-    kills = 0
-    for _ in range(5):
-        procs = []
-        for i in range(2):
-            p = FORK.Process(target=run, args=(ns, urls, i, logs[i]))
-            p.start()
-            procs.append((p, len(reads(logs[i])) + rng.randint(5, 40)))
-        deadline = time.monotonic() + 60
-        for (p, target), log in zip(procs, logs):
-            while p.is_alive() and len(reads(log)) < target and time.monotonic() < deadline:
-                time.sleep(0.005)
-            if p.is_alive():
-                os.kill(p.pid, signal.SIGKILL)
-                kills += 1
-            p.join()
-    for i in range(2):  # run both to the end
-        p = FORK.Process(target=run, args=(ns, urls, i, logs[i]))
-        p.start()
-        p.join(120)
-        assert p.exitcode == 0, f"producer p{i} exited with {p.exitcode}"
+    kills = kill_and_finish(run, lambda i: (ns, urls, i, logs[i]), logs, rounds=5, reads_between=(5, 40), rng=rng)
     assert kills >= 8  # nearly every kill lands mid-run (a few may find the shard already done)
 
     expected = Counter(",".join(str(int(t)) for t in d) for d in docs if len(d))
     assert spans(ns) == expected  # every document exactly once, nothing lost
 
     for i, log in enumerate(logs):
-        order = [",".join(str(t) for t in d["tokens"].tolist()) for d in shard_source(urls, i)]
-        lines = reads(log)
-        resets = [(k, int(line.split()[1])) for k, line in enumerate(lines) if line.startswith("reset")]
-        assert resets[0][1] == 0 and len(resets) >= 2
-        for (k, pos), (k_next, _) in zip(resets, resets[1:] + [(len(lines), 0)]):
-            run_reads = lines[k + 1 : k_next]
-            # a run reads on from the position its committed state names: never from the start again
-            assert run_reads == order[pos : pos + len(run_reads)], f"p{i} run from document {pos}"
-        later = [pos for _, pos in resets[1:]]
-        assert later == sorted(later) and any(pos > 0 for pos in later)
+        check_reads_resume(reads(log), [tokens_line(d) for d in shard_source(urls, i)], f"p{i}")

@@ -35,6 +35,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("end_to_end", ["--quick"]),
         ("balance", ["--quick"]),
         ("hot_tier", ["--quick"]),
+        ("multimodal", ["--quick"]),
     ],
     "all": [
         ("peers", []),
@@ -46,6 +47,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("lifecycle", []),
         ("balance", []),
         ("hot_tier", ["--s3"]),
+        ("multimodal", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],
 }

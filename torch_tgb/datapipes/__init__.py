@@ -4,7 +4,9 @@
   -> ``Project`` -> ``FooterIndex`` -> ``RangeReader``, or ``LocalRuns``), which
   ``TGBDataset`` composes;
 - ``datapipes.produce``: the producer's stages (``Mix`` -> ``Pack`` ->
-  ``GlobalBatches``) over the pure functions of ``torch_tgb.transforms``.
+  ``GlobalBatches``; for images and video ``DecodeImages`` -> ``ResizeImages``
+  -> ``Patchify`` -> ``SpliceImageTokens`` -> ``PackSamples``) over the pure
+  functions of ``torch_tgb.transforms``.
 
 Every stage is a ``torchdata.nodes.BaseNode`` with ``reset(initial_state)`` /
 ``get_state()``; a parent nests its source's state under ``"source"``. The
@@ -24,7 +26,10 @@ _LAZY = {
         "Position", "Project", "RangeReader", "ReadStats", "ReadTask", "StepBatch", "StepEntry", "StepRun",
         "fetch_ranges", "merge_stats",
     )},
-    **{name: _PRODUCE for name in ("BatchStats", "GlobalBatches", "Mix", "MixStats", "Pack", "PackStats")},
+    **{name: _PRODUCE for name in (
+        "BatchStats", "DecodeImages", "DecodeVideos", "GlobalBatches", "MediaStats", "Mix", "MixStats", "Pack",
+        "PackSamples", "PackStats", "Patchify", "ResizeImages", "SamplePackStats", "SpliceImageTokens",
+    )},
     "read": _READ,
     "produce": _PRODUCE,
 }

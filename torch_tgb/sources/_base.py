@@ -25,16 +25,15 @@ reading a unit itself (not a tar, truncated file) always raise.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from collections.abc import Callable, Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb._lazy import require
 from torch_tgb.errors import SourceError, TGBError
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
 from torch_tgb.transforms.tokens import token_ids_problem
@@ -76,14 +75,6 @@ class SourceStats:
     records: int = 0  # documents yielded
     tokens: int = 0  # tokens in them
     skipped: int = 0  # corrupt records skipped under on_error="skip_and_count"
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import an optional dependency, or say which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(f"{module} is not installed; pip install 'torch-tgb[{extra}]'") from e
 
 
 class UnitSource(BaseNode[Document]):

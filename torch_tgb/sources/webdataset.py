@@ -2,20 +2,35 @@
 
 Tokens come from a ``.npy`` member (``field="tokens.npy"``: a 1-D integer
 array, loaded without pickle) or from a text member (``text_field="txt"``,
-UTF-8) tokenized with ``tokenizer=``. Units of sharding are the tar shards
+UTF-8; a ``json`` member's ``caption`` or ``text`` string) tokenized with
+``tokenizer=``. Units of sharding are the tar shards
 (``urls``: a list, or one string with ``{000..009}`` brace ranges). Local
 paths are opened directly, URLs with a scheme through fsspec
 (``storage_options``); the tar stream is split into samples by
 ``webdataset``'s ``tar_file_iterator`` and ``group_by_keys``. A tar cannot
 seek to a sample: resuming inside a shard streams it again from its start,
 skipping samples without decoding them. ``extra`` names members to carry
-along as bytes (``"__key__"`` is the sample key). Needs the ``webdataset``
-extra.
+along as bytes (``"__key__"`` is the sample key). A member larger than
+``max_member_bytes`` (1 GiB) is never read: its sample is a bad record
+(``on_error``). Needs the ``webdataset`` extra.
+
+**Media samples.** A sample with an image or video member (extension
+``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``; also
+``0.jpg``, ``1.jpg`` for several) is yielded undecoded: each such member's
+raw bytes under its extension key, ``"__key__"``, ``"__url__"`` and
+``"tokens"``, the caption's tokens (``text_field`` + ``tokenizer``, or the
+``field`` member; empty when the sample has no caption). Decoding is left to
+``datapipes.DecodeImages`` / ``DecodeVideos``. A sample whose only media
+member has an extension that is recognised but not decoded (``gif``,
+``bmp``, ``tiff``, ``avi``, ...) is a bad record (``on_error``); a caption
+without any media member is a text document, which ``DecodeImages``
+refuses (``"no_image"``).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from collections.abc import Iterator, Sequence
@@ -23,8 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+import torch
+
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, as_tokens, require, tokenize
+from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -50,6 +68,7 @@ class WebDataset(UnitSource):
         tokenizer: Tokenizer | None = None,
         extra: Sequence[str] = (),
         batch_size: int = 64,
+        max_member_bytes: int = 1 << 30,
         storage_options: dict[str, Any] | None = None,
         **options: Unpack[ReadOptions],
     ) -> None:
@@ -63,6 +82,7 @@ class WebDataset(UnitSource):
         self.field, self.text_field, self.tokenizer = field, text_field, tokenizer
         self.extra = tuple(extra)
         self.batch_size = batch_size
+        self.max_member_bytes = max_member_bytes
         self.storage_options = dict(storage_options or {})
         for url in self.urls:
             if "://" not in url and not os.path.isfile(url):
@@ -82,7 +102,7 @@ class WebDataset(UnitSource):
         url = self.urls[unit]
         with self._open(url) as stream:
             _check_tar(stream, url)
-            samples = wds_tar.group_by_keys(_members(stream, url))
+            samples = wds_tar.group_by_keys(_members(stream, url, self.max_member_bytes))
             batch: list[tuple[int, dict[str, Any]]] = []
             for index, sample in enumerate(samples):
                 if index < start:
@@ -99,30 +119,55 @@ class WebDataset(UnitSource):
             return f"{url} sample {index} (key {sample.get('__key__')!r})"
 
         tokens: list[Any] = [None] * len(batch)
+        media = [media_keys(sample, MEDIA_EXTS) for _, sample in batch]
+        for i, (_, sample) in enumerate(batch):  # before anything reads a member: an unread one has no bytes
+            big = [(k, int(v)) for k, v in sample.items() if isinstance(v, _Oversized)]
+            if big:
+                tokens[i] = SourceError(f"{where(i)}: member {big[0][0]!r} has {big[0][1]} bytes > "
+                                        f"max_member_bytes={self.max_member_bytes}")
         if self.text_field is not None and self.tokenizer is not None:  # both or neither (__init__)
             texts: dict[int, str] = {}
             for i, (_, sample) in enumerate(batch):
+                if tokens[i] is not None:
+                    continue
+                if media[i] and self.text_field not in sample:
+                    tokens[i] = torch.zeros(0, dtype=torch.int64)  # an image without a caption
+                    continue
                 try:
-                    texts[i] = bytes(sample[self.text_field]).decode("utf-8")
+                    texts[i] = _text(bytes(sample[self.text_field]), self.text_field)
                 except KeyError:
                     tokens[i] = SourceError(f"{where(i)}: no member {self.text_field!r}")
-                except UnicodeDecodeError as e:
-                    tokens[i] = SourceError(f"{where(i)}: {self.text_field!r} is not UTF-8: {e}")
+                except (UnicodeDecodeError, ValueError) as e:
+                    tokens[i] = SourceError(f"{where(i)}: {self.text_field!r} is not UTF-8 text: {e}")
             order = list(texts)
             for i, out in zip(order, tokenize([texts[i] for i in order], self.tokenizer, lambda k: where(order[k]))):
                 tokens[i] = out
         else:
-            tokens = [_load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
+            tokens = [tokens[i] if tokens[i] is not None
+                      else torch.zeros(0, dtype=torch.int64) if media[i] and self.field not in sample
+                      else _load_npy(sample, self.field, where(i)) for i, (_, sample) in enumerate(batch)]
         for i, out in enumerate(tokens):
+            sample = batch[i][1]
+            other = media_keys(sample, OTHER_MEDIA_EXTS)
+            if other and not media[i]:
+                yield SourceError(f"{where(i)}: unknown media extension {other[0].rsplit('.', 1)[-1]!r} (decoded: "
+                                  f"{', '.join(MEDIA_EXTS)})")
+                continue
             if isinstance(out, SourceError):
                 yield out
                 continue
-            sample = batch[i][1]
             missing = [name for name in self.extra if name not in sample]
             if missing:
                 yield SourceError(f"{where(i)}: no member {missing[0]!r}")
+            elif media[i]:
+                yield {"tokens": out, "__key__": sample.get("__key__"), "__url__": url,
+                       **{name: sample[name] for name in (*media[i], *self.extra)}}
             else:
                 yield {"tokens": out, **{name: sample[name] for name in self.extra}}
+
+
+#: members yielded raw in a media sample
+MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
 
 
 def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
@@ -135,8 +180,27 @@ def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:
     return as_tokens(array, where)
 
 
-def _members(stream: Any, url: str) -> Iterator[dict[str, Any]]:
+def _text(data: bytes, field: str) -> str:
+    """A text member as a string; a ``json`` member is an object whose ``caption`` (or ``text``) is taken."""
+    text = data.decode("utf-8")
+    if not field.endswith("json"):
+        return text
+    obj = json.loads(text)
+    value = obj.get("caption", obj.get("text")) if isinstance(obj, dict) else None
+    if not isinstance(value, str):
+        raise ValueError("a json caption must be an object with a string 'caption' or 'text'")
+    return value
+
+
+class _Oversized(int):
+    """The size of a member that was not read: larger than ``max_member_bytes``."""
+
+
+def _members(stream: Any, url: str, max_bytes: int) -> Iterator[dict[str, Any]]:
     """The regular files of a tar stream as webdataset's ``{"fname", "data", "__url__"}`` dicts.
+
+    A member larger than ``max_bytes`` is not read (its data is an ``_Oversized`` size): its
+    sample becomes a bad record, and no allocation follows a size written in a tar header.
 
     Like ``webdataset.tariterators.tar_file_iterator``, plus the check it lacks:
     ``tarfile`` ends a stream silently when it is cut at a member boundary, so
@@ -145,6 +209,9 @@ def _members(stream: Any, url: str) -> Iterator[dict[str, Any]]:
     tar = tarfile.open(fileobj=stream, mode="r|*")
     for info in tar:
         if info.isreg() and not info.name.startswith("__"):
+            if info.size > max_bytes:
+                yield {"fname": info.name, "data": _Oversized(info.size), "__url__": url}
+                continue
             member = tar.extractfile(info)
             if member is not None:
                 yield {"fname": info.name, "data": member.read(), "__url__": url}

@@ -11,6 +11,9 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
 - ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
 - ``partition``: permutation-then-partition of source units over shards, seeded window shuffles.
+- ``media``: image and video decoding from bytes, sizes bounded by the header before decoding.
+- ``vision``: resolutions and their schedules over steps, resize, patchify, image-token splicing.
+- ``vlm_balance``: encoder + backbone costs of VLM rows, balance over dp ranks x micro-batches.
 """
 
 from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
@@ -48,19 +51,38 @@ from torch_tgb.transforms.packing import (
 )
 from torch_tgb.transforms.partition import partition_bounds, shard_assignment, window_permutation
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
+from torch_tgb.transforms.vision import (
+    Resolution,
+    image_token_count,
+    patchify,
+    resolution_schedule,
+    splice_image_tokens,
+    target_size,
+    unpatchify,
+)
+from torch_tgb.transforms.vlm_balance import (
+    VLMCost,
+    balance_vector,
+    encoder_costs,
+    micro_batch_plan,
+    simulated_step_time,
+)
 
 __all__ = [
     "BALANCERS",
     "IGNORE_INDEX",
     "PACKERS",
+    "Resolution",
     "Schedule",
     "Span",
+    "VLMCost",
     "WeightsLike",
     "as_schedule",
     "balance",
     "balance_greedy",
     "balance_kk",
     "balance_round_robin",
+    "balance_vector",
     "block_shuffle_order",
     "check_weights",
     "constant",
@@ -68,9 +90,12 @@ __all__ = [
     "document_block_mask",
     "document_mask",
     "draw_source",
+    "encoder_costs",
     "flatten_cu_seqlens",
+    "image_token_count",
     "linear",
     "max_cost",
+    "micro_batch_plan",
     "pack",
     "pack_bfd",
     "pack_concat",
@@ -79,9 +104,15 @@ __all__ = [
     "parse_weights",
     "part_costs",
     "partition_bounds",
+    "patchify",
     "permutation",
     "piecewise",
+    "resolution_schedule",
     "row_costs",
     "shard_assignment",
+    "simulated_step_time",
+    "splice_image_tokens",
+    "target_size",
+    "unpatchify",
     "window_permutation",
 ]

@@ -3,12 +3,32 @@
 ``Mix`` (a mixture of sources by weights or a schedule over steps) ->
 ``Pack`` (rows of ``seq_len`` tokens with attention metadata) ->
 ``GlobalBatches`` (``global_batch_size`` rows, cost-balanced over the dp
-slices). Each is a ``torchdata.nodes.BaseNode`` over the pure functions of
+slices and micro-batches). For images and video: ``DecodeImages`` /
+``DecodeVideos`` -> ``ResizeImages`` -> ``Patchify`` -> ``SpliceImageTokens``
+-> ``PackSamples`` (rows with ragged pixel fields) -> ``GlobalBatches``. Each is a ``torchdata.nodes.BaseNode`` over the pure functions of
 ``torch_tgb.transforms``, resumable from the state committed with each batch.
 """
 
+from torch_tgb.datapipes.produce._sample_map import MediaStats
 from torch_tgb.datapipes.produce.global_batches import BatchStats, GlobalBatches
+from torch_tgb.datapipes.produce.images import DecodeImages, DecodeVideos, Patchify, ResizeImages, SpliceImageTokens
 from torch_tgb.datapipes.produce.mix import Mix, MixStats
 from torch_tgb.datapipes.produce.pack import Pack, PackStats
+from torch_tgb.datapipes.produce.pack_samples import PackSamples, SamplePackStats
 
-__all__ = ["BatchStats", "GlobalBatches", "Mix", "MixStats", "Pack", "PackStats"]
+__all__ = [
+    "BatchStats",
+    "DecodeImages",
+    "DecodeVideos",
+    "GlobalBatches",
+    "MediaStats",
+    "Mix",
+    "MixStats",
+    "Pack",
+    "PackSamples",
+    "PackStats",
+    "Patchify",
+    "ResizeImages",
+    "SamplePackStats",
+    "SpliceImageTokens",
+]

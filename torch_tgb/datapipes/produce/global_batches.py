@@ -10,6 +10,12 @@ padding rows (``input_ids`` ``pad_id``, ``position_ids`` 0, ``labels``
 ``keys`` (default: all) picks the row fields that go into the batch, so a
 row stage may carry ``document_ids`` for counting and costs only.
 
+**Ragged fields.** A field named in ``ragged`` (default: the rows source's
+``ragged_keys``, as ``PackSamples`` has them) may have any length along its
+first dim in each row: the batch holds it as a list of one tensor per row, in
+batch order (a padding row's is empty), which ``Producer.append`` stores as a
+ragged key.
+
 **Tokens.** Real tokens are counted from ``document_ids >= 0`` (every row
 stage of torch_tgb carries them: ``Pack``, ``offline.Chunk``); a row without
 ``document_ids`` counts all of its ``input_ids``.
@@ -25,6 +31,15 @@ documents of a row (lengths from ``document_ids``); or any callable
   rows keep their arrival order, so ``argsort(row_index)`` undoes it.
 - ``row_cost`` (float64 ``[B]``): each row's cost; a slice's cost is the sum
   over its rows, so every rank can compute its own.
+
+**Micro-batches and VLM cost.** ``micro_batches=m`` also balances inside each
+slice (``transforms.vlm_balance.micro_batch_plan``): a slice's ``B/dp`` rows
+are ``m`` consecutive micro-batches of ``B/(dp·m)`` rows, each carrying about
+``1/(dp·m)`` of the batch's cost (``B`` must be a multiple of ``dp·m``).
+``cost=transforms.VLMCost(...)`` costs a row as encoder (its images'
+patches) plus backbone (its documents) and reports the two imbalances
+separately in ``BatchStats``; with it, ``balance="vector"`` evens out both
+parts at once (``transforms.vlm_balance.balance_vector``) instead of their sum.
 
 ``stats()`` (:class:`BatchStats`) reports the slice costs of the last batch
 and the mean imbalance (max/mean slice cost) so far.
@@ -49,7 +64,8 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.errors import LayoutError
-from torch_tgb.transforms import BALANCERS, IGNORE_INDEX, balance, part_costs, row_costs
+from torch_tgb.transforms import IGNORE_INDEX, part_costs, row_costs
+from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
@@ -75,12 +91,23 @@ class BatchStats:
     imbalance: float = 1.0
     #: mean of ``imbalance`` over all batches so far
     mean_imbalance: float = 1.0
+    #: with a ``VLMCost``: max / mean over the dp slices of the encoder and of the backbone cost, last batch
+    encoder_imbalance: float = 1.0
+    backbone_imbalance: float = 1.0
+    #: means of the two over all batches so far
+    mean_encoder_imbalance: float = 1.0
+    mean_backbone_imbalance: float = 1.0
+    #: max / mean cost over the dp x micro_batches micro-batches of the last batch, and its mean so far
+    micro_imbalance: float = 1.0
+    mean_micro_imbalance: float = 1.0
 
 
-def _pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0) -> dict[str, torch.Tensor]:
+def _pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0, ragged: Sequence[str] = ()) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for name, t in like.items():
-        if name == "input_ids":
+        if name in ragged:  # no items
+            out[name] = t.new_zeros((0, *t.shape[1:]))
+        elif name == "input_ids":
             out[name] = torch.full_like(t, pad_id)
         elif name == "labels":
             out[name] = torch.full_like(t, IGNORE_INDEX)
@@ -132,6 +159,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         pad_id: int = 0,
         keys: Sequence[str] | None = None,
         info: Mapping[str, Any] | None = None,
+        ragged: Sequence[str] | None = None,
+        micro_batches: int = 1,
     ) -> None:
         super().__init__()
         if not isinstance(global_batch_size, int) or global_batch_size < 1:
@@ -141,8 +170,13 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
                 f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp}: "
                 f"every dp slice must get the same number of rows"
             )
-        if balance is not None and balance not in BALANCERS:
-            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(BALANCERS)}")
+        if not isinstance(micro_batches, int) or micro_batches < 1 or global_batch_size % (layout.dp * micro_batches):
+            raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp} x "
+                              f"micro_batches={micro_batches}: every micro-batch must get the same number of rows")
+        if balance is not None and balance not in VLM_BALANCERS:
+            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(VLM_BALANCERS)}")
+        if balance == "vector" and not isinstance(cost, VLMCost):
+            raise ValueError("balance='vector' balances a VLMCost's encoder and backbone parts: pass cost=VLMCost(...)")
         if not callable(cost) and cost != "attention":
             raise ValueError(f"cost must be 'attention' or a callable row -> float, got {cost!r}")
         if alpha < 0:
@@ -156,12 +190,16 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self.pad_id = pad_id
         self.keys = None if keys is None else tuple(keys)
         self.info = dict(info or {})
+        self.ragged = None if ragged is None else tuple(ragged)
+        self.micro_batches = micro_batches
         self._counts = dict.fromkeys(self.COUNTS, 0)
         self._done = False
         self._final: Any = None  # the source's state once it ended
         self._slice_costs: list[float] = []
         self._imbalance_sum = 0.0
         self._counted = 0  # batches since the last reset, for mean_imbalance
+        self._last: dict[str, float] = {}  # the last batch's encoder/backbone/micro imbalance
+        self._sums: dict[str, float] = {}
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
@@ -169,6 +207,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self._slice_costs = []
         self._imbalance_sum = 0.0
         self._counted = 0
+        self._last, self._sums = {}, {}
         self._counts = {k: int(state.get(k, 0)) for k in self.COUNTS}
         self._done = bool(state.get(self.DONE_KEY, False))
         self._final = state.get(self.SOURCE_KEY) if self._done else None
@@ -179,10 +218,18 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         source = self._final if self._done else self.source.state_dict()
         return {self.SOURCE_KEY: source, **self._counts, self.DONE_KEY: self._done, self.INFO_KEY: self.info}
 
-    def _row_cost(self, row: Mapping[str, torch.Tensor]) -> float:
-        if callable(self.cost):
-            return float(self.cost(row))
-        return attention_cost(row, alpha=self.alpha)
+    def _row_costs(self, row: Mapping[str, torch.Tensor]) -> tuple[float, float, float]:
+        """(cost, encoder, backbone) of a row; encoder 0 and backbone = cost unless the cost is a VLMCost."""
+        if isinstance(self.cost, VLMCost):
+            encoder, backbone = self.cost.parts(row)
+            return self.cost.cost(encoder, backbone), encoder, backbone
+        cost = float(self.cost(row)) if callable(self.cost) else attention_cost(row, alpha=self.alpha)
+        return cost, 0.0, cost
+
+    def _ragged_keys(self) -> tuple[str, ...]:
+        if self.ragged is not None:
+            return self.ragged
+        return tuple(getattr(self.source, "ragged_keys", ()))
 
     def next(self) -> dict[str, torch.Tensor]:
         if self._done:
@@ -199,28 +246,37 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             raise StopIteration
         real = len(rows)
         tokens = sum(_real_tokens(r) for r in rows)
-        rows.extend(_pad_row(rows[0], self.pad_id) for _ in range(self.global_batch_size - real))
-        costs = np.array([self._row_cost(r) if i < real else 0.0 for i, r in enumerate(rows)], dtype=np.float64)
+        ragged = self._ragged_keys()
+        rows.extend(_pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
+        parts = np.array([self._row_costs(r) if i < real else (0.0, 0.0, 0.0) for i, r in enumerate(rows)],
+                         dtype=np.float64).reshape(len(rows), 3)
+        costs = parts[:, 0]
         dp = self.layout.dp
-        size = self.global_batch_size // dp
-        if self.balance is None:
-            partition = [list(range(d * size, (d + 1) * size)) for d in range(dp)]
-        else:
-            partition = balance(costs, dp, self.balance)
+        plan = micro_batch_plan(costs, dp, self.micro_batches, self.balance, encoder=parts[:, 1], backbone=parts[:, 2])
+        partition = [[i for micro in rank for i in micro] for rank in plan]
         order = [i for part in partition for i in part]
         names = list(rows[0]) if self.keys is None else self.keys
         missing = [k for k in names if k not in rows[0]]
         if missing:
             raise LayoutError(f"GlobalBatches(keys=): rows have no {missing} (they have {sorted(rows[0])})")
-        batch = {name: torch.stack([rows[i][name] for i in order]) for name in names}
+        batch: dict[str, Any] = {
+            name: [rows[i][name] for i in order] if name in ragged else torch.stack([rows[i][name] for i in order])
+            for name in names
+        }
         if self.balance is not None:
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
             batch["row_cost"] = torch.from_numpy(costs[order])
         slice_costs = part_costs(costs, partition)
-        mean = sum(slice_costs) / dp
         self._slice_costs = slice_costs
-        self._imbalance_sum += max(slice_costs) / mean if mean > 0 else 1.0
+        self._imbalance_sum += imbalance(slice_costs)
         self._counted += 1
+        self._last = {
+            "encoder": imbalance(part_costs(parts[:, 1], partition)),
+            "backbone": imbalance(part_costs(parts[:, 2], partition)),
+            "micro": imbalance(part_costs(costs, [micro for rank in plan for micro in rank])),
+        }
+        for name, value in self._last.items():
+            self._sums[name] = self._sums.get(name, 0.0) + value
         self._counts["batches"] += 1
         self._counts["rows"] += real
         self._counts["padding_rows"] += self.global_batch_size - real
@@ -238,4 +294,13 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             slice_costs=list(last),
             imbalance=max(last) / mean if mean > 0 else 1.0,
             mean_imbalance=self._imbalance_sum / self._counted if self._counted else 1.0,
+            encoder_imbalance=self._last.get("encoder", 1.0),
+            backbone_imbalance=self._last.get("backbone", 1.0),
+            mean_encoder_imbalance=self._mean("encoder"),
+            mean_backbone_imbalance=self._mean("backbone"),
+            micro_imbalance=self._last.get("micro", 1.0),
+            mean_micro_imbalance=self._mean("micro"),
         )
+
+    def _mean(self, name: str) -> float:
+        return self._sums[name] / self._counted if self._counted and name in self._sums else 1.0

@@ -1,0 +1,173 @@
+"""VLM balance (OVERLORD Alg. 2, seed 004): encoder and backbone cost over dp ranks and micro-batches.
+
+A vision-language row costs twice: its images go through the vision
+encoder (attention inside each image: :func:`encoder_costs`, Σ over images
+of ``patches² + beta·patches``) and its packed sequence, image tokens
+included, through the backbone (``balance.row_costs``: Σ over documents of
+``len² + alpha·len``). A row's cost for balancing is
+``encoder_weight · encoder + backbone``; :class:`VLMCost` computes both parts
+from a packed row.
+
+:func:`micro_batch_plan` cuts ``B`` rows into ``dp`` ranks × ``m``
+micro-batches of ``B / (dp·m)`` rows each (Alg. 1/2: micro-batches first,
+then micro-batches to ranks): the rows are balanced into ``dp·m`` bins with
+a ``transforms.balance`` method on the combined cost, or with ``"vector"``
+(:func:`balance_vector`) on both costs at once, then the bins into ``dp``
+groups of ``m``. Every micro-batch of every rank then carries about
+``1/(dp·m)`` of the batch's cost, which is what a step waits for when each
+micro-batch synchronises the ranks (FSDP's gathers, the encoder's
+all-to-all, pipeline stages): :func:`simulated_step_time`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from torch_tgb.transforms.balance import Partition, _check, balance, part_costs, row_costs
+
+__all__ = [
+    "VLM_BALANCERS",
+    "VLMCost",
+    "balance_vector",
+    "encoder_costs",
+    "imbalance",
+    "micro_batch_plan",
+    "simulated_step_time",
+]
+
+Plan = list[list[list[int]]]  # plan[rank][micro] = row indices
+#: the balance methods of ``micro_batch_plan``: those of ``transforms.balance`` and ``"vector"``
+VLM_BALANCERS = ("greedy", "kk", "round_robin", "vector")
+
+
+def encoder_costs(patches_per_row: Sequence[Sequence[int] | np.ndarray], *, beta: float = 0.0) -> np.ndarray:
+    """Σ over the images of each row of ``patches² + beta·patches``; float64 (``row_costs`` over images)."""
+    return row_costs(patches_per_row, alpha=beta)
+
+
+def imbalance(costs: Sequence[float] | np.ndarray) -> float:
+    """max / mean of ``costs`` (1.0 = perfect; 1.0 for no cost at all)."""
+    values = np.asarray(costs, dtype=np.float64).reshape(-1)
+    mean = float(values.mean()) if values.size else 0.0
+    return float(values.max()) / mean if mean > 0 else 1.0
+
+
+def balance_vector(encoder: Sequence[float] | np.ndarray, backbone: Sequence[float] | np.ndarray, parts: int) -> Partition:
+    """Equal-count parts whose encoder *and* backbone loads are both even (vector LPT).
+
+    Rows by decreasing ``encoder/E + backbone/B`` (``E``, ``B``: the per-part
+    means), each to the part, not full yet, whose larger normalised load after
+    taking it is smallest; ties by part index. A combined cost can put the
+    encoder-heavy rows of a step in one part and the text-heavy ones in
+    another with equal totals; the two phases then wait on different ranks,
+    which this avoids.
+    """
+    enc = np.asarray(encoder, dtype=np.float64).reshape(-1)
+    bb = np.asarray(backbone, dtype=np.float64).reshape(-1)
+    _check(enc + bb, parts)
+    size = len(enc) // parts
+    e_mean, b_mean = (enc.sum() / parts) or 1.0, (bb.sum() / parts) or 1.0
+    loads = np.zeros((parts, 2))
+    out: Partition = [[] for _ in range(parts)]
+    for i in sorted(range(len(enc)), key=lambda i: (-(enc[i] / e_mean + bb[i] / b_mean), i)):
+        after = np.maximum((loads[:, 0] + enc[i]) / e_mean, (loads[:, 1] + bb[i]) / b_mean)
+        after[[len(o) >= size for o in out]] = np.inf
+        p = int(np.argmin(after))
+        out[p].append(i)
+        loads[p] += (enc[i], bb[i])
+    return [sorted(o) for o in out]
+
+
+def micro_batch_plan(
+    costs: Sequence[float] | np.ndarray,
+    dp: int,
+    micro_batches: int,
+    method: str | None,
+    *,
+    encoder: Sequence[float] | np.ndarray | None = None,
+    backbone: Sequence[float] | np.ndarray | None = None,
+) -> Plan:
+    """``plan[rank][k]``: the rows (ascending) of micro-batch ``k`` of ``rank``; equal counts everywhere.
+
+    ``method=None`` keeps arrival order: rank ``r`` gets the ``r``-th block of
+    ``B/dp`` rows and micro-batch ``k`` the ``k``-th block of that; a
+    ``transforms.balance`` method balances ``costs``; ``"vector"``
+    (:func:`balance_vector`) balances ``encoder`` and ``backbone`` together
+    into the micro-batches (then their totals into ranks with ``kk``). Needs
+    ``len(costs) % (dp·m) == 0``.
+    """
+    values = np.asarray(costs, dtype=np.float64).reshape(-1)
+    n, bins = len(values), dp * micro_batches
+    if dp < 1 or micro_batches < 1 or n % bins:
+        raise ValueError(f"{n} rows cannot be cut into dp={dp} x micro_batches={micro_batches} equal parts")
+    size = n // bins
+    if method is None:
+        return [[list(range((r * micro_batches + k) * size, (r * micro_batches + k + 1) * size))
+                 for k in range(micro_batches)] for r in range(dp)]
+    if method == "vector":
+        if encoder is None or backbone is None:
+            raise ValueError("method='vector' needs the encoder= and backbone= costs of the rows")
+        parts = balance_vector(encoder, backbone, bins)
+    else:
+        parts = balance(values, bins, method)
+    group_method = "kk" if method == "vector" else method
+    groups = balance(part_costs(values, parts), dp, group_method) if micro_batches > 1 else [[r] for r in range(dp)]
+    # inside a rank, micro-batches in the order of their first row: deterministic, close to arrival order
+    return [sorted((parts[b] for b in group), key=lambda rows: rows[0] if rows else -1) for group in groups]
+
+
+def simulated_step_time(encoder: np.ndarray, backbone: np.ndarray, plan: Plan) -> float:
+    """Σ over micro-batches ``k`` of ``max_r encoder(r, k) + max_r backbone(r, k)``.
+
+    The step of ranks that synchronise per module per micro-batch (each
+    phase waits for its slowest rank); divide by the same sum with every
+    part at its mean for the slowdown over perfect balance.
+    """
+    m = len(plan[0]) if plan else 0
+    total = 0.0
+    for k in range(m):
+        total += max(float(encoder[plan[r][k]].sum()) for r in range(len(plan)))
+        total += max(float(backbone[plan[r][k]].sum()) for r in range(len(plan)))
+    return total
+
+
+@dataclass(frozen=True)
+class VLMCost:
+    """The two costs of a packed VLM row: ``parts(row) -> (encoder, backbone)``; ``cost(row)`` combines them.
+
+    ``grid_keys``: the row's ragged ``[n_images, 3]`` grids (t, h, w) whose
+    ``t·h·w`` patches feed the encoder; ``alpha`` / ``beta`` the linear terms
+    of the backbone / encoder; ``encoder_weight`` the encoder's weight in the
+    combined cost (its FLOPs per unit relative to the backbone's).
+    """
+
+    alpha: float = 0.0
+    beta: float = 0.0
+    encoder_weight: float = 1.0
+    grid_keys: tuple[str, ...] = ("image_grid_thw", "video_grid_thw")
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "encoder_weight"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"VLMCost {name} must be finite and >= 0, got {value}")
+
+    def parts(self, row: Mapping[str, torch.Tensor]) -> tuple[float, float]:
+        patches = [row[k].reshape(-1, 3).prod(dim=1).numpy() for k in self.grid_keys if k in row]
+        flat = np.concatenate(patches) if patches else np.zeros(0)
+        encoder = float(encoder_costs([flat], beta=self.beta)[0])
+        ids = row["document_ids"].reshape(-1) if "document_ids" in row else torch.zeros(0, dtype=torch.int64)
+        real = ids[ids >= 0].to(torch.int64)
+        lengths = torch.bincount(real).numpy() if real.numel() else np.zeros(0)
+        return encoder, float(row_costs([lengths], alpha=self.alpha)[0])
+
+    def cost(self, encoder: float, backbone: float) -> float:
+        return self.encoder_weight * encoder + backbone
+
+    def __call__(self, row: Mapping[str, torch.Tensor]) -> float:
+        return self.cost(*self.parts(row))
