@@ -68,7 +68,7 @@ def ray_fleet(ns: str, *, make_transform: Callable[[], Transform], steps: int, w
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import benchmarks/
     fleet = Fleet(ns, FleetPipelines(make_transform, steps), num_producers=workers, layout=tgb.Layout(dp=1),
                   commit_policy="fixed:2", actor_options={"num_cpus": 1}, max_restarts=3, progress=False,
-                  config=FleetConfig(poll_interval_s=0.1))
+                  fleet=FleetConfig(poll_interval_s=0.1))
     outage: dict[str, Any] = {"step_now": 0}
 
     def on_step(step: int) -> None:

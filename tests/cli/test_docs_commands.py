@@ -42,6 +42,8 @@ SKIP = {
         "tests/examples/test_train_vlm_torchrun.py runs it at a tiny size, with a preemption and a resume",
     "tgb prewarm gs://bucket/run1 --mesh dp=8,tp=2 --ranks 0-15 --steps 0:2000 --cache-dir /local_nvme/tgb "
     "--cache-bytes 500GiB": "needs GCS credentials (tests/cli/test_prewarm.py runs it against the emulators)",
+    "tgb inspect gs://bucket/run1 -o project=my-project":
+        "needs GCS credentials (tests/storage/test_cloud_stores.py runs the CLI against fake-gcs-server)",
     "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",
     "tgb bench all --results-dir benchmarks/results && tgb bench report":
         "the full benchmark suite (about 25 minutes) and it rewrites the committed results and docs/benchmarks.md",
