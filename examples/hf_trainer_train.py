@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop_after is not None:
         trainer.add_callback(StopAfter(args.stop_after))
     trainer.train(resume_from_checkpoint=args.resume)
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        # drop DDP's reducer (held by the trainer) before its process group: a gloo group left to the
+        # interpreter's exit can abort it ("terminate called without an active exception")
+        del trainer, model
+        torch.distributed.destroy_process_group()
     return 0
 
 
