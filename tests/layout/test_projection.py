@@ -184,3 +184,35 @@ def test_plan_over_real_objects_matches_direct_slicing(topo):
         assert got.keys() == want.keys()
         for name in want:
             assert torch.equal(got[name], want[name]), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 5), width=st.integers(2, 9), extra=st.booleans())
+def test_whole_token_rows_take_the_short_way_to_the_same_batch(rows, width, extra):
+    """A one-piece, one-chunk ``labels_from`` step (the common token-rows read) skips the general join."""
+    from fractions import Fraction
+
+    from torch_tgb.layout._projection import Piece, Segment, StepReads
+
+    piece = {"input_ids": torch.arange(rows * width).view(rows, width), "seq_lens": torch.arange(rows)}
+    if extra:
+        piece["position_ids"] = torch.arange(rows * (width - 1)).view(rows, width - 1)
+    reads = StepReads(pieces=(Piece(0, 0, 0),), parts=((Segment(0, Fraction(0), Fraction(1)),),),
+                      seq_keys=("input_ids", "position_ids"), labels_from="input_ids")
+    assert reads._whole_rows
+    fast, general = reads.assemble([piece]), reads._part(reads.parts[0], [piece])
+    assert fast.keys() == general.keys()
+    for name in general:
+        assert torch.equal(fast[name], general[name]), name
+    assert torch.equal(fast["labels"][:, :-1], fast["input_ids"][:, 1:])
+
+
+def test_whole_token_rows_of_one_column_say_what_is_wrong():
+    from fractions import Fraction
+
+    from torch_tgb.layout._projection import Piece, Segment, StepReads
+
+    reads = StepReads(pieces=(Piece(0, 0, 0),), parts=((Segment(0, Fraction(0), Fraction(1)),),),
+                      seq_keys=("input_ids",), labels_from="input_ids")
+    with pytest.raises(LayoutError, match="labels_from key 'input_ids'"):
+        reads.assemble([{"input_ids": torch.zeros(3, 1, dtype=torch.int64)}])

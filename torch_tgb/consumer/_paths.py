@@ -129,6 +129,8 @@ class ReadPath(ABC):
         if keys.mask_labels and (not self._label_dtype.is_signed or self._label_dtype == torch.bool):
             raise ValueError(f"dtype={dtype} cannot hold the -100 of masked labels; pass a signed dtype "
                              "(e.g. torch.int64) or ReaderOptions(derive=()) for the bare shift")
+        # masked labels are made at the delivered dtype already (derive): the cast leaves them alone
+        self._uncast = self.keep | {LABELS_KEY} if keys.mask_labels and self._label_dtype == dtype else self.keep
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._last_ignored: tuple[tuple[int, bytes, bytes], np.ndarray] | None = None
 
@@ -139,7 +141,7 @@ class ReadPath(ABC):
         deliver = self.keys.deliver
         if deliver is not None:
             tensors = {k: v for k, v in tensors.items() if k in deliver}
-        return tensors if self.dtype is None else cast_integers(tensors, self.dtype, self.keep)
+        return tensors if self.dtype is None else cast_integers(tensors, self.dtype, self._uncast)
 
     def derive(self, tensors: Batch) -> Batch:
         """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`)."""
@@ -152,8 +154,7 @@ class ReadPath(ABC):
             ranges = self._ranges[seq_len] = plan.token_ranges(seq_len)
         out = dict(tensors)
         if self.keys.mask_labels:
-            labels = torch.empty(tensors[LABELS_KEY].shape, dtype=self._label_dtype)
-            labels.copy_(tensors[LABELS_KEY])
+            labels = tensors[LABELS_KEY].to(self._label_dtype, memory_format=torch.contiguous_format, copy=True)  # the mask writes
             labels.numpy().reshape(-1)[self._ignored(lengths.numpy(), offsets.numpy(), seq_len, ranges)] = IGNORE_INDEX
             out[LABELS_KEY] = labels
         if self.keys.derive:

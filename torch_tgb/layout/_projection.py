@@ -83,6 +83,8 @@ class StepReads:
         """
         if len(tensors) != len(self.pieces):
             raise LayoutError(f"assemble needs {len(self.pieces)} pieces, got {len(tensors)}")
+        if self._whole_rows:
+            return self._rows(tensors[0])
         parts = [self._part(segments, tensors) for segments in self.parts]
         if len(parts) == 1:
             return parts[0]
@@ -92,6 +94,23 @@ class StepReads:
                 out[name], out[offsets_key(name)] = join_ragged(parts, name)
             elif name not in out:
                 out[name] = torch.cat([p[name] for p in parts], dim=0)
+        return out
+
+    @functools.cached_property
+    def _whole_rows(self) -> bool:
+        """One piece read whole, of a ``labels_from`` layout with one chunk: the common token-rows step."""
+        return (self.labels_from is not None and self.chunks == 1 and len(self.parts) == 1
+                and self.parts[0] == (Segment(0, Fraction(0), Fraction(1)),))
+
+    def _rows(self, piece: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """:meth:`_part` of a :attr:`_whole_rows` step: the rows' tokens and their shift, two views."""
+        name = self.labels_from
+        assert name is not None  # _whole_rows
+        rows = piece.get(name)
+        if rows is None or rows.dim() < 2 or rows.shape[1] < 2:
+            return self._part(self.parts[0], [piece])  # it names the problem
+        out = dict(piece)
+        out[name], out[LABELS_KEY] = rows[:, :-1], rows[:, 1:]
         return out
 
     def _part(
