@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +50,7 @@ from torch_tgb.datapipes.read import (
 )
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import SliceReader, cast_integers
+from torch_tgb.format import IntegerCast, SliceReader
 from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
@@ -130,18 +130,23 @@ class ReadPath(ABC):
             raise ValueError(f"dtype={dtype} cannot hold the -100 of masked labels; pass a signed dtype "
                              "(e.g. torch.int64) or ReaderOptions(derive=()) for the bare shift")
         # masked labels are made at the delivered dtype already (derive): the cast leaves them alone
-        self._uncast = self.keep | {LABELS_KEY} if keys.mask_labels and self._label_dtype == dtype else self.keep
+        uncast = self.keep | {LABELS_KEY} if keys.mask_labels and self._label_dtype == dtype else self.keep
+        self._cast = None if dtype is None else IntegerCast(dtype, uncast)
+        #: a step as read -> the step handed out (:meth:`finish_step`, or just its cast where that is all it does)
+        self.finish: Callable[[Batch], Batch] = self.finish_step
+        if not self._derives and keys.deliver is None and self._cast is not None:
+            self.finish = self._cast
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._last_ignored: tuple[tuple[int, bytes, bytes], np.ndarray] | None = None
 
-    def finish(self, tensors: Batch) -> Batch:
+    def finish_step(self, tensors: Batch) -> Batch:
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
         if self._derives:
             tensors = self.derive(tensors)
         deliver = self.keys.deliver
         if deliver is not None:
             tensors = {k: v for k, v in tensors.items() if k in deliver}
-        return tensors if self.dtype is None else cast_integers(tensors, self.dtype, self._uncast)
+        return tensors if self._cast is None else self._cast(tensors)
 
     def derive(self, tensors: Batch) -> Batch:
         """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`)."""

@@ -86,9 +86,41 @@ def cast_integers(
     >= 2**31 as int32, ``-100`` labels as uint32) raises :class:`SchemaMismatch`
     naming the tensor; only such narrowing casts look at the values.
     """
-    if dtype is None:
-        return tensors
-    return {k: cast_tensor(k, t, dtype) if is_integer(t.dtype) and k not in skip else t for k, t in tensors.items()}
+    return tensors if dtype is None else IntegerCast(dtype, skip)(tensors)
+
+
+#: what a cast does to one tensor: leave it, ``.to`` (every value fits), ``.to`` after a look at the values
+KEEP, WIDEN, CHECK = 0, 1, 2
+
+
+def cast_rule(source: torch.dtype, dtype: torch.dtype) -> int:
+    """:data:`KEEP`, :data:`WIDEN` or :data:`CHECK`: how :func:`cast_integers` casts a ``source`` tensor. Pure."""
+    if source == dtype or not is_integer(source):
+        return KEEP
+    return CHECK if is_integer(dtype) and _holds(dtype, source) is not None else WIDEN
+
+
+class IntegerCast:
+    """:func:`cast_integers` to ``dtype``, leaving ``skip``, with each (key, dtype) rule worked out once.
+
+    The reader casts every step through one of these: a dict lookup per tensor
+    on top of the copy.
+    """
+
+    __slots__ = ("_rules", "dtype", "skip")
+
+    def __init__(self, dtype: torch.dtype, skip: frozenset[str] = frozenset()) -> None:
+        self.dtype, self.skip = dtype, skip
+        self._rules: dict[tuple[str, torch.dtype], int] = {}
+
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        dtype, rules, out = self.dtype, self._rules, {}
+        for name, t in tensors.items():
+            rule = rules.get((name, t.dtype))
+            if rule is None:
+                rule = rules[(name, t.dtype)] = KEEP if name in self.skip else cast_rule(t.dtype, dtype)
+            out[name] = t if rule == KEEP else t.to(dtype) if rule == WIDEN else cast_tensor(name, t, dtype)
+        return out
 
 
 def cast_tensor(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
