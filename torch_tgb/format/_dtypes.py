@@ -111,14 +111,16 @@ class IntegerCast:
 
     def __init__(self, dtype: torch.dtype, skip: frozenset[str] = frozenset()) -> None:
         self.dtype, self.skip = dtype, skip
-        self._rules: dict[tuple[str, torch.dtype], int] = {}
+        self._rules: dict[str, tuple[torch.dtype, int]] = {}  # key -> (the dtype it came as, its rule)
 
     def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         dtype, rules, out = self.dtype, self._rules, {}
         for name, t in tensors.items():
-            rule = rules.get((name, t.dtype))
-            if rule is None:
-                rule = rules[(name, t.dtype)] = KEEP if name in self.skip else cast_rule(t.dtype, dtype)
+            source = t.dtype
+            known = rules.get(name)
+            if known is None or known[0] is not source:
+                known = rules[name] = (source, KEEP if name in self.skip else cast_rule(source, dtype))
+            rule = known[1]
             out[name] = t if rule == KEEP else t.to(dtype) if rule == WIDEN else cast_tensor(name, t, dtype)
         return out
 

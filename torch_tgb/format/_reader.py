@@ -387,7 +387,7 @@ class SliceRun:
     verify policy.
     """
 
-    __slots__ = ("_always", "_first", "_never", "_plan", "_reader", "buffer", "crcs", "info", "key", "shifts")
+    __slots__ = ("_always", "_first", "_never", "_plan", "_ragged", "_reader", "buffer", "crcs", "info", "key", "shifts")
 
     def __init__(
         self, reader: SliceReader, key: str, buffer: ByteSource, info: SliceInfo, shifts: list[int],
@@ -402,6 +402,7 @@ class SliceRun:
         self._always = reader.verify == "always"
         self._first = reader.verify == "first"
         self._never = not (self._always or self._first)
+        self._ragged = bool(info.ragged)
         self._plan = tuple((name, np_dtype, count, offset, shape, view)
                            for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
 
@@ -426,7 +427,7 @@ class SliceRun:
             if view is not None:
                 tensor = tensor.view(view)
             out[name] = tensor
-        if self.info.ragged and (check or self._never):  # a verified range was checked when it was verified
+        if self._ragged and (check or self._never):  # a verified range was checked when it was verified
             check_ragged_slice(out, self.info, self.key)
         if check and self._first:
             self._reader._mark_range(self.key, start)
