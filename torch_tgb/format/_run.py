@@ -37,7 +37,8 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from torch_tgb.format._footer import Footer, SliceInfo, TensorInfo, parse_footer
+from torch_tgb.format._footer import parse_footer
+from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
 from torch_tgb.format._spec import _DIM, _SLICE_ROW, _TENSOR_ROW, SLICE_ALIGN
 
 __all__ = ["FooterRun", "parse_footer_run"]

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._footer import Footer, crc32c_of, parse_footer
+from torch_tgb.format._crc import crc32c_of
+from torch_tgb.format._footer import parse_footer
+from torch_tgb.format._footer_view import Footer
 from torch_tgb.format._spec import TRAILER_MAGIC, TRAILER_SIZE
 
 if TYPE_CHECKING:

@@ -16,16 +16,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_tgb.errors import LayoutError, SchemaMismatch
+from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._dtypes import DType, dtype_of_tensor
-from torch_tgb.format._footer import (
-    SLICE_ALIGN,
-    TENSOR_ALIGN,
-    TRAILER_SIZE,
-    TensorInfo,
-    crc32c_of,
-    encode_footer,
-)
-
+from torch_tgb.format._footer import SLICE_ALIGN, TENSOR_ALIGN, TRAILER_SIZE, encode_footer
+from torch_tgb.format._footer_view import TensorInfo
 from torch_tgb.layout import Layout, SliceData, offsets_key
 
 if TYPE_CHECKING:
