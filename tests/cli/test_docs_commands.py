@@ -114,7 +114,8 @@ def tiny(command: str) -> str:
 
 
 def _run(command: str, ws: Path) -> subprocess.CompletedProcess[str]:
-    argv = shlex.split(localize(command, ws, shell=True))
+    # the checkout may itself live under /tmp (a fresh clone): its paths are not the docs' to move
+    argv = shlex.split(localize(command.replace(str(ROOT), "\0"), ws, shell=True).replace("\0", str(ROOT)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TGB_PROGRESS": "0"}
     if argv[0] == "tgb":
         return tgb_cli(*argv[1:], timeout=300, cwd=ws)
