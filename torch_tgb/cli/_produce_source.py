@@ -222,7 +222,7 @@ def produce_source(args: argparse.Namespace) -> int:
     (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
     complete and exits 0.
     """
-    from torch_tgb.cli._produce_impl import observed, segments
+    from torch_tgb.cli._producer_setup import observed, segments
     from torch_tgb.producer import produce
 
     shard = None if args.shard is None else parse_shard(args.shard)
