@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,7 +60,7 @@ MAX_INDEX_BYTES = 64 << 20
 INDEX_TAIL_READ = 256 << 10
 
 
-def encode_segment_index(data: Any, tgbs: Sequence[tuple[int, int]]) -> bytes:
+def encode_segment_index(data: bytes | bytearray | memoryview, tgbs: Sequence[tuple[int, int]]) -> bytes:
     """The index of the TGBs ``(footer_offset, size)`` of the segment bytes ``data``, trailer included."""
     rows = np.array(tgbs, dtype=np.uint64).reshape(-1, 2).view(_ROW).reshape(-1)
     with memoryview(data) as view:  # released before the caller grows ``data`` (a bytearray) by the index

@@ -55,8 +55,7 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.device.type != "cpu":
         t = t.cpu()
     flat = t.contiguous().reshape(-1)
-    raw: Any = flat.view(torch.uint8).numpy()  # numpy arrays export the buffer protocol
-    return memoryview(raw)
+    return flat.view(torch.uint8).numpy().data  # the array's buffer: a memoryview, no copy
 
 
 def _dtype(t: torch.Tensor) -> DType:
