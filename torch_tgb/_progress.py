@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
-from typing import IO, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, Protocol, TypeVar, overload
 
-__all__ = ["CI_VARIABLES", "progress", "progress_enabled"]
+__all__ = ["CI_VARIABLES", "ProgressBar", "progress", "progress_enabled"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 #: environment variables whose presence means "running under CI"
 CI_VARIABLES = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD", "TEAMCITY_VERSION")
@@ -37,16 +40,59 @@ def progress_enabled(stream: IO[str] | None = None, *, environ: Mapping[str, str
         return False
 
 
+class ProgressBar(Protocol[T_co]):
+    """What :func:`progress` returns (a ``tqdm`` bar, drawn or not): iterate it, or update it by hand."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def __enter__(self) -> ProgressBar[T_co]: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def update(self, n: float = 1) -> bool | None: ...
+
+    def set_postfix(self, ordered_dict: Mapping[str, object] | None = None, refresh: bool = True,
+                    **kwargs: object) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@overload
 def progress(
-    iterable: Iterable[Any] | None = None,
+    iterable: Iterable[T],
     *,
     total: int | float | None = None,
     desc: str | None = None,
     unit: str = "it",
     stream: IO[str] | None = None,
     enabled: bool | None = None,
-    **kwargs: Any,
-) -> Any:
+    **kwargs: object,
+) -> ProgressBar[T]: ...
+
+
+@overload
+def progress(
+    iterable: None = None,
+    *,
+    total: int | float | None = None,
+    desc: str | None = None,
+    unit: str = "it",
+    stream: IO[str] | None = None,
+    enabled: bool | None = None,
+    **kwargs: object,
+) -> ProgressBar[object]: ...
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    *,
+    total: int | float | None = None,
+    desc: str | None = None,
+    unit: str = "it",
+    stream: IO[str] | None = None,
+    enabled: bool | None = None,
+    **kwargs: object,
+) -> ProgressBar[T] | ProgressBar[object]:
     """A ``tqdm`` bar over ``iterable`` (or a manual bar with ``total``), disabled off-terminal.
 
     The returned object always supports ``update``, ``set_postfix`` and
@@ -56,7 +102,7 @@ def progress(
 
     stream = sys.stderr if stream is None else stream
     show = progress_enabled(stream) if enabled is None else enabled
-    return tqdm(
+    bar: ProgressBar[T] = tqdm(
         iterable,
         total=total,
         desc=desc,
@@ -67,3 +113,4 @@ def progress(
         dynamic_ncols=True,
         **kwargs,
     )
+    return bar

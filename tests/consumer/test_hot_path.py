@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.consumer._support import open_reader
+import torch_tgb.format._decode as decode_module
 import torch_tgb.format._reader as reader_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
@@ -76,6 +77,8 @@ def _count_crcs(monkeypatch) -> list[int]:
             calls.append(1)
             return real(data)
 
+    # the step path checks in _decode.decode_slice, the run path in _reader.SliceRun
+    monkeypatch.setattr(decode_module, "google_crc32c", Counting)
     monkeypatch.setattr(reader_module, "google_crc32c", Counting)
     return calls
 

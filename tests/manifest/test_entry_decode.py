@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torch_tgb.errors import ManifestError
-from torch_tgb.manifest.records import TGBEntry, _entry_fast
+from torch_tgb.manifest._entry import TGBEntry, _entry_fast
 
 GOOD = {"key": "data/p0/e000001-o000000000000-0a1b2c3d.tgb", "size": 4096, "footer_offset": 3800,
         "footer_length": 240, "producer": "p0", "offset": 0, "samples": 32, "tokens": 16384}

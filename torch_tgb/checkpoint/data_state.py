@@ -119,7 +119,7 @@ class DataState:
         return f"DataState({type(self.target).__name__}, capacity={self.capacity})"
 
 
-def _has_canonical_cursor(target: Any) -> bool:
+def _has_canonical_cursor(target: object) -> bool:
     """A TGB consumer (TGBDataset or tgb.DataLoader): it loads from its canonical state alone."""
     from torch_tgb.consumer import DataLoader, TGBDataset
 
@@ -132,7 +132,7 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def encode_state(value: Any, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tensor:
+def encode_state(value: object, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tensor:
     """JSON-encode ``value`` (tuples and non-string keys kept) into a ``uint8`` tensor of ``capacity`` bytes."""
     try:
         body = json.dumps(_tag(value), sort_keys=True, separators=(",", ":")).encode()
@@ -149,7 +149,7 @@ def encode_state(value: Any, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tenso
     return out
 
 
-def decode_state(tensor: torch.Tensor, *, what: str = "data state") -> Any:
+def decode_state(tensor: torch.Tensor, *, what: str = "data state") -> object:
     """Inverse of :func:`encode_state`; :class:`CorruptObject` if the bytes are not one."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise CorruptObject(f"DataState: {what} is not a 1-D uint8 tensor")
@@ -174,7 +174,7 @@ _TUPLE = "__tgb_tuple__"
 _ITEMS = "__tgb_items__"
 
 
-def _tag(value: Any) -> Any:
+def _tag(value: object) -> object:
     if isinstance(value, dict):
         if all(isinstance(k, str) for k in value) and _TUPLE not in value and _ITEMS not in value:
             return {k: _tag(v) for k, v in value.items()}
@@ -188,7 +188,7 @@ def _tag(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} value {value!r:.80}")
 
 
-def _untag(value: Any) -> Any:
+def _untag(value: object) -> object:
     if isinstance(value, dict):
         if set(value) == {_TUPLE}:
             return tuple(_untag(v) for v in value[_TUPLE])
@@ -200,7 +200,7 @@ def _untag(value: Any) -> Any:
     return value
 
 
-def _hashable(key: Any) -> Any:
+def _hashable(key: object) -> object:
     if isinstance(key, (dict, list)):
         raise ValueError(f"unhashable dict key {key!r:.80}")
     return key

@@ -14,10 +14,13 @@ import logging
 import re
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import TGBError
 from torch_tgb.storage._secrets import option_names
+
+if TYPE_CHECKING:
+    from torch_tgb.storage import ObjectStore
 
 __all__ = [
     "CommandError",
@@ -70,7 +73,7 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
 
 
-def _decode_value(text: str) -> Any:
+def _decode_value(text: str) -> object:
     lowered = text.strip().lower()
     if lowered in ("true", "yes", "on"):
         return True
@@ -124,7 +127,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     return options or None
 
 
-def require_namespace(store: Any) -> None:
+def require_namespace(store: ObjectStore) -> None:
     """:class:`CommandError` (exit 1) unless ``store`` holds a TGB namespace, in inspect's and verify's words."""
     from torch_tgb.manifest import DATASET_KEY, Manifest
 
@@ -134,12 +137,12 @@ def require_namespace(store: Any) -> None:
         raise CommandError(f"{store.url}: no TGB namespace here (no {DATASET_KEY}, no log versions)")
 
 
-def print_json(value: Any) -> None:
+def print_json(value: object) -> None:
     json.dump(value, sys.stdout, indent=2, sort_keys=True, default=_json_default)
     sys.stdout.write("\n")
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     import dataclasses
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -28,10 +28,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.cli._common import CommandError, format_table, human_bytes, print_json
 from torch_tgb.errors import TGBError
+
+if TYPE_CHECKING:
+    from torch_tgb.storage import ObjectStore
 
 __all__ = ["run_demo"]
 
@@ -140,7 +143,7 @@ def _last_line(work: Path, index: int) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def _stored_bytes(store: Any) -> tuple[int, int]:
+def _stored_bytes(store: ObjectStore) -> tuple[int, int]:
     """(bytes, objects) currently stored in the namespace, by listing it."""
     total = count = 0
     for key in store.list(""):
@@ -264,7 +267,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     return 0 if exact and aligned and verified.ok else 1
 
 
-def _report_dict(report: Any) -> dict[str, Any]:
+def _report_dict(report: object) -> dict[str, Any]:
     import dataclasses
 
     if dataclasses.is_dataclass(report) and not isinstance(report, type):
@@ -338,7 +341,7 @@ STALL_NOTE = (
 
 
 def _render(s: dict[str, Any]) -> str:
-    def opt(value: Any, fmt: str = "{}") -> str:
+    def opt(value: object, fmt: str = "{}") -> str:
         return "n/a" if value is None else fmt.format(value)
 
     rows = [

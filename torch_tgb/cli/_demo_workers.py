@@ -12,12 +12,16 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 __all__ = ["consume", "slice_digest"]
 
 
-def slice_digest(input_ids: Any) -> str:
+def slice_digest(input_ids: torch.Tensor | np.ndarray) -> str:
     """A short hash of one rank's ``input_ids`` slice (shape and bytes)."""
     import numpy as np
 

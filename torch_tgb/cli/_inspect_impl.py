@@ -9,16 +9,20 @@ of committed steps, except the listing.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
 from torch_tgb.cli._common import CommandError, format_table, human_bytes
 
+if TYPE_CHECKING:
+    from torch_tgb.manifest import ManifestState
+    from torch_tgb.storage import ObjectStore
+
 __all__ = ["inspect_namespace", "render_text", "storage_usage"]
 
 
-def storage_usage(store: Any) -> dict[str, dict[str, int]]:
+def storage_usage(store: ObjectStore) -> dict[str, dict[str, int]]:
     """Bytes and object counts per top-level area (``data/``, ``_tgb/log/``, ...), by listing."""
     from torch_tgb._progress import progress
 
@@ -136,7 +140,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         store.close()
 
 
-def _job_report(head: Any) -> dict[str, Any] | None:
+def _job_report(head: ManifestState) -> dict[str, Any] | None:
     """The declared job and each shard's progress (done, running, stopped, not started); None without one."""
     from torch_tgb.manifest.jobs import shard_status
 

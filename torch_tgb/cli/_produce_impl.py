@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
+from torch_tgb.cli._producer_setup import observed, segments
 from torch_tgb.layout import Layout
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
@@ -78,52 +77,11 @@ def file_batches(
     return available, batch
 
 
-@contextlib.contextmanager
-def observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
-    """Periodic stats log lines and/or a Prometheus endpoint for the duration of the run."""
-    from torch_tgb.observability import as_source
-
-    reporter = server = collector = None
-    source = as_source(producer, role="producer", id=args.producer_id)
-    if args.stats_interval:
-        from torch_tgb.observability import StatsReporter
-
-        reporter = StatsReporter([source], interval=args.stats_interval).start()
-    if args.metrics_port is not None:
-        from torch_tgb.observability import TGBCollector, start_metrics_server
-
-        collector = TGBCollector([source])
-        server, port = start_metrics_server(args.metrics_port)
-        logging.getLogger("torch_tgb.cli").warning("serving metrics on http://127.0.0.1:%d/metrics", port)
-    try:
-        yield
-    finally:
-        if reporter is not None:
-            reporter.stop()
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if collector is not None:
-            collector.unregister()
-
-
 #: token ids of the synthetic stream are below this unless --vocab-size says otherwise
 SYNTHETIC_VOCAB = 50257
 
 #: batches of the endless synthetic stream written when --steps is not given
 SYNTHETIC_DEFAULT_STEPS = 100
-
-
-def segments(args: argparse.Namespace) -> Any:
-    """Bulk runs pack ~64 MiB segment objects; ``--rate`` (a stream) writes one object per batch."""
-    from torch_tgb.producer.config import ProducerConfig
-
-    mb = args.segment_mb if args.segment_mb is not None else (0 if args.rate else 64)
-    if mb < 0:
-        raise CommandError(f"--segment-mb {mb} must be >= 0")
-    if mb == 0:
-        return ProducerConfig()
-    return ProducerConfig.bulk(segment_bytes=max(1, int(mb * (1 << 20))))
 
 
 def produce(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import functools
 from dataclasses import asdict
 
 from torch_tgb.cli._common import CommandError, print_json, storage_options
-from torch_tgb.cli._produce_impl import segments
+from torch_tgb.cli._producer_setup import segments
 from torch_tgb.cli._produce_source import source_layout, source_metadata, source_pipeline
 
 __all__ = ["produce_fleet"]

@@ -9,10 +9,19 @@ cost-balanced over the dp slices with ``--balance`` (``datapipes.GlobalBatches``
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
 from torch_tgb.errors import TGBError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from torch_tgb.datapipes import Batching, GlobalBatches
+    from torch_tgb.layout import Layout
+    from torch_tgb.sources import UnitSource
+    from torch_tgb.sources._base import Tokenizer
 
 __all__ = [
     "SOURCE_KINDS", "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",
@@ -34,7 +43,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return shard
 
 
-def _tokenizer(path: str | None) -> Any:
+def _tokenizer(path: str | None) -> Tokenizer | None:
     if path is None:
         return None
     try:
@@ -95,7 +104,7 @@ def _weights(text: str) -> dict[str, float]:
         raise CommandError(f"--mix {text!r}: {e}") from e
 
 
-def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | None = None) -> Any:
+def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | None = None) -> UnitSource:
     """The source node that ``spec`` (default: the one ``--source``) names, reading shard ``shard``."""
     from torch_tgb import sources
 
@@ -117,7 +126,7 @@ def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | No
     return sources.Parquet(_paths(where), column=args.column or "input_ids", tokenizer=tokenizer, **common)
 
 
-def source_batching(args: argparse.Namespace) -> Any:
+def source_batching(args: argparse.Namespace) -> Batching:
     """How ``--source`` documents become global batches (a ``datapipes.Batching``)."""
     from torch_tgb.datapipes import Batching
 
@@ -130,7 +139,7 @@ def source_batching(args: argparse.Namespace) -> Any:
         )
 
 
-def _token_dtype(args: argparse.Namespace) -> Any:
+def _token_dtype(args: argparse.Namespace) -> torch.dtype | None:
     """``--token-dtype``, or uint16 for a 16-bit token file or a vocabulary that fits (--vocab-size), else uint32."""
     import numpy as np
     import torch
@@ -147,7 +156,7 @@ def _token_dtype(args: argparse.Namespace) -> Any:
     return torch.uint32
 
 
-def _source_dtype(args: argparse.Namespace, spec: str) -> Any:
+def _source_dtype(args: argparse.Namespace, spec: str) -> np.dtype[Any] | None:
     """The stored dtype of a ``token-file:`` source (None for other kinds: their ids come as int64)."""
     import numpy as np
 
@@ -162,7 +171,7 @@ def _source_dtype(args: argparse.Namespace, spec: str) -> Any:
     return np.dtype(args.dtype)
 
 
-def source_layout(args: argparse.Namespace) -> Any:
+def source_layout(args: argparse.Namespace) -> Layout:
     """The layout of ``--source`` batches: ``--dp``/``--cp`` over the rows' keys."""
     return source_batching(args).layout(args.dp, args.cp)
 
@@ -184,7 +193,7 @@ def _check_pipeline_flags(args: argparse.Namespace) -> None:
         raise CommandError(f"--alpha must be >= 0, got {args.alpha}")
 
 
-def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int) -> Any:
+def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int) -> GlobalBatches:
     """Shard ``shard_index`` of ``shard_count`` of ``--source``, packed into global batches.
 
     A module-level function of picklable arguments, so that ``tgb produce
@@ -222,7 +231,7 @@ def produce_source(args: argparse.Namespace) -> int:
     (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
     complete and exits 0.
     """
-    from torch_tgb.cli._produce_impl import observed, segments
+    from torch_tgb.cli._producer_setup import observed, segments
     from torch_tgb.producer import produce
 
     shard = None if args.shard is None else parse_shard(args.shard)

@@ -23,12 +23,19 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
-from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
 from torch_tgb.cli._common import human_bytes
 from torch_tgb.errors import TGBError
+from torch_tgb.manifest import DATASET_KEY, LOG_PREFIX, SNAPSHOT_PREFIX, Manifest, version_key
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from torch_tgb.format import SegmentIndex
+    from torch_tgb.manifest import GCBoundary, ManifestState, TGBEntry, Version
+    from torch_tgb.storage import ObjectStore
 
 __all__ = ["Problem", "VerifyReport", "verify_namespace"]
 
@@ -96,6 +103,20 @@ class _TooMany(Exception):
     pass
 
 
+class _Where(TypedDict, total=False):
+    """Where a problem is: the fields of :class:`Problem` besides its message."""
+
+    version: int
+    step: int
+    key: str
+
+
+class _Report(Protocol):
+    """Records one problem (and stops the check once there are ``max_problems``)."""
+
+    def __call__(self, message: str, **where: Unpack[_Where]) -> None: ...
+
+
 def verify_namespace(
     ns: str, *, storage_options: dict[str, Any] | None = None, crc: bool = True, max_problems: int = 100
 ) -> VerifyReport:
@@ -103,7 +124,7 @@ def verify_namespace(
     store = storage.open_store(ns, storage_options)
     report = VerifyReport(namespace=store.url, crc_checked=crc)
 
-    def problem(message: str, **where: Any) -> None:
+    def problem(message: str, **where: Unpack[_Where]) -> None:
         report.problems.append(Problem(message, **where))
         if len(report.problems) >= max_problems:
             report.truncated = True
@@ -111,7 +132,7 @@ def verify_namespace(
 
     try:
         try:
-            _verify(store, manifest_mod, report, problem, crc=crc)
+            _verify(store, report, problem, crc=crc)
         except _TooMany:
             pass
         except TGBError as e:  # something unreadable at namespace level: a problem, not a crash
@@ -121,24 +142,24 @@ def verify_namespace(
     return report
 
 
-def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool) -> None:
+def _verify(store: ObjectStore, report: VerifyReport, problem: _Report, *, crc: bool) -> None:
     store.check_root()  # a missing bucket is named as such (the caller reports it), not an empty namespace
-    manifest = m.Manifest(store)
+    manifest = Manifest(store)
     dataset = None
     try:
         dataset = manifest.dataset()
     except TGBError as e:
-        problem(f"{m.DATASET_KEY} is unreadable: {e}", key=m.DATASET_KEY)
+        problem(f"{DATASET_KEY} is unreadable: {e}", key=DATASET_KEY)
     latest = manifest.latest_version()
     boundary = manifest.gc_boundary()
     if dataset is None and latest == 0:
-        problem(f"no TGB namespace here (no {m.DATASET_KEY}, no log versions)")
+        problem(f"no TGB namespace here (no {DATASET_KEY}, no log versions)")
         return
     if dataset is None and latest > 0:
-        problem(f"{m.DATASET_KEY} is missing but {latest} versions exist", key=m.DATASET_KEY)
+        problem(f"{DATASET_KEY} is missing but {latest} versions exist", key=DATASET_KEY)
     layout = dict(dataset.layout) if dataset is not None else {}
 
-    entries = _check_log(store, m, manifest, report, problem, latest=latest, boundary=boundary)
+    entries = _check_log(store, manifest, report, problem, latest=latest, boundary=boundary)
     if entries is None:
         return
     _check_objects(store, entries, report, problem, crc=crc, boundary_step=boundary.step, layout=layout)
@@ -155,14 +176,15 @@ def _verify(store: Any, m: Any, report: VerifyReport, problem: Any, *, crc: bool
 
 
 def _check_log(
-    store: Any, m: Any, manifest: Any, report: VerifyReport, problem: Any, *, latest: int, boundary: Any
-) -> list[tuple[int, int, Any]] | None:
+    store: ObjectStore, manifest: Manifest, report: VerifyReport, problem: _Report, *, latest: int,
+    boundary: GCBoundary,
+) -> list[tuple[int, int, TGBEntry]] | None:
     """Steps 1 and 2: the kept log versions, replayed from the GC boundary's snapshot.
 
     Returns every kept entry as ``(version, step, entry)``, or ``None`` when
     the log cannot be replayed at all.
     """
-    for number in sorted(n for n in _numbers(store, m.LOG_PREFIX) if n > latest):
+    for number in sorted(n for n in _numbers(store, LOG_PREFIX) if n > latest):
         problem(f"log object exists beyond the newest contiguous version {latest} (a hole before it?)", version=number)
     base = None
     producers: dict[str, tuple[int, int]] = {}  # producer → (epoch, next_offset) after the last version read
@@ -174,13 +196,13 @@ def _check_log(
         producers = {pid: (s.epoch, s.next_offset) for pid, s in base.producers.items()}
     expected_first: int | None = 0 if base is None else None
     sealed_at: int | None = None
-    snapshots = _numbers(store, m.SNAPSHOT_PREFIX)
-    entries: list[tuple[int, int, Any]] = []
+    snapshots = _numbers(store, SNAPSHOT_PREFIX)
+    entries: list[tuple[int, int, TGBEntry]] = []
     for number in range(max(1, boundary.version), latest + 1):
         try:
             version = manifest.read_version(number)
         except TGBError as e:
-            problem(f"unreadable: {e}", version=number, key=m.version_key(number))
+            problem(f"unreadable: {e}", version=number, key=version_key(number))
             expected_first = None  # the next version's first_step cannot be checked
             continue
         report.versions_checked += 1
@@ -208,7 +230,7 @@ def _check_log(
     return entries
 
 
-def _check_producers(version: Any, producers: dict[str, tuple[int, int]], problem: Any) -> None:
+def _check_producers(version: Version, producers: dict[str, tuple[int, int]], problem: _Report) -> None:
     """Epochs never go back; a producer's entries continue at its previous ``next_offset``."""
     first_step: dict[str, tuple[int, int]] = {}  # producer → (offset, step) of its first entry here
     for i, entry in enumerate(version.entries):
@@ -233,7 +255,8 @@ def _check_producers(version: Any, producers: dict[str, tuple[int, int]], proble
 
 
 def _check_snapshot(
-    snap: Any, version: Any, producers: dict[str, tuple[int, int]], sealed_at: int | None, problem: Any
+    snap: ManifestState | None, version: Version, producers: dict[str, tuple[int, int]], sealed_at: int | None,
+    problem: _Report,
 ) -> None:
     if snap is None:
         return  # deleted since the listing
@@ -254,10 +277,10 @@ def _check_snapshot(
 
 
 def _check_objects(
-    store: Any,
-    entries: list[tuple[int, int, Any]],
+    store: ObjectStore,
+    entries: list[tuple[int, int, TGBEntry]],
     report: VerifyReport,
-    problem: Any,
+    problem: _Report,
     *,
     crc: bool,
     boundary_step: int,
@@ -268,12 +291,12 @@ def _check_objects(
     from torch_tgb.format import check_padding, decode_slice, read_footer, read_segment_index
 
     want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
-    indexes: dict[str, Any] = {}  # segment object -> its index (None: written without one)
+    indexes: dict[str, SegmentIndex | None] = {}  # segment object -> its index (None: written without one)
     for number, step, entry in progress(entries, desc="verify", unit="step"):
         if step < boundary_step:
             continue  # reclaimed steps of the kept boundary version: their objects may be gone
         report.steps_checked += 1
-        where = {"version": number, "step": step, "key": entry.key}
+        where: _Where = {"version": number, "step": step, "key": entry.key}
         try:
             info = store.stat(entry.key)
         except TGBError as e:
@@ -319,7 +342,7 @@ def _check_objects(
             problem(f"{type(e).__name__}: {e}", **where)
 
 
-def _check_watermarks(store: Any, problem: Any, *, boundary_step: int) -> None:
+def _check_watermarks(store: ObjectStore, problem: _Report, *, boundary_step: int) -> None:
     """Step 4: watermarks parse; no live checkpoint resumes below the GC boundary."""
     from torch_tgb.manifest.watermarks import read_watermarks, retired_ids
 
@@ -338,7 +361,7 @@ def _check_watermarks(store: Any, problem: Any, *, boundary_step: int) -> None:
             )
 
 
-def _numbers(store: Any, prefix: str) -> set[int]:
+def _numbers(store: ObjectStore, prefix: str) -> set[int]:
     """Version numbers of the ``<number>.json`` objects under ``prefix`` (one LIST)."""
     numbers = set()
     for key in store.list(prefix):

@@ -14,9 +14,14 @@ import argparse
 import concurrent.futures
 import re
 import time
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from torch_tgb.cli._common import CommandError, add_json_flag, add_storage_option_flag
+
+if TYPE_CHECKING:
+    from torch_tgb._progress import ProgressBar
+    from torch_tgb.layout import Mesh
 
 __all__ = ["add_parser", "parse_mesh", "parse_ranks", "parse_size", "parse_steps", "run"]
 
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     options = ReaderOptions(verify="always", stop_step=stop, footer_lookahead=max(32, args.parallel))
     started = time.monotonic()
 
-    def warm(mesh: Any, bar: Any) -> int:
+    def warm(mesh: Mesh, bar: ProgressBar[object]) -> int:
         ds = tgb.TGBDataset(tier, mesh=mesh, prefetch=args.parallel, options=options)
         ds.load_state_dict({CURSOR_KEY: Cursor(start).to_json()})
         n = 0
@@ -164,6 +169,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mesh(tgb: Any, degrees: dict[str, int], rank: int, world: int) -> Any:
+def _mesh(tgb: ModuleType, degrees: dict[str, int], rank: int, world: int) -> Mesh:
     return tgb.Mesh.from_env(dp=degrees["dp"], cp=degrees["cp"], tp=degrees["tp"], pp=degrees["pp"],
                              rank=rank, world_size=world)

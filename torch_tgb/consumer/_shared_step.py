@@ -45,7 +45,7 @@ class SharedStep:
             for name, dtype, shape, offset, nbytes in self.specs
         }
 
-    def pin_memory(self, device: Any = None) -> SharedStep:
+    def pin_memory(self, device: torch.device | str | None = None) -> SharedStep:
         """Pinned once for the whole step (the DataLoader's pin-memory thread calls this)."""
         pinned = self.buffer.pin_memory() if device is None else self.buffer.pin_memory(device)
         return SharedStep(pinned, self.specs)
@@ -54,7 +54,7 @@ class SharedStep:
         return SharedStep, (self.buffer, self.specs)
 
 
-def pack_step(step: Any) -> Any:
+def pack_step(step: object) -> object:
     """``step`` as a :class:`SharedStep` if it is a dict of two or more CPU tensors, else ``step`` unchanged."""
     if type(step) is not dict or len(step) < 2 or not all(
         type(t) is torch.Tensor and t.device.type == "cpu" for t in step.values()

@@ -41,14 +41,14 @@ class DeviceFeed:
                 f"device={str(device)!r} asked for, but CUDA is not available in this process "
                 "(a CPU-only torch build, or no visible GPU); use device=None or 'cpu'"
             )
-        self.stream: Any = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
+        self.stream: torch.cuda.Stream | None = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
 
     @property
     def ahead(self) -> bool:
         """True when batches are issued one step ahead (CUDA)."""
         return self.stream is not None
 
-    def issue(self, batch: Any) -> Any:
+    def issue(self, batch: object) -> object:
         """Start moving ``batch`` (returns what :meth:`ready` hands out later)."""
         if not isinstance(batch, dict):
             return batch
@@ -72,7 +72,7 @@ class DeviceFeed:
                 out[k] = t
         return out, hosts
 
-    def ready(self, issued: Any) -> Any:
+    def ready(self, issued: object) -> object:
         """The batch of ``issued``, safe to use on the current (training) stream."""
         if self.stream is None or not isinstance(issued, tuple):
             return issued

@@ -260,7 +260,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         return ConsumerStats.from_json(fields)
 
 
-def _collate(batch: Any) -> Any:
+def _collate(batch: object) -> object:
     """The DataLoader's ``default_convert``, without its walk over a step that is already tensors.
 
     In a worker such a step travels as one shared buffer (:mod:`torch_tgb.consumer._shared_step`),
@@ -286,7 +286,7 @@ class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
     and ``tests/consumer/test_resume.py`` checks they are there.
     """
 
-    def __next__(self) -> Any:
+    def __next__(self) -> object:
         if (
             self._sampler_iter is None
             or self._IterableDataset_len_called is not None

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 from torch_tgb.cursor import Cursor
 from torch_tgb.errors import ConsistencyError
@@ -35,7 +38,7 @@ def keys_digest(keys: Sequence[str]) -> int:
 class ConsistencyChecker:
     """All-gathers ``(step, TGB keys)`` per step over ``group`` and fails on disagreement."""
 
-    def __init__(self, *, group: Any = None, namespace: str = "") -> None:
+    def __init__(self, *, group: ProcessGroup | None = None, namespace: str = "") -> None:
         self.group = group
         self.namespace = namespace
         self.checked = 0

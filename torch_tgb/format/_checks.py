@@ -12,7 +12,7 @@ to the same verdict on every single-field corruption.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 
@@ -22,9 +22,9 @@ from torch_tgb.format._spec import _KNOWN_CODE_SET, _KNOWN_CODES, MAX_DIM, MAX_N
 __all__ = ["SMALL_TABLE", "check_tables", "json_depth"]
 
 
-def json_depth(value: Any, limit: int) -> int:
+def json_depth(value: object, limit: int) -> int:
     """Nesting depth of parsed JSON, iteratively (stops counting past ``limit``)."""
-    stack = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     deepest = 0
     while stack:
         item, d = stack.pop()

@@ -16,7 +16,7 @@ The footer is a small binary structure (see ``docs/format.md``)::
 Parsing is one ``np.frombuffer`` per table plus vectorised bounds checks, so
 it costs microseconds even for thousands of slices; the per-tensor Python
 objects of a slice are built only when that slice is asked for
-(:meth:`Footer.slice`), and the shape/length agreement is checked then. Every
+(:class:`Footer`, ``_footer_view.py``), and the shape/length agreement is checked then. Every
 size read from the bytes is bounded by the object's size before anything is
 allocated from it. No pickle, no eval: JSON is parsed with the standard
 library and its depth is bounded.
@@ -27,16 +27,14 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-import google_crc32c
 import numpy as np
 
-from torch_tgb.errors import CorruptObject, SchemaMismatch
+from torch_tgb.errors import CorruptObject
 from torch_tgb.format._checks import check_tables, json_depth
-from torch_tgb.format._dtypes import DType, dtype_by_code
-from torch_tgb.layout import offsets_key
+from torch_tgb.format._crc import crc32c_of
+from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
 from torch_tgb.format._spec import (
     _DIM,
     _HEADER,
@@ -54,6 +52,7 @@ from torch_tgb.format._spec import (
     TRAILER_MAGIC,
     TRAILER_SIZE,
 )
+from torch_tgb.layout import offsets_key
 
 __all__ = [
     "FOOTER_MAGIC",
@@ -72,210 +71,6 @@ __all__ = [
     "parse_footer",
     "parse_trailer",
 ]
-
-
-def crc32c_of(buffer: Any) -> int:
-    """CRC32C of a bytes-like object without copying it.
-
-    ``google_crc32c`` only accepts buffers without a release hook (bytes, a
-    read-only numpy array); a read-only uint8 view of anything else is free.
-    """
-    if isinstance(buffer, bytes):
-        return int(google_crc32c.value(buffer))
-    view = np.frombuffer(buffer, dtype=np.uint8)
-    view.flags.writeable = False
-    return int(google_crc32c.value(view))
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor of one slice; ``offset`` is absolute within the object."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    offset: int
-    length: int
-    crc32c: int
-    _dt: DType = field(repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class SliceInfo:
-    """One (dp, cp) slice: the byte range ``[start, end)`` holding its tensors.
-
-    ``ragged``: the ragged keys among them (each with its ``_offsets`` tensor),
-    whose offsets a reader checks before handing them out.
-    """
-
-    dp: int
-    cp: int
-    start: int
-    end: int
-    tensors: tuple[TensorInfo, ...]
-    ragged: tuple[str, ...] = ()
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start
-
-    def select(self, names: frozenset[str]) -> SliceInfo:
-        """This slice with only the tensors named in ``names`` (in slice order), spanning just them.
-
-        Reading it reads ``[first selected tensor, end of the last)``: one range
-        for any selection, exactly the selected bytes when they are adjacent.
-        """
-        tensors = tuple(t for t in self.tensors if t.name in names)
-        if not tensors:
-            raise SchemaMismatch(f"slice (dp={self.dp}, cp={self.cp}) holds none of the keys {sorted(names)}")
-        start = min(t.offset for t in tensors)
-        end = max(t.offset + t.length for t in tensors)
-        return SliceInfo(self.dp, self.cp, start, end, tensors, tuple(k for k in self.ragged if k in names))
-
-    @property
-    def decode_plan(self) -> tuple[tuple[Any, ...], ...]:
-        """Per tensor: (name, numpy dtype, count, offset, shape, torch view dtype or None, crc32c).
-
-        Precomputed once so the read hot path touches plain tuples only.
-        """
-        plan = self.__dict__.get("_decode_plan")
-        if plan is None:
-            plan = tuple(
-                (
-                    t.name,
-                    t._dt.numpy_dtype,
-                    t.length // t._dt.itemsize,
-                    t.offset,
-                    t.shape,
-                    t._dt.torch_dtype if t._dt.needs_view else None,
-                    t.crc32c,
-                )
-                for t in self.tensors
-            )
-            object.__setattr__(self, "_decode_plan", plan)
-        return plan
-
-
-class Footer:
-    """The parsed footer of one TGB object. Immutable after construction."""
-
-    def __init__(
-        self,
-        *,
-        key: str,
-        size: int,
-        footer_offset: int,
-        footer_length: int,
-        dp: int,
-        cp: int,
-        names: tuple[str, ...],
-        layout: dict[str, Any] | None,
-        schema: dict[str, Any],
-        metadata: dict[str, Any],
-        slices: np.ndarray,
-        tensors: np.ndarray,
-        dims: np.ndarray,
-        ragged: tuple[str, ...] = (),
-    ) -> None:
-        self.key = key
-        self.size = size
-        self.footer_offset = footer_offset
-        self.footer_length = footer_length
-        self.dp = dp
-        self.cp = cp
-        self.names = names
-        self.layout = layout
-        self.schema = schema
-        self.metadata = metadata
-        self._slices = slices
-        self._tensors = tensors
-        self._dims = dims
-        #: ragged keys (stored as values under the name and offsets under name + "_offsets")
-        self.ragged = ragged
-        # built on first use; a benign race between threads builds equal objects
-        self._cache: dict[int, SliceInfo] = {}
-        self._selected: dict[tuple[int, frozenset[str]], SliceInfo] = {}
-
-    @property
-    def num_slices(self) -> int:
-        return int(len(self._slices))
-
-    def slice(self, dp: int, cp: int = 0, names: frozenset[str] | None = None) -> SliceInfo:
-        """The slice for data-parallel part ``dp`` and context-parallel part ``cp`` (``names``: only those tensors)."""
-        if not (0 <= dp < self.dp and 0 <= cp < self.cp):
-            raise CorruptObject(
-                f"object {self.key!r}: no slice (dp={dp}, cp={cp}); it has dp={self.dp}, cp={self.cp}"
-            )
-        index = dp * self.cp + cp
-        info = self._cache.get(index)
-        if info is None:
-            info = self._build(index)
-            self._cache[index] = info
-        if names is None:
-            return info
-        selected = self._selected.get((index, names))
-        if selected is None:
-            selected = self._selected[(index, names)] = info.select(names)
-        return selected
-
-    def slices(self) -> list[SliceInfo]:
-        """Every slice in (dp, cp) order; validates all of them."""
-        return [self.slice(i // self.cp, i % self.cp) for i in range(self.num_slices)]
-
-    def check(self, *, layout: Mapping[str, Any] | Any | None = None, schema: Mapping[str, Any] | None = None) -> None:
-        """Raise :class:`SchemaMismatch` if the recorded layout/schema disagree with the given ones.
-
-        ``layout`` is a ``Layout`` or its JSON; objects written without a
-        recorded layout are checked on their (dp, cp) grid only.
-        """
-        where = f"object {self.key!r}"
-        if layout is not None:
-            want = layout.to_json() if hasattr(layout, "to_json") else dict(layout)
-            if (want.get("dp", 1), want.get("cp", 1)) != (self.dp, self.cp):
-                raise SchemaMismatch(f"{where}: holds dp={self.dp} x cp={self.cp} slices, expected layout {want}")
-            if self.layout is not None and self.layout != want:
-                raise SchemaMismatch(f"{where}: written with layout {self.layout}, expected {want}")
-        if schema is not None:
-            stored = set(self.names) - {offsets_key(k) for k in self.ragged}
-            if stored != set(schema):
-                raise SchemaMismatch(f"{where}: holds tensors {sorted(stored)}, schema has {sorted(schema)}")
-            for name, spec in schema.items():
-                if bool(dict(spec).get("ragged", False)) != (name in self.ragged):
-                    raise SchemaMismatch(f"{where}: tensor {name!r} is {'ragged' if name in self.ragged else 'dense'}, "
-                                         f"the schema says {'ragged' if dict(spec).get('ragged') else 'dense'}")
-            for name, spec in self.schema.items():
-                want_dtype = dict(schema.get(name, {})).get("dtype")
-                if isinstance(spec, dict) and want_dtype is not None and spec.get("dtype") != want_dtype:
-                    raise SchemaMismatch(f"{where}: tensor {name!r} is {spec.get('dtype')}, schema says {want_dtype}")
-
-    def _build(self, index: int) -> SliceInfo:
-        # one tolist() of the row: per-field numpy scalar access costs microseconds each
-        dp, cp, start, end, first, count = self._slices[index : index + 1].tolist()[0]
-        where = f"object {self.key!r}, slice (dp={dp}, cp={cp})"
-        infos = []
-        for t in self._tensors[first : first + count].tolist():
-            name_id, code, ndim, _pad, dims_at, crc, offset, length = t
-            name = self.names[name_id]
-            dt = dtype_by_code(code)
-            if dt is None:  # checked vectorised at parse; kept for clarity
-                raise CorruptObject(f"{where}, tensor {name!r}: unknown dtype code {code}")
-            shape = tuple(int(d) for d in self._dims[dims_at : dims_at + ndim].tolist())
-            numel = 1
-            for d in shape:
-                numel *= d
-            if numel * dt.itemsize != length:
-                raise CorruptObject(
-                    f"{where}, tensor {name!r}: shape {shape} of {dt.name} needs "
-                    f"{numel * dt.itemsize} bytes, footer says {length}"
-                )
-            infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt))
-        return SliceInfo(dp, cp, start, end, tuple(infos), self.ragged)
-
-    def __repr__(self) -> str:
-        return (
-            f"Footer(key={self.key!r}, size={self.size}, dp={self.dp}, cp={self.cp}, "
-            f"tensors={list(self.names)}" + (f", ragged={list(self.ragged)})" if self.ragged else ")")
-        )
 
 
 # --- encoding ------------------------------------------------------------------

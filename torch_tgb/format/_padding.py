@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._footer import Footer
+from torch_tgb.format._footer_view import Footer
 
 __all__ = ["check_padding", "padding_ranges"]
 

@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Sequence
-from typing import Any
 
 import google_crc32c
 import numpy as np
 
-from torch_tgb.format._footer import Footer, SliceInfo, TensorInfo, parse_footer
+from torch_tgb.format._decode import ByteSource
+from torch_tgb.format._footer import parse_footer
+from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
 from torch_tgb.format._spec import _DIM, _SLICE_ROW, _TENSOR_ROW, SLICE_ALIGN
 
 __all__ = ["FooterRun", "parse_footer_run"]
@@ -106,7 +107,7 @@ class FooterRun:
         return SliceInfo(info.dp, info.cp, info.start + d, info.end + d, tensors, info.ragged)
 
 
-def parse_footer_run(buffer: Any, tgbs: Sequence[tuple[int, int]], *, key: str) -> FooterRun:
+def parse_footer_run(buffer: ByteSource, tgbs: Sequence[tuple[int, int]], *, key: str) -> FooterRun:
     """The footers of the longest leading run of ``tgbs`` that are shifted copies of the first.
 
     ``buffer`` holds the whole object (a mapping); ``tgbs`` are ``(footer_offset,
@@ -138,7 +139,7 @@ def parse_footer_run(buffer: Any, tgbs: Sequence[tuple[int, int]], *, key: str) 
     return FooterRun(first, shifts[: 1 + len(accepted)], np.concatenate([crc0, accepted]))
 
 
-def _shifted_copies(buffer: Any, first: Footer, fo0: int, span: int, shifts: list[int]) -> np.ndarray:
+def _shifted_copies(buffer: ByteSource, first: Footer, fo0: int, span: int, shifts: list[int]) -> np.ndarray:
     """Tensor CRC rows of TGBs 1.. that are shifted copies of ``first``, stopping at the first that is not."""
     raw = np.frombuffer(buffer, dtype=np.uint8)
     body = first.footer_length

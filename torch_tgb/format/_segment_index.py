@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format._footer import Footer, crc32c_of, parse_footer
+from torch_tgb.format._crc import crc32c_of
+from torch_tgb.format._footer import parse_footer
+from torch_tgb.format._footer_view import Footer
 from torch_tgb.format._spec import TRAILER_MAGIC, TRAILER_SIZE
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ MAX_INDEX_BYTES = 64 << 20
 INDEX_TAIL_READ = 256 << 10
 
 
-def encode_segment_index(data: Any, tgbs: Sequence[tuple[int, int]]) -> bytes:
+def encode_segment_index(data: bytes | bytearray | memoryview, tgbs: Sequence[tuple[int, int]]) -> bytes:
     """The index of the TGBs ``(footer_offset, size)`` of the segment bytes ``data``, trailer included."""
     rows = np.array(tgbs, dtype=np.uint64).reshape(-1, 2).view(_ROW).reshape(-1)
     with memoryview(data) as view:  # released before the caller grows ``data`` (a bytearray) by the index

@@ -16,16 +16,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_tgb.errors import LayoutError, SchemaMismatch
+from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._dtypes import DType, dtype_of_tensor
-from torch_tgb.format._footer import (
-    SLICE_ALIGN,
-    TENSOR_ALIGN,
-    TRAILER_SIZE,
-    TensorInfo,
-    crc32c_of,
-    encode_footer,
-)
-
+from torch_tgb.format._footer import SLICE_ALIGN, TENSOR_ALIGN, TRAILER_SIZE, encode_footer
+from torch_tgb.format._footer_view import TensorInfo
 from torch_tgb.layout import Layout, SliceData, offsets_key
 
 if TYPE_CHECKING:
@@ -61,8 +55,7 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.device.type != "cpu":
         t = t.cpu()
     flat = t.contiguous().reshape(-1)
-    raw: Any = flat.view(torch.uint8).numpy()  # numpy arrays export the buffer protocol
-    return memoryview(raw)
+    return flat.view(torch.uint8).numpy().data  # the array's buffer: a memoryview, no copy
 
 
 def _dtype(t: torch.Tensor) -> DType:

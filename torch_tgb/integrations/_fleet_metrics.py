@@ -14,11 +14,16 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome, ShardStats
 from torch_tgb.integrations._shards import ShardBoard
 from torch_tgb.manifest import Manifest, ManifestState
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from torch_tgb.observability import TGBCollector
 
 __all__ = ["FleetMonitor", "ShardTally"]
 
@@ -137,8 +142,8 @@ class FleetMonitor:
         self._bar = progress(total=total_steps, desc=f"fleet {prefix}", unit="step", enabled=self._show)
         tally.set_committed(head)
         self.metrics_port: int | None = None
-        self._collector: Any = None
-        self._server: Any = None
+        self._collector: TGBCollector | None = None
+        self._server: WSGIServer | None = None
         if config.metrics_port is not None:
             self._serve_metrics(config.metrics_port)
 

@@ -8,7 +8,7 @@ names the address it could not reach.
 from __future__ import annotations
 
 import socket
-from typing import Any
+from types import ModuleType
 
 from torch_tgb.errors import FleetError
 
@@ -33,7 +33,7 @@ def check_reachable(address: str, *, timeout_s: float) -> None:
         raise FleetError(f"cannot reach the Ray cluster at {address!r} within {timeout_s:g} s: {e}") from e
 
 
-def connect(ray: Any, address: str | None, *, timeout_s: float) -> bool:
+def connect(ray: ModuleType, address: str | None, *, timeout_s: float) -> bool:
     """Connect to Ray; returns True when this call started the connection (the caller shuts it down).
 
     ``None``: the running connection, else ``ray.init()`` (which honours

@@ -21,23 +21,24 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import FleetError
+from torch_tgb.integrations._fleet_driver import FleetDriver
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
-from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome
+from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardStats
 from torch_tgb.integrations._ray_connect import connect
-from torch_tgb.integrations._ray_pool import Worker, WorkerPool
+from torch_tgb.integrations._ray_pool import ActorClass, ShardActor, WorkerPool
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import JobSpec, Manifest, seal_namespace
-from torch_tgb.producer import ProduceOptions, ProduceSettings, ProducerConfig
-from torch_tgb.storage import open_store
+from torch_tgb.manifest import JobSpec, Manifest, ManifestState, seal_namespace
+from torch_tgb.producer import ProduceOptions, ProducerConfig, ProduceSettings
+from torch_tgb.storage import ObjectStore, open_store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -134,16 +135,16 @@ class Fleet:
         self._board = ShardBoard(prefix=prefix, count=num_shards)
         self._target = num_producers
         self._pool: WorkerPool | None = None
-        self._abandoned: list[Worker] = []
+        self._driver: FleetDriver | None = None
         self._tally = ShardTally(self._board)
         self._monitor: FleetMonitor | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._report: FleetReport | None = None
-        self._ray: Any = None
+        self._ray: ModuleType | None = None
         self._owns_ray = False
-        self._store: Any = None
+        self._store: ObjectStore | None = None
 
     # --- the caller's side ------------------------------------------------------
 
@@ -152,9 +153,12 @@ class Fleet:
         if self._thread is not None:
             raise FleetError(f"{self.ns}: fleet {self.prefix!r} was already started")
         try:
-            import ray
+            import ray as ray_module
         except ImportError as e:
             raise ImportError("producer fleets need Ray: pip install 'torch-tgb[ray]'") from e
+        # Ray's stubs type ray.remote(cls).options(...).remote() as ActorHandle | type: the calls
+        # made on the module are checked against ActorClass and ShardActor (_ray_pool.py) instead.
+        ray: ModuleType = ray_module
         self._ray = ray
         self._owns_ray = connect(ray, self.address, timeout_s=self.config.connect_timeout_s)
         try:
@@ -171,9 +175,11 @@ class Fleet:
                 board=self._board, config=self.config, enabled=self.progress,
                 total_steps=None if per_shard is None else per_shard * self.num_shards,
             )
-            remote_cls = ray.remote(ShardWorker).options(**self._actor_options)
+            remote_cls: ActorClass = ray.remote(ShardWorker).options(**self._actor_options)
             self._pool = WorkerPool(ray, remote_cls, self._spec, prefix=self.prefix, target=self._target,
                                     retry_s=self.config.poll_interval_s)
+            self._driver = FleetDriver(ray, self._pool, self._board, self._tally, self._monitor, self.config,
+                                       ns=self.ns, prefix=self.prefix, max_restarts=self.max_restarts)
         except BaseException:
             if self._store is not None:
                 self._store.close()
@@ -183,7 +189,7 @@ class Fleet:
         self._thread.start()
         return self
 
-    def _job(self, head: Any, where: str) -> str | None:
+    def _job(self, head: ManifestState, where: str) -> str | None:
         """The job's name to declare (or join); ``None`` for a namespace written without declared shards."""
         ours = JobSpec.sharded(self.prefix, self.num_shards)
         if head.job is not None and head.job != ours:
@@ -211,11 +217,11 @@ class Fleet:
     def num_producers(self) -> int:
         return self._target
 
-    def actors(self, *, running: bool = False) -> list[Any]:
+    def actors(self, *, running: bool = False) -> list[ShardActor]:
         """Handles of the live actors (only those running a shard with ``running=True``); for ``ray.kill`` in tests."""
         return self._pool.handles(running=running) if self._pool is not None else []
 
-    def stats(self) -> tuple[Any, ...]:
+    def stats(self) -> tuple[ShardStats, ...]:
         """Per-shard :class:`~torch_tgb.integrations.ray.ShardStats`, as of the driver's last poll."""
         return self._tally.snapshot()
 
@@ -252,166 +258,20 @@ class Fleet:
     # --- the driver thread --------------------------------------------------------
 
     def _drive(self) -> None:
-        assert self._monitor is not None and self._pool is not None
-        pool = self._pool
+        assert self._driver is not None and self._monitor is not None and self._pool is not None
         try:
-            while not self._board.all_done:
-                if self._stop.is_set():
-                    raise FleetError(f"{self.ns}: fleet {self.prefix!r} stopped with "
-                                     f"{self._board.count - self._board.done} shards unfinished")
-                for busy in pool.apply_scale():
-                    self._release(busy, reason="removed by scale()")
-                self._assign()
-                self._collect(self.config.poll_interval_s)
-                self._poll_progress()
-                self._monitor.tick()
-            self._drain()
+            self._driver.run(self._stop)
             sealed = self._sealed()
-            self._report = self._monitor.report(workers=len(pool.workers), sealed=sealed)
+            self._report = self._monitor.report(workers=len(self._pool.workers), sealed=sealed)
             log.info("fleet %s", self._report.summary())
         except BaseException as e:  # noqa: BLE001 - handed to wait()
             self._error = e
         finally:
-            for w in pool.workers + self._abandoned:
-                pool.kill(w)
+            self._driver.kill_all()
             self._monitor.close()
-            self._store.close()
+            if self._store is not None:
+                self._store.close()
             self._shutdown_ray()
-
-    def _release(self, worker: Worker, *, reason: str) -> None:
-        shard = worker.shard
-        assert shard is not None
-        log.info("fleet %s: shard %d (%s) leaves %s: %s", self.prefix, shard, self._board.producer_id(shard),
-                 worker.name, reason)
-        self._board.requeue(shard)
-        self._tally.detached(shard, died=False)
-        self._tally.reassigned += 1
-        worker.shard = worker.ref = worker.progress_ref = None
-
-    def _assign(self) -> None:
-        assert self._pool is not None
-        self._pool.send_probes()
-        for w in self._pool.workers:
-            if w.ready:
-                shard = self._board.claim(w.name)
-                if shard is None:
-                    return
-                w.shard, w.last_progress, w.last_change = shard, (), None
-                w.ref = w.handle.run_shard.remote(shard, self._board.count, self._board.producer_id(shard))
-                self._tally.started(shard, w.name)
-
-    def _collect(self, timeout: float) -> None:
-        assert self._pool is not None
-        by_ref = {w.ref: w for w in self._pool.workers + self._abandoned if w.ref is not None}
-        probes = self._pool.probes()
-        if not by_ref and not probes:
-            time.sleep(timeout)
-            return
-        ready, _ = self._ray.wait([*by_ref, *probes], num_returns=len(by_ref) + len(probes), timeout=timeout)
-        for ref in ready:
-            if ref in probes:
-                self._pool.probed(probes[ref])
-                continue
-            worker = by_ref[ref]
-            try:
-                outcome: ShardOutcome | None = self._ray.get(ref)
-            except self._ray.exceptions.RayError as e:
-                outcome = None
-                died = e
-            if worker in self._abandoned:
-                self._abandoned.remove(worker)
-                self._tally.abandoned_ended(worker.shard or 0, outcome)
-                self._pool.kill(worker)
-                continue
-            shard = worker.shard
-            assert shard is not None
-            worker.ref = worker.progress_ref = None
-            if outcome is None:
-                self._worker_died(worker, died)
-                continue
-            worker.shard = None
-            self._tally.ended(outcome)
-            if outcome.status == "done":
-                self._board.finish(shard)
-            elif outcome.status == "fenced":
-                raise FleetError(
-                    f"{self.ns}: shard {shard} producer {outcome.producer_id!r} was fenced by an incarnation "
-                    f"outside this fleet (is another fleet with prefix {self.prefix!r} running?): {outcome.error}"
-                )
-            else:
-                raise FleetError(
-                    f"{self.ns}: shard {shard} producer {outcome.producer_id!r} failed on {worker.name}: "
-                    f"{outcome.error}"
-                )
-
-    def _worker_died(self, worker: Worker, error: BaseException) -> None:
-        shard = worker.shard
-        assert shard is not None
-        worker.shard = None
-        worker.deaths += 1
-        self._tally.detached(shard, died=True)
-        pid = self._board.producer_id(shard)
-        log.warning("fleet %s: worker %s died running shard %d (%s): %s; requeued", self.prefix, worker.name,
-                    shard, pid, type(error).__name__)
-        self._board.requeue(shard)
-        if self._board.attempts(shard) >= self.config.max_shard_attempts:
-            raise FleetError(
-                f"{self.ns}: shard {shard} producer {pid!r}: its worker died {self._board.attempts(shard)} times "
-                f"(max_shard_attempts={self.config.max_shard_attempts}); last: {error}"
-            ) from error
-        assert self._pool is not None
-        if worker.deaths > self.max_restarts:  # Ray will not restart it again: a fresh actor takes its place
-            self._pool.replace(worker)
-        else:
-            self._pool.probe_later(worker)
-
-    def _poll_progress(self) -> None:
-        assert self._pool is not None
-        now = time.monotonic()
-        for w in list(self._pool.workers):
-            if w.shard is None:
-                continue
-            if w.progress_ref is None:
-                w.progress_ref = w.handle.progress.remote()
-                continue
-            ready, _ = self._ray.wait([w.progress_ref], timeout=0)
-            if ready:
-                try:
-                    snap = self._ray.get(w.progress_ref)
-                except self._ray.exceptions.RayError:
-                    snap = None
-                w.progress_ref = None
-                if snap is not None and int(snap["shard"]) == w.shard:
-                    self._tally.live(w.shard, snap)
-                    key = (snap["appended"], snap["bytes"], snap["commit_attempts"])
-                    if key != w.last_progress or w.last_change is None:
-                        w.last_progress, w.last_change = key, now
-            # the clock starts at the attempt's first report: starting an actor may take long
-            stall = self.config.stall_timeout_s
-            if stall is not None and w.last_change is not None and now - w.last_change > stall:
-                self._abandon(w)
-
-    def _abandon(self, worker: Worker) -> None:
-        shard = worker.shard
-        assert shard is not None
-        log.warning("fleet %s: shard %d (%s) made no progress on %s for %.0f s; giving it to a fresh worker "
-                    "(the stalled one is fenced if it comes back)", self.prefix, shard,
-                    self._board.producer_id(shard), worker.name, self.config.stall_timeout_s)
-        assert self._pool is not None
-        self._pool.remove(worker)
-        self._board.requeue(shard)
-        self._tally.detached(shard, died=False)
-        self._tally.reassigned += 1
-        worker.progress_ref = None
-        self._abandoned.append(worker)  # keeps .shard and .ref: its outcome is still collected
-
-    def _drain(self) -> None:
-        deadline = time.monotonic() + self.config.drain_timeout_s
-        while self._abandoned and time.monotonic() < deadline:
-            self._collect(self.config.poll_interval_s)
-        for w in self._abandoned:
-            log.warning("fleet %s: stalled worker %s (shard %s) did not come back; killed", self.prefix, w.name,
-                        w.shard)
 
     def _sealed(self) -> bool:
         """Whether the namespace is sealed now that every shard returned.

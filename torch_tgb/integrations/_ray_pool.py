@@ -6,9 +6,40 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["Worker", "WorkerPool"]
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+    from torch_tgb.integrations._worker import WorkerSpec
+
+__all__ = ["ActorClass", "RemoteMethod", "ShardActor", "Worker", "WorkerPool"]
+
+
+class RemoteMethod(Protocol):
+    """A method of an actor handle: ``.remote(...)`` sends the call and returns the reply's reference."""
+
+    def remote(self, *args: object) -> ObjectRef[object]: ...
+
+
+class ShardActor(Protocol):
+    """The handle of a :class:`~torch_tgb.integrations._worker.ShardWorker` actor: the calls the driver makes."""
+
+    @property
+    def run_shard(self) -> RemoteMethod: ...
+
+    @property
+    def progress(self) -> RemoteMethod: ...
+
+    @property
+    def where(self) -> RemoteMethod: ...
+
+
+class ActorClass(Protocol):
+    """``ray.remote(ShardWorker).options(...)``: ``.remote(spec)`` starts an actor."""
+
+    def remote(self, spec: WorkerSpec) -> ShardActor: ...
 
 log = logging.getLogger("torch_tgb.integrations.ray")
 
@@ -18,12 +49,12 @@ class Worker:
     """One actor and what the driver knows of it; only the driver thread changes it."""
 
     name: str
-    handle: Any
+    handle: ShardActor
     deaths: int = 0
     shard: int | None = None
-    ref: Any = None
-    progress_ref: Any = None
-    probe_ref: Any = None  # after a failure: a no-op call; the worker gets work once it answers
+    ref: ObjectRef[object] | None = None
+    progress_ref: ObjectRef[object] | None = None
+    probe_ref: ObjectRef[object] | None = None  # after a failure: a no-op call; the worker gets work once it answers
     probe_at: float = 0.0
     last_progress: tuple[float, ...] = ()
     last_change: float | None = None  # when its counters last moved; None until the attempt reports
@@ -41,7 +72,9 @@ class WorkerPool:
     options, ``spec`` what each actor is built with.
     """
 
-    def __init__(self, ray: Any, remote_cls: Any, spec: Any, *, prefix: str, target: int, retry_s: float) -> None:
+    def __init__(
+        self, ray: ModuleType, remote_cls: ActorClass, spec: WorkerSpec, *, prefix: str, target: int, retry_s: float,
+    ) -> None:
         self._ray, self._remote_cls, self._spec = ray, remote_cls, spec
         self.prefix = prefix
         self.retry_s = retry_s
@@ -61,7 +94,7 @@ class WorkerPool:
         with self._lock:
             return self._target
 
-    def handles(self, *, running: bool = False) -> list[Any]:
+    def handles(self, *, running: bool = False) -> list[ShardActor]:
         with self._lock:
             return [w.handle for w in self.workers if w.shard is not None or not running]
 
@@ -113,7 +146,7 @@ class WorkerPool:
             if w.probe_ref is None and w.probe_at and now >= w.probe_at:
                 w.probe_ref, w.probe_at = w.handle.where.remote(), 0.0
 
-    def probes(self) -> dict[Any, Worker]:
+    def probes(self) -> dict[ObjectRef[object], Worker]:
         return {w.probe_ref: w for w in self.workers if w.probe_ref is not None}
 
     def probed(self, worker: Worker) -> None:

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
@@ -88,7 +88,10 @@ class ShardMeter:
             }
 
 
-class MeteredNode(BaseNode[Any]):
+T = TypeVar("T")
+
+
+class MeteredNode(BaseNode[T]):
     """Passes ``source``'s items through, counting their tensor bytes; its state *is* the source's.
 
     Transparent to checkpointing: ``get_state``/``reset`` hand the source's own
@@ -96,7 +99,7 @@ class MeteredNode(BaseNode[Any]):
     not it ran under a fleet.
     """
 
-    def __init__(self, source: BaseNode[Any], meter: ShardMeter) -> None:
+    def __init__(self, source: BaseNode[T], meter: ShardMeter) -> None:
         super().__init__()
         self.source = source
         self.meter = meter
@@ -110,7 +113,7 @@ class MeteredNode(BaseNode[Any]):
         super().reset(initial_state)
         self.source.reset(initial_state)
 
-    def next(self) -> Any:
+    def next(self) -> T:
         item = next(self.source)
         if isinstance(item, Mapping):
             self.meter.add_bytes(sum(_nbytes(v) for v in item.values()))
@@ -120,7 +123,7 @@ class MeteredNode(BaseNode[Any]):
         return self.source.state_dict()
 
 
-def _nbytes(value: Any) -> int:
+def _nbytes(value: object) -> int:
     """Bytes of a tensor or array, or of a ragged key's list of them."""
     if isinstance(value, (list, tuple)):
         return sum(_nbytes(v) for v in value)

@@ -29,18 +29,39 @@ one that is installed, and nothing else in torch_tgb imports Lightning.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeGuard
 
 __all__ = ["ConsumedBatches", "lightning_callbacks", "pytorch_lightning_callbacks"]
 
 
-def train_loaders(trainer: Any) -> Iterator[Any]:
+class _Trainer(Protocol):
+    """What the hooks use of a Lightning ``Trainer`` (of either package)."""
+
+    should_stop: bool
+
+    @property
+    def callbacks(self) -> Sequence[object]: ...
+
+
+class _Acknowledging(Protocol):
+    """A loader that takes consumption acknowledgements (``tgb.DataLoader``)."""
+
+    def track_consumed(self) -> None: ...
+
+    def consumed(self) -> None: ...
+
+
+def _acknowledges(item: object) -> TypeGuard[_Acknowledging]:
+    return callable(getattr(item, "track_consumed", None)) and callable(getattr(item, "consumed", None))
+
+
+def train_loaders(trainer: _Trainer) -> Iterator[_Acknowledging]:
     """The train loaders of ``trainer`` that take consumption acknowledgements (TGB loaders)."""
-    stack = [getattr(trainer, "train_dataloader", None)]
+    stack: list[object] = [getattr(trainer, "train_dataloader", None)]
     while stack:
         item = stack.pop()
-        if callable(getattr(item, "track_consumed", None)) and callable(getattr(item, "consumed", None)):
+        if _acknowledges(item):
             yield item
         elif isinstance(item, Mapping):
             stack.extend(item.values())
@@ -54,31 +75,31 @@ class _Hooks:
     _active = False
     _epoch_batches = 0
 
-    def _activate(self, trainer: Any) -> None:
+    def _activate(self, trainer: _Trainer) -> None:
         # The callback can be there twice (the entry point twice, from two copies of the package
         # metadata, or once more in callbacks=): only the first one acts, or each batch would be
         # acknowledged twice.
         self._active = next(cb for cb in trainer.callbacks if isinstance(cb, _Hooks)) is self
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: _Trainer, pl_module: object) -> None:
         # The fit loop has fetched the first batch (and no more): ask for tracking before the second.
         self._activate(trainer)
         if self._active:
             for loader in train_loaders(trainer):
                 loader.track_consumed()
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: _Trainer, pl_module: object) -> None:
         # reload_dataloaders_every_n_epochs hands in new loaders before this hook.
         self._epoch_batches = 0
         self.on_train_start(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: _Trainer, pl_module: object, outputs: object, batch: object, batch_idx: int) -> None:
         self._epoch_batches += 1
         if self._active:
             for loader in train_loaders(trainer):
                 loader.consumed()
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: _Trainer, pl_module: object) -> None:
         # A TGB stream ends at its seal and every later epoch is empty; with max_steps set, Lightning
         # would run empty epochs without end (max_epochs is then unlimited). The seal is at the same
         # step on every rank, so every rank stops here.

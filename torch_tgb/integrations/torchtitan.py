@@ -84,7 +84,7 @@ class TGBDataLoader(BaseDataLoader):
         dp_rank: int,
         local_batch_size: int | None = None,
         seq_len: int | None = None,
-        **unused: Any,
+        **unused: object,
     ) -> None:
         """The arguments torchtitan's trainer builds a loader with (``tokenizer`` and the rest are not needed)."""
         if not config.dataset_path:

@@ -16,9 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch_tgb.errors import LayoutError
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["Mesh", "resolve_rank_world"]
 
@@ -109,7 +112,7 @@ class Mesh:
 
     @classmethod
     def from_device_mesh(
-        cls, device_mesh: Any, *, dp: str | tuple[str, ...] | None = "dp", cp: str | tuple[str, ...] | None = "cp"
+        cls, device_mesh: DeviceMesh, *, dp: str | tuple[str, ...] | None = "dp", cp: str | tuple[str, ...] | None = "cp"
     ) -> Mesh:
         """Position from a ``torch.distributed.DeviceMesh`` with named dims.
 

@@ -4,16 +4,39 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch_tgb.errors import AmbiguousWriteError, CorruptObject, LayoutError, ManifestError, SchemaMismatch
+from torch_tgb.errors import (
+    AmbiguousWriteError,
+    CorruptObject,
+    LayoutError,
+    ManifestError,
+    ObjectNotFound,
+    SchemaMismatch,
+)
 from torch_tgb.manifest._json import dump_json
+from torch_tgb.manifest._reads import read_bounded
 from torch_tgb.manifest.keys import DATASET_KEY, boundary_key
 from torch_tgb.manifest.records import DatasetInfo, GCBoundary
 from torch_tgb.manifest.reserve import create_reserve
 from torch_tgb.storage import ObjectStore
 
-__all__ = ["check_dataset", "ensure_dataset"]
+if TYPE_CHECKING:
+    from torch_tgb.layout import Layout
+
+__all__ = ["check_dataset", "ensure_dataset", "read_dataset"]
+
+
+def read_dataset(store: ObjectStore, *, where: str) -> DatasetInfo | None:
+    """The namespace's ``dataset.json``, checked (:func:`check_dataset`); ``None`` before anyone created it."""
+    try:
+        data = read_bounded(store, DATASET_KEY, where=where)
+    except ObjectNotFound:
+        return None
+    what = f"{where}{DATASET_KEY}"
+    info = DatasetInfo.decode(data, what=what)
+    check_dataset(info, what=what)
+    return info
 
 
 def check_dataset(info: DatasetInfo, *, what: str) -> None:
@@ -43,7 +66,7 @@ def check_dataset(info: DatasetInfo, *, what: str) -> None:
 
 def ensure_dataset(
     store: ObjectStore,
-    layout: Any,
+    layout: Layout | Mapping[str, Any],
     schema: Mapping[str, Any],
     metadata: Mapping[str, Any] | None,
     *,

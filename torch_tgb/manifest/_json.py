@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from torch_tgb.errors import ManifestError
 
@@ -42,11 +42,11 @@ def load_json(data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES) ->
     return value
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-finite number {name} is not allowed")
 
 
-def _check_depth(value: Any, what: str) -> None:
+def _check_depth(value: object, what: str) -> None:
     # Iterative walk: a recursive one could itself be driven into RecursionError.
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -73,7 +73,7 @@ class Fields:
         self._seen: set[str] = set()
         self.what = what
 
-    def _get(self, name: str, default: Any, required: bool) -> Any:
+    def _get(self, name: str, default: object, required: bool) -> object:
         self._seen.add(name)
         if name not in self._obj:
             if required:

@@ -25,18 +25,11 @@ v). An attempt:
    version itself is never deleted, so creating it means it is ours.
 
 End of stream: each commit carries the producer's mark (``open``; ``closed``
-when it closes, ``done`` when it closes for good). In a namespace of
-declared shards (:mod:`torch_tgb.manifest.jobs`) a version that marks the
-last declared shard ``done`` also seals the namespace; the decision is taken
-on the rebased view of each attempt, and done marks are final, so whichever
-shard's done mark lands last sees every other one and seals (step 3). The
-first producer's epoch bump declares the job; a producer outside it gets
-:class:`JobMismatch`, and a shard that is already done gets
-:class:`ShardComplete` at start, before it writes anything. Without declared
-shards, a version that marks its producer ``done`` while no other producer
-in the view is still ``open`` seals, so the last producer to finish ends the
-stream and no running producer is ever cut off mid-run. A producer that
-starts (or a zombie that commits) after the seal gets :class:`NamespaceSealed`.
+when it closes, ``done`` when it closes for good). The last ``done`` mark
+seals the namespace, decided on the rebased view of each attempt; a
+producer outside the namespace's job, or a shard already done, is refused
+at start, before it writes anything (the rules: ``_rules.py``). A producer
+that starts (or a zombie that commits) after the seal gets :class:`NamespaceSealed`.
 
 The token belongs to an *attempt group*: it is kept across retries until an
 attempt is known to have landed, so a write acknowledged late (or never) is
@@ -52,17 +45,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.errors import (
-    AmbiguousWriteError,
-    FencedError,
-    JobMismatch,
-    ManifestError,
-    NamespaceSealed,
-    ShardComplete,
-    StorageError,
-)
+from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
-from torch_tgb.manifest.jobs import SEALER_ID, JobSpec, describe_missing, missing_shards
+from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
@@ -179,18 +165,7 @@ class Committer:
             if snapshot is None:  # moved on again and that snapshot was deleted: use the newer one
                 boundary_version = self.manifest.gc_boundary().version
                 continue
-            ours = candidate.producers[self.producer_id]
-            theirs = snapshot.producers.get(self.producer_id)
-            # A version that only marks (closed/done) or seals moves no offset: the snapshot
-            # must also hold the mark and the seal, or the candidate sat in a reclaimed slot.
-            return (
-                theirs is not None
-                and theirs.epoch == ours.epoch
-                and theirs.next_offset >= ours.next_offset
-                and theirs.status == ours.status
-                and (snapshot.sealed or not candidate.sealed)
-                and (candidate.job is None or snapshot.job == candidate.job)
-            )
+            return holds_commit(snapshot, candidate, self.producer_id)
         raise ManifestError(
             f"{self.manifest.where}no snapshot found for GC boundary version={boundary_version} after retries"
         )
@@ -210,11 +185,11 @@ class Committer:
         self._reset_view()
         while True:
             self.refresh()
-            self._check_job()
+            check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
             if self.view.sealed:
                 raise NamespaceSealed(
                     f"{self.manifest.where}namespace is sealed at version={self.view.version} (its stream has "
-                    f"ended; producers: {_marks(self.view)}): producer {self.producer_id!r} cannot start; "
+                    f"ended; producers: {marks(self.view)}): producer {self.producer_id!r} cannot start; "
                     "write to a new namespace"
                 )
             if self._landed is not None:
@@ -222,50 +197,12 @@ class Committer:
             current = self.state
             target = (0 if current is None else current.epoch) + 1
             now = time.time()
-            candidate = Version(
-                self.view.version + 1,
-                self._token,
-                self.view.num_steps,
-                (),
-                {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)},
-                False,
-                now,
-                self.job if self.view.job is None else None,  # the first producer declares the job
-            )
+            mine = {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)}
+            declares = self.job if self.view.job is None else None  # the first producer declares the job
+            candidate = Version(self.view.version + 1, self._token, self.view.num_steps, (), mine, False, now, declares)
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
-
-    def _check_job(self) -> None:
-        """Refuse a producer outside the namespace's job; :class:`ShardComplete` for a finished shard."""
-        view, pid, where = self.view, self.producer_id, self.manifest.where
-        job = view.job
-        if job is None:
-            others = sorted(p for p in view.producers if p != SEALER_ID)
-            if self.job is not None and others:
-                raise JobMismatch(
-                    f"{where}namespace was created without declared shards (producers {others[:8]}): "
-                    f"{self.job.label(pid)} of {self.job.describe()} cannot join it; write the job into a new namespace"
-                )
-            return
-        if self.job is not None and self.job != job:
-            raise JobMismatch(
-                f"{where}namespace declares {job.describe()}; {pid!r} belongs to {self.job.describe()}: "
-                "one namespace holds one job (rerun with the namespace's shard count and name, or write into a "
-                "new namespace)"
-            )
-        if pid == SEALER_ID:
-            return
-        if pid not in job:
-            raise JobMismatch(f"{where}producer {pid!r} is not one of the declared producers of {job.describe()}")
-        mine = view.producers.get(pid)
-        if mine is not None and mine.status == "done":
-            offsets = f"offsets 0..{mine.next_offset - 1}" if mine.next_offset else "no offsets"
-            raise ShardComplete(
-                f"{where}{job.label(pid)} already complete ({offsets}); the namespace is "
-                + ("sealed" if view.sealed else f"waiting for {describe_missing(job, view.producers)}"),
-                producer_id=pid, next_offset=mine.next_offset, sealed=view.sealed,
-            )
 
     def _won_bump(self) -> ProducerState:
         state = self.state
@@ -325,7 +262,7 @@ class Committer:
                 return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
             raise NamespaceSealed(
                 f"{self.manifest.where}namespace is sealed at version={self.view.version} "
-                f"(producers: {_marks(self.view)}): producer {self.producer_id!r} cannot commit offsets "
+                f"(producers: {marks(self.view)}): producer {self.producer_id!r} cannot commit offsets "
                 f"from {todo[0].offset}"
             )
         status = mark or "open"
@@ -338,14 +275,9 @@ class Committer:
             still = [pid for pid in unfinished(self.view) if pid != self.producer_id]
             if still:
                 raise ManifestError(f"{self.manifest.where}cannot seal at version={self.view.version}: "
-                                    f"{_unfinished_text(self.view, still)}")
-        job = self.view.job
-        if mark == "done" and job is not None:
-            # Step 3 for declared shards: done marks are final and this view holds every version
-            # before the slot we write, so the last shard to land its done mark always seals.
-            seal = seal or not [pid for pid in missing_shards(job, self.view.producers) if pid != self.producer_id]
-        elif mark == "done":  # the last producer to finish seals: nobody else may still commit
-            seal = seal or all(s.status != "open" for pid, s in self.view.producers.items() if pid != self.producer_id)
+                                    f"{unfinished_text(self.view, still)}")
+        if mark == "done":
+            seal = seal or done_seals(self.view, self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
         candidate = Version(
@@ -429,26 +361,6 @@ class Committer:
         return AttemptResult(True, False, number, window, recognised=recognised)
 
 
-def _marks(view: ManifestState) -> str:
-    return ", ".join(f"{pid} {s.status}" for pid, s in sorted(view.producers.items())) or "none"
-
-
-def unfinished(state: ManifestState) -> list[str]:
-    """Who a plain seal would cut off: the declared shards not done, or (no job) the producers still open."""
-    if state.job is not None:
-        return missing_shards(state.job, state.producers)
-    return sorted(pid for pid, s in state.producers.items() if s.status == "open" and pid != SEALER_ID)
-
-
-def _unfinished_text(state: ManifestState, pids: list[str]) -> str:
-    if state.job is not None:
-        return (f"{describe_missing(state.job, state.producers)} of {state.job.describe()} "
-                f"{'is' if len(pids) == 1 else 'are'} not done: a seal now would leave the stream incomplete "
-                "(`tgb seal --force` seals anyway)")
-    return (f"producers {pids} are still open (running, or crashed without closing): close or "
-            "restart-and-close them first")
-
-
 def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
     """Seal the namespace now, unless a producer is unfinished; returns the sealing version.
 
@@ -467,7 +379,7 @@ def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
         return head.version
     still = unfinished(head)
     if still and not force:
-        raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {_unfinished_text(head, still)}")
+        raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {unfinished_text(head, still)}")
     committer = Committer(manifest, SEALER_ID)
     committer.start()
     try:

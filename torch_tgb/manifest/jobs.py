@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from torch_tgb.errors import ManifestError
+from torch_tgb.manifest._checks import validate_producer_id
 from torch_tgb.manifest._json import Fields
 
 __all__ = [
@@ -85,8 +86,6 @@ class JobSpec:
     producers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        from torch_tgb.manifest.records import validate_producer_id
-
         if (self.producers is None) == (self.prefix is None or self.shards is None):
             if self.producers is None:
                 raise ValueError("a job is prefix= and shards=, or producers=")

@@ -1,36 +1,398 @@
-"""Reading the manifest log: discovery, state, step lookup, snapshots, GC boundary.
+"""``Manifest``: one namespace's manifest log as a client sees it.
 
-A :class:`Manifest` is a client-side view of one namespace's log. Versions are
-immutable once created, so parsed versions are cached (LRU); everything else
-(the newest version, the hint, the boundary) is re-read when it matters.
-
-The class is assembled from three parts, one concept each:
-
-- ``_log.py`` (:class:`LogReader`): the cache and every read of the log's
-  objects; probing for the newest version; the state at a version (newest
-  usable snapshot + replay) and ``head()``.
-- ``_steps.py`` (:class:`StepLookup`): step -> version, ``entry``, ``entries``.
-- ``_maintenance.py`` (:class:`LogMaintenance`): writing snapshots, advancing
-  the GC boundary, deleting versions below it (committer and Reclaimer).
-
-Cost, with n committed versions and K = ``snapshot_every``:
-
-- ``latest_version()`` cold: boundary + hint + O(log gap) existence probes
-  (the gap from the newest snapshot is < 2K unless snapshots stall);
-  warm and idle: one probe plus one boundary read.
-- ``entry(step)`` cold: O(log n) version reads (binary search on
-  ``first_step`` over version numbers).
-- ``head()`` cold: one snapshot plus < 2K versions replayed; warm: only the
-  versions that are new.
+Finds the newest version, folds versions into the state at any version,
+looks up the version of a step, and writes what lets old versions go
+(snapshots, the GC boundary). Parts kept between calls have their own
+modules (``_cache.py``: parsed versions; ``_boundary.py``: the GC
+boundary, never read lower than seen); stateless work is functions
+(``_reads.py``: bounded reads; ``_search.py``: searches over version numbers).
 """
 
 from __future__ import annotations
 
-from torch_tgb.manifest._maintenance import LogMaintenance
-from torch_tgb.manifest._steps import StepLookup
+import concurrent.futures
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.manifest import _reads
+from torch_tgb.manifest._boundary import BoundaryView
+from torch_tgb.manifest._cache import VersionCache
+from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
+from torch_tgb.manifest._reads import Reclaimed
+from torch_tgb.manifest._search import collect_entries, probe_newest, search_step
+from torch_tgb.manifest._state import fold
+from torch_tgb.manifest.keys import version_key
+from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, TGBEntry, Version
+from torch_tgb.storage import ObjectStore
+
+if TYPE_CHECKING:
+    from torch_tgb.layout import Layout
 
 __all__ = ["Manifest"]
 
+#: head() starts again from the new boundary this often when reclamations keep passing its replay
+_HEAD_ATTEMPTS = 8
 
-class Manifest(StepLookup, LogMaintenance):
-    """The manifest log of one namespace, read through ``store``. Thread-safe."""
+
+class Manifest:
+    """The manifest log of one namespace, read through ``store``. Thread-safe.
+
+    Cost, with n committed versions and K = ``snapshot_every``:
+
+    - ``latest_version()`` cold: boundary + hint + O(log gap) existence probes
+      (the gap from the newest snapshot is < 2K unless snapshots stall);
+      warm and idle: one probe plus one boundary read.
+    - ``entry(step)`` cold: O(log n) version reads (binary search on
+      ``first_step`` over version numbers).
+    - ``head()`` cold: one snapshot plus < 2K versions replayed; warm: only the
+      versions that are new.
+    """
+
+    def __init__(self, store: ObjectStore, *, snapshot_every: int = 16, cache_size: int = 512) -> None:
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every={snapshot_every} must be >= 1")
+        self.store = store
+        self.snapshot_every = snapshot_every
+        self._versions = VersionCache(cache_size)
+        self._boundary = BoundaryView()
+        self._lock = threading.Lock()  # guards _state's compare-and-set
+        # starting points only, read again when it matters (a plain attribute store is atomic under the GIL)
+        self._hint: int | None = None  # last hint read
+        self._boundary_seen = GCBoundary()  # last boundary read
+        self._state: ManifestState | None = None  # newest state folded
+
+    @property
+    def url(self) -> str:
+        """The namespace's URL (credentials removed), for messages."""
+        return self.store.url
+
+    @property
+    def where(self) -> str:
+        return f"{self.store.url}: "
+
+    # --- dataset.json --------------------------------------------------------
+
+    def dataset(self) -> DatasetInfo | None:
+        """The namespace's dataset description, or ``None`` before the first producer created it."""
+        return read_dataset(self.store, where=self.where)
+
+    def ensure_dataset(
+        self, layout: Layout | Mapping[str, object], schema: Mapping[str, object],
+        metadata: Mapping[str, object] | None = None,
+    ) -> DatasetInfo:
+        """Create ``dataset.json`` once, or check that ours agrees with the stored one.
+
+        ``layout`` is a :class:`~torch_tgb.layout.Layout` (or its JSON dict).
+        Agreement means the same fingerprint, or the same layout and metadata
+        with a schema the stored one accepts (``-1`` in a stored trailing
+        shape matches any size). Otherwise :class:`SchemaMismatch` names both
+        fingerprints.
+        """
+        return ensure_dataset(self.store, layout, schema, metadata, read=self.dataset)
+
+    # --- versions ------------------------------------------------------------
+
+    def try_read_version(self, number: int) -> Version | None:
+        """Version ``number``, or ``None`` if that object does not exist (yet, or any more)."""
+        cached = self._versions.get(number)
+        if cached is not None:
+            return cached
+        try:
+            data = _reads.read_bounded(self.store, version_key(number), where=self.where,
+                                       what=f"manifest version={number}")
+        except ObjectNotFound:
+            return None
+        version = Version.decode(data, number=number, where=self.where)
+        self.remember(version)
+        return version
+
+    def read_version(self, number: int) -> Version:
+        """Version ``number``; :class:`ObjectNotFound` if it was never committed or was reclaimed."""
+        if number < 1:
+            raise ValueError(f"{self.where}version={number}: versions are numbered from 1")
+        version = self.try_read_version(number)
+        if version is None:
+            raise ObjectNotFound(
+                f"{self.where}manifest version={number} does not exist "
+                f"(newest known {self._versions.newest}, GC boundary {self.gc_boundary().version})"
+            )
+        return version
+
+    def remember(self, version: Version) -> None:
+        """Put a version known to be committed into the cache (the committer's own writes)."""
+        self._versions.put(version)
+
+    def forget(self, number: int) -> None:
+        """Drop a cached version (one found to lie in a reclaimed slot)."""
+        self._versions.pop(number)
+
+    def _exists(self, number: int) -> bool:
+        return number in self._versions or self.store.exists(version_key(number))
+
+    def latest_version(self) -> int:
+        """The newest committed version (0 for an empty namespace), found by probing.
+
+        Start from the best lower bound known (our own newest, the snapshot
+        hint, the GC boundary), then probe existence at +1, +2, +4, ... and
+        binary-search the gap. Versions above the boundary exist without holes
+        (v+1 is only written by someone who read v), so existence is monotone there.
+        """
+        return self._probe_latest()[0]
+
+    def _probe_latest(self) -> tuple[int, GCBoundary]:
+        """The newest version and a boundary read *after* the probes, at or below it.
+
+        Reading the boundary after probing validates the answer: if a
+        reclamation deleted versions we probed, the fresh boundary lies above
+        our answer and we probe again from it. A warm idle poll costs one
+        existence check plus this boundary read.
+        """
+        boundary = self._boundary_seen
+        for _ in range(8):
+            known = self._versions.newest
+            if known > 0 and known >= boundary.version:
+                low = known
+            else:
+                self._hint = self._read_hint()
+                low = max(known, boundary.version, self._hint)
+            latest = probe_newest(low, self._exists)
+            fresh = self.gc_boundary()
+            self._boundary_seen = fresh
+            if fresh.version <= latest:
+                return self._versions.saw_newest(latest), fresh
+            boundary = fresh  # we probed through reclaimed slots: start again from the new boundary
+        raise ManifestError(f"{self.where}the GC boundary kept moving while probing for the newest version")
+
+    # --- state, snapshots ----------------------------------------------------
+
+    def _read_hint(self) -> int:
+        return _reads.read_hint(self.store, where=self.where)
+
+    def read_snapshot(self, number: int) -> ManifestState | None:
+        """The snapshot of version ``number``, or ``None`` if none was written."""
+        return _reads.read_snapshot(self.store, number, where=self.where)
+
+    def replay(self, state: ManifestState, until: int) -> ManifestState:
+        """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently)."""
+        numbers = list(range(state.version + 1, until + 1))
+        missing = self._versions.missing(numbers)
+        if len(missing) > 1:
+            workers = min(len(missing), self.store.max_in_flight, 16)
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
+                list(pool.map(self.try_read_version, missing))  # fills the cache; errors re-raise below
+        for number in numbers:
+            state = fold(state, self.read_version(number), where=self.where)
+        return state
+
+    def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
+        """The full state (steps, producers, sealed) after version ``number``.
+
+        Never reads a version below the GC boundary: a slot there may hold a
+        version a stalled committer has just re-created on a stale view (it
+        deletes it once it reads the boundary). A cached state below the
+        boundary is therefore not replayed from, and a replay that fails
+        because the boundary moved past it meanwhile is reported as
+        ``Reclaimed`` (callers start again from the boundary).
+        """
+        cached = self._state
+        if cached is not None and cached.version <= number and (boundary is None or cached.version >= boundary.version):
+            try:
+                return self._replay_above_boundary(cached, number)
+            except Reclaimed:  # the boundary moved past our cached state: start from its snapshot
+                boundary = None
+                self._hint = None
+        if boundary is None:
+            boundary = self.gc_boundary()
+        if number < boundary.version:
+            raise Reclaimed(f"{self.where}state at version={number} is reclaimed (GC boundary version={boundary.version})")
+        hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
+        base = _reads.base_state(self.store, number, boundary, hint, where=self.where)
+        return self._replay_above_boundary(base, number)
+
+    def _replay_above_boundary(self, state: ManifestState, number: int) -> ManifestState:
+        """``replay(state, number)``; a failure caused by a reclamation since ``state`` raises ``Reclaimed``."""
+        try:
+            replayed = self.replay(state, number)
+        except Reclaimed:
+            raise
+        except ObjectNotFound as e:  # versions after ``state`` were deleted: reclaimed while we replayed
+            raise Reclaimed(f"{self.where}state at version={number}: {e}") from e
+        except ManifestError as e:
+            # A version that does not follow ``state`` is a fork unless the boundary moved past ``state``:
+            # then it is a stalled committer's version in a reclaimed slot, which it deletes itself.
+            boundary = self.gc_boundary()
+            if boundary.version > state.version:
+                self._versions.drop_below(boundary.version)
+                raise Reclaimed(f"{self.where}state at version={number}: reclaimed while replaying ({e})") from e
+            raise
+        if number > state.version:
+            boundary = self.gc_boundary()
+            if boundary.version > state.version:
+                # The boundary passed versions we just read: one re-created in its reclaimed slot by a stalled
+                # committer may fold cleanly, so none of them is trusted: start again from the boundary.
+                self._versions.drop_below(boundary.version)
+                raise Reclaimed(f"{self.where}state at version={number}: the GC boundary moved while replaying")
+        return replayed
+
+    def head(self) -> ManifestState:
+        """The state at the newest version: version, num_steps, sealed, producers."""
+        for attempt in range(_HEAD_ATTEMPTS):
+            latest, boundary = self._probe_latest()
+            cached = self._state
+            if cached is not None and cached.version == latest:
+                return cached
+            try:
+                state = self.state_at(latest, boundary=boundary)
+                break
+            except Reclaimed:
+                # A reclamation ran between our boundary read and our probes: the
+                # versions we probed were deleted. Start again from the new boundary.
+                self._hint = None
+                if attempt == _HEAD_ATTEMPTS - 1:
+                    raise
+        with self._lock:
+            if self._state is None or self._state.version < state.version:
+                self._state = state
+        return state
+
+    # --- steps -----------------------------------------------------------------
+
+    def version_of_step(self, step: int, *, latest: int | None = None) -> Version:
+        """The version that added ``step``: binary search on ``first_step``, O(log n) reads."""
+        if step < 0:
+            raise ValueError(f"{self.where}{step=} must be >= 0")
+        found = search_step(step, boundary=self.gc_boundary, read=self.read_version, where=self.where,
+                            high=lambda low: latest if latest is not None else self._upper_bound_for(step, low))
+        if found is None:
+            raise ManifestError(f"{self.where}{step=} is not committed (newest version {self._versions.newest})")
+        return found
+
+    def _upper_bound_for(self, step: int, low: int) -> int:
+        """A version at or after the one holding ``step``: the hinted snapshot if it covers
+        ``step`` (a cold reader then skips probing for the newest version), else the newest."""
+        if self._versions.newest == 0:  # cold
+            hint = self._read_hint()
+            if hint >= low:
+                snapshot = self.read_snapshot(hint)
+                if snapshot is not None and step < snapshot.num_steps:
+                    return hint
+        return self.latest_version()
+
+    def entry(self, step: int) -> TGBEntry:
+        """The TGB entry of ``step``."""
+        version = self.version_of_step(step)
+        return version.entries[step - version.first_step]
+
+    def entries(self, start_step: int, stop_step: int) -> list[TGBEntry]:
+        """Entries of steps ``start_step .. stop_step - 1`` that are committed (may be fewer)."""
+        if stop_step <= start_step:
+            return []
+        latest = self.latest_version()
+        try:
+            version = self.version_of_step(start_step, latest=latest)
+        except ManifestError:
+            if latest == 0 or start_step >= self.read_version(latest).stop_step:
+                return []
+            raise
+        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where)
+
+    # --- GC boundary -------------------------------------------------------
+
+    def gc_boundary(self) -> GCBoundary:
+        """The current boundary (``GCBoundary(0, 0)`` before the first reclamation); never goes back.
+
+        The boundary is the highest of its immutable generations on storage
+        (:meth:`stored_gc_boundary`), which cannot go back: a late write only
+        re-creates a lower generation. This Manifest also never returns less
+        than a boundary it already read or wrote (a store whose LIST lags, or
+        a generation deleted by hand).
+        """
+        return self._boundary.current(self.store)
+
+    def stored_gc_boundary(self, generations: list[tuple[int, int]] | None = None) -> GCBoundary:
+        """The highest generation under ``_tgb/gc_boundary/`` (one LIST; the names are the values).
+
+        ``generations``: a listing the caller already holds. A namespace
+        reclaimed before boundary generations existed holds its boundary in
+        ``_tgb/gc_boundary.json``: that is read when no generation exists,
+        and the first new generation supersedes it.
+        """
+        return self._boundary.stored(self.store, generations)
+
+    # --- maintenance writes ------------------------------------------------------
+
+    def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
+        """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
+
+        ``state`` may be passed by a caller that already holds it (the
+        committer); otherwise it is computed from the log. Snapshots are only
+        written for versions that exist.
+        """
+        if state is None:
+            if number > self.latest_version():
+                raise ManifestError(f"{self.where}cannot snapshot version={number}: not committed")
+            state = self.state_at(number)
+        if state.version != number:
+            raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
+        _reads.put_snapshot(self.store, state, where=self.where)
+        return state
+
+    def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
+        """Allow versions below ``version`` and the objects of steps below ``step`` to be deleted.
+
+        Preconditions, checked: the snapshot of ``version`` exists (write it
+        first with :meth:`write_snapshot`), ``step`` is at most that version's
+        ``stop_step`` (the version record itself stays, so the steps from
+        ``step`` on stay readable even when ``step`` lies inside it), and the
+        boundary only moves forward. Call this *before* deleting anything:
+        producers re-read it after every create to detect a commit into a
+        reclaimed slot.
+        """
+        current = self.gc_boundary()
+        if (version, step) == (current.version, current.step):
+            return current
+        if version < current.version or step < current.step:
+            raise ManifestError(
+                f"{self.where}GC boundary moves only forward: at version={current.version}, step={current.step}, "
+                f"asked for version={version}, step={step}"
+            )
+        if self.read_snapshot(version) is None:
+            raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
+        stop_step = self.read_version(version).stop_step
+        if step > stop_step:
+            raise ManifestError(
+                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} ends before "
+                f"step={stop_step}; a later version must be the boundary; pass step <= {stop_step}"
+            )
+        boundary = GCBoundary(version, step)
+        self._boundary.put(self.store, boundary)
+        return boundary
+
+    def repair_gc_boundary(self) -> GCBoundary:
+        """The boundary, after re-creating the highest one seen if storage no longer lists it.
+
+        Generations are immutable, so a late write cannot lower the stored
+        boundary; only a deleted generation (by hand, or a store whose LIST
+        lags) can. Lower generations re-created by late writes are dropped.
+        The Reclaimer calls this first in every pass, before it deletes
+        anything.
+        """
+        return self._boundary.repair(self.store)
+
+    def version_keys_below(self, version: int) -> list[str]:
+        """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
+        return _reads.version_keys_below(self.store, version)
+
+    def delete_versions_below(self, version: int) -> int:
+        """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""
+        boundary = self.gc_boundary()
+        if version > boundary.version:
+            raise ManifestError(
+                f"{self.where}delete_versions_below({version=}) is above the GC boundary version={boundary.version}"
+            )
+        keys = self.version_keys_below(version)
+        self.store.delete(keys)
+        self._versions.drop_below(version)
+        return len(keys)

@@ -14,9 +14,12 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
-__all__ = ["HasStats", "SourceSet", "StatsSource", "as_source", "stats_fields"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["HasStats", "Labels", "SourceSet", "StatsSource", "as_source", "stats_fields"]
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 
@@ -25,10 +28,10 @@ _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@")
 class HasStats(Protocol):
     """Anything with a ``stats()`` method returning a dataclass (or mapping) of numbers."""
 
-    def stats(self) -> Any: ...
+    def stats(self) -> object: ...
 
 
-def stats_fields(snapshot: Any, *, prefix: str = "") -> dict[str, float]:
+def stats_fields(snapshot: object, *, prefix: str = "") -> dict[str, float]:
     """Numeric fields of ``snapshot`` (a dataclass instance or a mapping), flattened.
 
     Booleans become 0/1, ``None`` and non-numeric values are skipped, a nested
@@ -67,11 +70,19 @@ def _safe_namespace(url: str) -> str:
     return _USERINFO.sub(r"\1", url)
 
 
+class Labels(TypedDict, total=False):
+    """The labels of a source, as :func:`as_source` takes them (each guessed when left out)."""
+
+    namespace: str | None
+    role: str | None
+    id: str | None
+
+
 @dataclass(frozen=True)
 class StatsSource:
     """Where a stats snapshot comes from: the callable plus the labels it is exported under."""
 
-    stats: Callable[[], Any]
+    stats: Callable[[], object]
     namespace: str
     role: str
     id: str
@@ -83,7 +94,7 @@ class StatsSource:
         return stats_fields(self.stats())
 
 
-def _guess_role(obj: Any) -> str:
+def _guess_role(obj: object) -> str:
     name = type(obj).__name__.lower()
     if "producer" in name:
         return "producer"
@@ -94,7 +105,7 @@ def _guess_role(obj: Any) -> str:
     return name or "unknown"
 
 
-def _guess_namespace(obj: Any) -> str:
+def _guess_namespace(obj: object) -> str:
     for attr in ("namespace", "ns", "url"):
         value = getattr(obj, attr, None)
         if isinstance(value, str):
@@ -104,7 +115,7 @@ def _guess_namespace(obj: Any) -> str:
     return _safe_namespace(url) if isinstance(url, str) else ""
 
 
-def _guess_id(obj: Any) -> str:
+def _guess_id(obj: object) -> str:
     for attr in ("producer_id", "id", "rank", "name"):
         value = getattr(obj, attr, None)
         if isinstance(value, (str, int)) and not isinstance(value, bool):
@@ -162,7 +173,7 @@ class SourceSet:
         self._lock = threading.Lock()
         self._sources: list[StatsSource] = [as_source(s) for s in sources]
 
-    def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
+    def add(self, source: HasStats | StatsSource, **labels: Unpack[Labels]) -> StatsSource:
         """Register ``source``; returns the wrapped :class:`StatsSource` (for :meth:`remove`)."""
         wrapped = as_source(source, **labels)
         with self._lock:

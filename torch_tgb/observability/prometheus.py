@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from torch_tgb.errors import TGBError
 from torch_tgb.observability._fields import HasStats, SourceSet, StatsSource, finite
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+    from typing_extensions import Unpack
+
+    from torch_tgb.observability._fields import Labels
 
 __all__ = ["LABELS", "TGBCollector", "start_metrics_server"]
 
@@ -25,7 +35,7 @@ LABELS = ("namespace", "role", "id")
 _INVALID = re.compile(r"[^a-zA-Z0-9_:]")
 
 
-def _prometheus() -> Any:
+def _prometheus() -> ModuleType:
     try:
         import prometheus_client
     except ImportError as e:
@@ -53,7 +63,7 @@ class TGBCollector:
         sources: Iterable[HasStats | StatsSource] = (),
         *,
         prefix: str = "tgb",
-        registry: Any = None,
+        registry: CollectorRegistry | None = None,
         register: bool = True,
     ) -> None:
         self._prom = _prometheus()
@@ -64,7 +74,7 @@ class TGBCollector:
         if register:
             self.registry.register(self)
 
-    def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
+    def add(self, source: HasStats | StatsSource, **labels: Unpack[Labels]) -> StatsSource:
         return self._sources.add(source, **labels)
 
     def remove(self, source: StatsSource) -> None:
@@ -73,16 +83,16 @@ class TGBCollector:
     def unregister(self) -> None:
         self.registry.unregister(self)
 
-    def describe(self) -> list[Any]:
+    def describe(self) -> list[Metric]:
         # Returning nothing tells the registry not to call collect() at
         # registration time (sources may not be ready, and names are dynamic).
         return []
 
-    def collect(self) -> Iterator[Any]:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
         sources = self._sources.snapshot()
-        families: dict[str, Any] = {}
+        families: dict[str, GaugeMetricFamily] = {}
         for source in sources:
             try:
                 fields = source.fields()
@@ -102,8 +112,8 @@ class TGBCollector:
 
 
 def start_metrics_server(
-    port: int = 0, *, addr: str = "127.0.0.1", registry: Any = None
-) -> tuple[Any, int]:
+    port: int = 0, *, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None
+) -> tuple[WSGIServer, int]:
     """Serve ``/metrics`` over HTTP on a daemon thread; returns ``(server, port)``.
 
     ``port=0`` picks a free port. Binds to loopback by default: exposing

@@ -16,9 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch_tgb.observability._fields import HasStats, SourceSet, StatsSource
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from torch_tgb.observability._fields import Labels
 
 __all__ = ["StatsReporter", "format_stats"]
 
@@ -63,7 +68,7 @@ class StatsReporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, source: HasStats | StatsSource, **labels: Any) -> StatsSource:
+    def add(self, source: HasStats | StatsSource, **labels: Unpack[Labels]) -> StatsSource:
         """Start reporting ``source``; returns the wrapped :class:`StatsSource` (for :meth:`remove`)."""
         return self._sources.add(source, **labels)
 

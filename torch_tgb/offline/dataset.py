@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torchdata.nodes import BaseNode
 from typing_extensions import Unpack
@@ -59,7 +60,7 @@ __all__ = ["Tokens", "as_documents", "build_rows", "write_dataset"]
 Tokens = Union[Sequence[Any], tuple[Any, Any], np.ndarray, torch.Tensor, BaseNode]
 
 
-def _array(x: Any) -> np.ndarray:
+def _array(x: npt.ArrayLike | torch.Tensor) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x)

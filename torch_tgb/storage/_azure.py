@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from torch_tgb.storage._client_store import ClientStore, require_extra
 from torch_tgb.storage.fsspec_store import redact_url
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+    from azure.storage.blob import ContainerClient
 
 __all__ = ["AZURE_SCHEMES", "AzureBlobStore"]
 
@@ -46,7 +50,7 @@ _OPTIONS = frozenset(
 )
 
 
-class AzureBlobStore(ClientStore):
+class AzureBlobStore(ClientStore["ContainerClient"]):
     """Objects under ``az://container/prefix``."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *, max_in_flight: int = 32) -> None:
@@ -66,7 +70,7 @@ class AzureBlobStore(ClientStore):
         super().__init__(clean, container, parts.path, options, max_in_flight=max_in_flight)
         self.timeout = float(options.get("timeout", 60.0))
 
-    def _connect(self) -> Any:
+    def _connect(self) -> ContainerClient:
         import requests
         import requests.adapters
         from azure.core.pipeline.transport import RequestsTransport
@@ -129,7 +133,7 @@ class AzureBlobStore(ClientStore):
         return bool(self.client.exists())
 
 
-def _credential(options: Mapping[str, Any], account: str) -> Any:
+def _credential(options: Mapping[str, Any], account: str) -> str | dict[str, str] | TokenCredential | None:
     """The credential adlfs would use for these options (``None``: anonymous)."""
     if options.get("anon"):
         return None
@@ -137,9 +141,11 @@ def _credential(options: Mapping[str, Any], account: str) -> Any:
     if key:
         return {"account_name": account, "account_key": key}
     if options.get("sas_token"):
-        return options["sas_token"]
+        token: str = options["sas_token"]
+        return token
     if options.get("credential") is not None:
-        return options["credential"]
+        credential: str | dict[str, str] | TokenCredential = options["credential"]
+        return credential
     require_extra(f"az://{account}", "Azure AD credentials", "azure", ["azure.identity"])
     from azure import identity
 

@@ -27,7 +27,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from torch_tgb.errors import MissingExtra, ObjectNotFound, TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
@@ -49,7 +49,10 @@ def require_extra(url: str, what: str, extra: str, modules: Iterable[str]) -> No
             raise MissingExtra(f'{url}: {what} needs {module}: pip install "torch-tgb[{extra}]"') from e
 
 
-class ClientStore(ObjectStore):
+#: the vendor client a backend talks through (an Azure ContainerClient, a GCS Bucket)
+ClientT = TypeVar("ClientT")
+
+class ClientStore(ObjectStore, Generic[ClientT]):
     """Objects named ``<prefix>/<key>`` in one bucket or container, through a vendor client.
 
     Subclasses set :attr:`url` (credential-free), :attr:`container`,
@@ -69,13 +72,13 @@ class ClientStore(ObjectStore):
         self._options = dict(options)  # kept (never printed) to rebuild the client after a fork
         self._redact = secret_values(url, options)
         self._lock = threading.Lock()
-        self._client: Any = None
+        self._client: ClientT | None = None
         self._pid = -1
 
     # --- what a backend implements ---------------------------------------------
 
     @abc.abstractmethod
-    def _connect(self) -> Any:
+    def _connect(self) -> ClientT:
         """A new client for :attr:`container` (built from ``self._options``)."""
 
     @abc.abstractmethod
@@ -105,19 +108,25 @@ class ClientStore(ObjectStore):
     # --- client lifetime ----------------------------------------------------------
 
     @property
-    def client(self) -> Any:
+    def client(self) -> ClientT:
         """The vendor client; rebuilt after a fork (connection pools must not be shared)."""
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    try:
-                        self._client = self._connect()
-                    except TGBError:
-                        raise
-                    except Exception as e:  # a bad option, a credential file that does not parse
-                        raise self._fail(e, "open", None) from None
-                    self._pid = os.getpid()
-        return self._client
+        client = self._client
+        if client is None or self._pid != os.getpid():
+            client = self._reconnect()
+        return client
+
+    def _reconnect(self) -> ClientT:
+        with self._lock:  # one thread connects; the others take its client
+            client = self._client
+            if client is None or self._pid != os.getpid():
+                try:
+                    client = self._connect()
+                except TGBError:
+                    raise
+                except Exception as e:  # a bad option, a credential file that does not parse
+                    raise self._fail(e, "open", None) from None
+                self._client, self._pid = client, os.getpid()
+            return client
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -22,7 +22,6 @@ Messages name the (credential-free) namespace URL, the operation and the key;
 from __future__ import annotations
 
 import errno
-from typing import Any
 
 from torch_tgb.errors import (
     AmbiguousWriteError,
@@ -112,7 +111,7 @@ def _client_error_code(exc: BaseException) -> str | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        response: Any = getattr(current, "response", None)
+        response: object = getattr(current, "response", None)
         if isinstance(response, dict):
             err = response.get("Error") or {}
             code = err.get("Code")

@@ -26,11 +26,14 @@ the CRC32C GCS keeps for every object.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from torch_tgb.storage._client_store import ClientStore, require_extra
 from torch_tgb.storage.fsspec_store import redact_url
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Bucket
 
 __all__ = ["GCS_SCHEMES", "GCSStore"]
 
@@ -38,7 +41,7 @@ GCS_SCHEMES = frozenset({"gs", "gcs"})
 _OPTIONS = frozenset({"project", "token", "endpoint_url", "timeout"})
 
 
-class GCSStore(ClientStore):
+class GCSStore(ClientStore["Bucket"]):
     """Objects under ``gs://bucket/prefix``."""
 
     container_word = "bucket"
@@ -57,7 +60,7 @@ class GCSStore(ClientStore):
         super().__init__(clean, bucket, parts.path, options, max_in_flight=max_in_flight)
         self.timeout = float(options.get("timeout", 60.0))
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Bucket:
         import requests.adapters
         from google.auth.transport.requests import AuthorizedSession
         from google.cloud import storage

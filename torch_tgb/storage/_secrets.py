@@ -44,7 +44,7 @@ def secret_values(url: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     if userinfo:
         found.extend(part for part in (userinfo, *userinfo.split(":")) if len(part) >= 3)
 
-    def walk(value: Any, secret: bool) -> None:
+    def walk(value: object, secret: bool) -> None:
         if isinstance(value, Mapping):
             for name, inner in value.items():
                 walk(inner, secret or is_secret_option(name))

@@ -28,7 +28,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 from dataclasses import dataclass, field
 
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
@@ -137,7 +137,7 @@ class FaultyStore(StoreWrapper):
 
     # --- the fault machinery ----------------------------------------------------
 
-    def _run(self, op: str, key: str | None, fn: Callable[..., _T], *args: Any) -> _T:
+    def _run(self, op: str, key: str | None, fn: Callable[..., _T], *args: object) -> _T:
         kind = self._fate(op)
         write = op in WRITES
         if kind == "slow":

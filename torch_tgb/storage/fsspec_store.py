@@ -104,7 +104,7 @@ class FsspecStore(ObjectStore):
         self.root = root.rstrip("/")
         self._fs, self._pid = fs, os.getpid()
 
-    def _connect(self) -> tuple[Any, str]:
+    def _connect(self) -> tuple[fsspec.AbstractFileSystem, str]:
         url, options = self._spec
         try:
             fs, root = fsspec.core.url_to_fs(url, **copy.deepcopy(options))
@@ -115,7 +115,7 @@ class FsspecStore(ObjectStore):
         return fs, root
 
     @property
-    def fs(self) -> Any:
+    def fs(self) -> fsspec.AbstractFileSystem:
         """The fsspec file system; rebuilt after a fork (async ones are not fork-safe)."""
         if self._pid != os.getpid():
             with self._lock:

@@ -65,7 +65,7 @@ def synthetic_images(n: int, seed: int = 0, *, min_side: int = 16, max_side: int
         yield synthetic_image(h, w, seed * 100_003 + k)
 
 
-def encode_image(image: np.ndarray, fmt: str = "JPEG", **save: Any) -> bytes:
+def encode_image(image: np.ndarray, fmt: str = "JPEG", **save: object) -> bytes:
     """``image`` encoded by Pillow (``fmt``: ``"JPEG"``, ``"PNG"``, ``"WEBP"``, ...)."""
     from PIL import Image
 

@@ -26,7 +26,7 @@ from torchdata.nodes import BaseNode
 __all__ = ["items_equal", "run_resume_test"]
 
 
-def items_equal(a: Any, b: Any) -> bool:
+def items_equal(a: object, b: object) -> bool:
     """Deep equality that compares tensors by value (and dataclasses field by field)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)

@@ -21,7 +21,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from moto.server import ThreadedMotoServer
 
 __all__ = ["DUMMY_AWS_ENV", "MotoS3Server", "dummy_aws_env", "moto_s3_server"]
 
@@ -63,7 +66,7 @@ class MotoS3Server:
     def __init__(self, bucket: str = "tgb-test", *, separate_process: bool = False) -> None:
         self.bucket = bucket
         self.separate_process = separate_process
-        self._server: Any = None
+        self._server: ThreadedMotoServer | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._counter = itertools.count()
         self._lock = threading.Lock()

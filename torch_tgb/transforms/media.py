@@ -28,12 +28,18 @@ import io
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from torch_tgb.errors import MediaError, MissingExtra
+
+if TYPE_CHECKING:
+    from av import VideoFrame
+    from av.container import InputContainer
+    from av.video.stream import VideoStream
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -68,7 +74,7 @@ def media_keys(keys: Iterable[Any], exts: Sequence[str]) -> list[str]:
     return sorted(k for k in keys if isinstance(k, str) and not k.startswith("__") and k.rsplit(".", 1)[-1].lower() in exts)
 
 
-def _pil() -> Any:
+def _pil() -> ModuleType:
     try:
         from PIL import Image
     except ImportError as e:
@@ -76,12 +82,13 @@ def _pil() -> Any:
     return Image
 
 
-def _simplejpeg() -> Any:
+def _simplejpeg() -> ModuleType | None:
     try:
         import simplejpeg
     except ImportError:
         return None
-    return simplejpeg
+    module: ModuleType = simplejpeg  # untyped: seen as Any
+    return module
 
 
 def image_header(data: bytes, *, formats: Sequence[str] = IMAGE_FORMATS) -> tuple[str, int, int]:
@@ -167,7 +174,7 @@ def frame_times(
     return [(k + 0.5) * duration / count for k in range(count)]
 
 
-def _av() -> Any:
+def _av() -> ModuleType:
     try:
         import av
     except ImportError as e:
@@ -229,7 +236,7 @@ def frames_at(
         if times is None:
             times = frame_times(_duration(container, stream), fps=fps, num_frames=num_frames, max_frames=max_frames)
         done = 0
-        last: Any = None
+        last: VideoFrame | None = None
         try:
             for frame in container.decode(stream):
                 t = float(frame.time) if frame.time is not None else 0.0
@@ -247,7 +254,7 @@ def frames_at(
             yield _rgb(last, height, width)
 
 
-def _duration(container: Any, stream: Any) -> float:
+def _duration(container: InputContainer, stream: VideoStream) -> float:
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
     if container.duration is not None:
@@ -255,7 +262,7 @@ def _duration(container: Any, stream: Any) -> float:
     return float("nan")
 
 
-def _rgb(frame: Any, height: int, width: int) -> np.ndarray:
+def _rgb(frame: VideoFrame, height: int, width: int) -> np.ndarray:
     array = np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
     if array.shape != (height, width, 3):  # a stream whose size changes mid-way: refuse, never resize silently
         raise MediaError(f"video frame of shape {array.shape} in a {width}x{height} stream", "corrupt")

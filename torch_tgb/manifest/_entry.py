@@ -1,0 +1,159 @@
+"""``TGBEntry``: one committed TGB in the manifest log, and its JSON form.
+
+An entry validates on parse: every field present with its type, the object
+key inside ``data/`` of the namespace, the footer inside the TGB's bytes.
+A well-formed entry (the common case) is decoded by a fast path that
+accepts exactly what the field-by-field path accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, cast
+
+from torch_tgb.errors import InvalidKey, ManifestError
+from torch_tgb.manifest._checks import validate_producer_id
+from torch_tgb.manifest._json import Fields
+from torch_tgb.storage import validate_key
+
+__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry"]
+
+DATA_PREFIX = "data/"
+#: a footer larger than this is refused before anyone reads it (a real one is KBs)
+MAX_FOOTER_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TGBEntry:
+    """One committed TGB. Its step is its position in the log, not stored.
+
+    A TGB occupies bytes ``[start, size)`` of object ``key``: ``size`` is
+    where the TGB ends (its trailer's last byte + 1), so
+    ``footer_offset + footer_length + TRAILER_SIZE == size`` always holds and
+    every offset in its footer is absolute within the object. A one-TGB
+    object has ``start == 0`` and ``size`` = the object's size (the only form
+    older writers produce: their entries parse unchanged). A *segment*
+    object holds several consecutive TGBs of one producer; ``object_size``
+    records its total size (``None``: the object is exactly ``size`` bytes).
+    ``start`` and ``object_size`` are written to JSON only when they differ
+    from those defaults.
+    """
+
+    key: str
+    size: int
+    footer_offset: int
+    footer_length: int
+    producer: str
+    offset: int
+    samples: int = 0
+    tokens: int = 0
+    start: int = 0
+    object_size: int | None = None
+
+    @property
+    def length(self) -> int:
+        """Bytes of this TGB (its share of the object)."""
+        return self.size - self.start
+
+    @property
+    def total_size(self) -> int:
+        """Size of the whole object holding this TGB."""
+        return self.size if self.object_size is None else self.object_size
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "size": self.size,
+            "footer_offset": self.footer_offset,
+            "footer_length": self.footer_length,
+            "producer": self.producer,
+            "offset": self.offset,
+            "samples": self.samples,
+            "tokens": self.tokens,
+        }
+        if self.start:
+            out["start"] = self.start
+        if self.object_size is not None:
+            out["object_size"] = self.object_size
+        return out
+
+    @classmethod
+    def from_json(cls, obj: object, *, what: str) -> TGBEntry:
+        entry = _entry_fast(obj)  # the common, well-formed case without per-field bookkeeping
+        if entry is None:
+            entry = cls._from_fields(obj, what=what)  # anything else: checked field by field, worded
+        entry.validate(what=what)
+        return entry
+
+    @classmethod
+    def _from_fields(cls, obj: object, *, what: str) -> TGBEntry:
+        f = Fields(obj, what=what)
+        entry = cls(
+            key=f.string("key"),
+            size=f.integer("size"),
+            footer_offset=f.integer("footer_offset"),
+            footer_length=f.integer("footer_length"),
+            producer=f.string("producer"),
+            offset=f.integer("offset"),
+            samples=f.integer("samples", default=0),
+            tokens=f.integer("tokens", default=0),
+            start=f.integer("start", default=0),
+            object_size=f.integer("object_size", default=0) or None,  # no object has 0 bytes
+        )
+        f.done()
+        return entry
+
+    def validate(self, *, what: str) -> None:
+        """Raise :class:`ManifestError` unless the entry is well-formed and inside the namespace."""
+        try:
+            validate_key(self.key)
+        except InvalidKey as e:
+            raise ManifestError(f"{what}: {e}") from e
+        if not self.key.startswith(DATA_PREFIX):
+            raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
+        try:
+            validate_producer_id(self.producer)
+        except ValueError as e:
+            raise ManifestError(f"{what}: {e}") from e
+        if self.footer_length > MAX_FOOTER_BYTES:
+            raise ManifestError(
+                f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
+            )
+        if not (0 <= self.start <= self.footer_offset) or (
+            self.object_size is not None and self.object_size < self.size
+        ):
+            raise ManifestError(
+                f"{what}: TGB [{self.start}, {self.size}) with footer at {self.footer_offset} does not fit "
+                f"in object {self.key!r} of {self.total_size} bytes"
+            )
+        if self.footer_offset + self.footer_length > self.size:
+            raise ManifestError(
+                f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
+                f"lies outside the object's {self.size} bytes (key {self.key!r})"
+            )
+
+
+_ENTRY_FIELDS = frozenset(f.name for f in fields(TGBEntry))  # the JSON keys are the field names (to_json)
+
+
+def _entry_fast(obj: object) -> TGBEntry | None:
+    """A :class:`TGBEntry` from a well-formed JSON object, or ``None`` (the field-by-field path decides).
+
+    Accepts exactly what ``TGBEntry._from_fields`` accepts and nothing more
+    (``tests/manifest/test_entry_decode.py`` holds the two paths to that), so
+    only error wording lives in the slow path.
+    """
+    if type(obj) is not dict or not obj.keys() <= _ENTRY_FIELDS:
+        return None
+    get = obj.get
+    key, producer = get("key"), get("producer")
+    numbers = (get("size"), get("footer_offset"), get("footer_length"), get("offset"),
+               get("samples", 0), get("tokens", 0), get("start", 0), get("object_size", 0))
+    if type(key) is not str or type(producer) is not str:
+        return None
+    for n in numbers:
+        if type(n) is not int or n < 0:
+            return None
+    size, footer_offset, footer_length, offset, samples, tokens, start, object_size = cast("tuple[int, ...]", numbers)
+    return TGBEntry(key, size, footer_offset, footer_length, producer, offset, samples, tokens, start,
+                    object_size or None)

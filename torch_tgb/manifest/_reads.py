@@ -1,0 +1,134 @@
+"""The log's metadata objects besides versions: bounded reads of the hint, snapshots and boundary, LISTs.
+
+Also the one write of a snapshot and its hint. Functions of a store and
+the namespace's name for messages (``where``);
+:class:`~torch_tgb.manifest.Manifest` keeps what is cached between calls.
+Every object is read with a range read of at most the metadata limit (+1
+byte to detect excess), so an object planted to exhaust memory is refused
+after reading the limit, not after reading all of it.
+"""
+
+from __future__ import annotations
+
+from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest.keys import (
+    GC_BOUNDARY_KEY,
+    GC_BOUNDARY_PREFIX,
+    LOG_PREFIX,
+    SNAPSHOT_HINT_KEY,
+    SNAPSHOT_PREFIX,
+    boundary_of,
+    number_of,
+    snapshot_key,
+)
+from torch_tgb.manifest.records import EMPTY_STATE, FORMAT, GCBoundary, ManifestState
+from torch_tgb.storage import ObjectStore
+
+__all__ = [
+    "Reclaimed",
+    "base_state",
+    "boundary_generations",
+    "put_snapshot",
+    "read_bounded",
+    "read_hint",
+    "read_snapshot",
+    "stored_boundary",
+    "version_keys_below",
+]
+
+
+class Reclaimed(ManifestError):
+    """The versions needed were reclaimed (possibly while we read): callers may retry from the new boundary."""
+
+
+def read_bounded(store: ObjectStore, key: str, *, where: str, what: str | None = None) -> bytes:
+    """The bytes of metadata object ``key``; :class:`ManifestError` past the metadata limit."""
+    data = store.get_range(key, 0, MAX_METADATA_BYTES + 1)
+    if len(data) > MAX_METADATA_BYTES:
+        raise ManifestError(f"{where}{what or key}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
+    return data
+
+
+def read_hint(store: ObjectStore, *, where: str) -> int:
+    """The version the snapshot hint names (0 without a hint): a starting point only."""
+    try:
+        data = read_bounded(store, SNAPSHOT_HINT_KEY, where=where)
+    except ObjectNotFound:
+        return 0
+    what = f"{where}{SNAPSHOT_HINT_KEY}"
+    f = Fields(load_json(data, what=what), what=what)
+    if f.string("format") != FORMAT:
+        raise ManifestError(f"{what}: unknown format")
+    number = f.integer("version")
+    f.done()
+    return number
+
+
+def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestState | None:
+    """The snapshot of version ``number``, or ``None`` if none was written."""
+    key = snapshot_key(number)
+    try:
+        data = read_bounded(store, key, where=where)
+    except ObjectNotFound:
+        return None
+    state = ManifestState.decode(data, what=f"{where}{key}")
+    if state.version != number:
+        raise ManifestError(f"{where}{key}: snapshot says version={state.version}")
+    return state
+
+
+def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> None:
+    """Write the snapshot of ``state.version`` (idempotent) and move the hint forward to it."""
+    store.put(snapshot_key(state.version), state.encode())
+    if read_hint(store, where=where) < state.version:
+        # Racing hint writers may move it back a little: it is only a starting point.
+        store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": state.version}))
+
+
+def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int, *, where: str) -> ManifestState:
+    """The newest snapshot in versions ``boundary.version .. at_most`` that a replay may start from.
+
+    The hinted snapshot first, then the boundary's, then a LIST of
+    snapshots; the empty state only for a namespace never reclaimed (the
+    caller has checked that ``at_most`` is not below the boundary).
+    """
+    for candidate in (hint, boundary.version):
+        if boundary.version <= candidate <= at_most and candidate > 0:
+            state = read_snapshot(store, candidate, where=where)
+            if state is not None:
+                return state
+    numbers = [n for k in store.list(SNAPSHOT_PREFIX) if (n := number_of(k, SNAPSHOT_PREFIX)) is not None]
+    for candidate in sorted((n for n in numbers if boundary.version <= n <= at_most), reverse=True):
+        state = read_snapshot(store, candidate, where=where)
+        if state is not None:
+            return state
+    if boundary.version > 0:
+        raise ManifestError(f"{where}snapshot of GC boundary version={boundary.version} is missing")
+    return EMPTY_STATE
+
+
+def boundary_generations(store: ObjectStore) -> list[tuple[int, int]]:
+    """``(version, step)`` of every boundary generation on storage, lowest first (one LIST)."""
+    return sorted(g for g in map(boundary_of, store.list(GC_BOUNDARY_PREFIX)) if g is not None)
+
+
+def stored_boundary(store: ObjectStore, generations: list[tuple[int, int]], *, where: str) -> GCBoundary:
+    """The highest of ``generations``; without any, the pre-generation ``_tgb/gc_boundary.json`` (or none)."""
+    if generations:
+        return GCBoundary(*generations[-1])
+    try:
+        data = read_bounded(store, GC_BOUNDARY_KEY, where=where)
+    except ObjectNotFound:
+        return GCBoundary()
+    return GCBoundary.decode(data, what=f"{where}{GC_BOUNDARY_KEY}")
+
+
+def version_keys_below(store: ObjectStore, version: int) -> list[str]:
+    """Log objects strictly below ``version`` (one LIST)."""
+    keys = []
+    for key in store.list(LOG_PREFIX):
+        number = number_of(key, LOG_PREFIX)
+        if number is not None and number < version:
+            keys.append(key)
+    return keys
