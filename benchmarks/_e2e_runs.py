@@ -1,0 +1,219 @@
+"""One run of ``end_to_end.py``: a trainer on its node fed by (a) its own DataLoader workers, (b) producer
+processes or (c) a Ray fleet on the producer node; its summary.
+
+``Runner.run(setup, resolution, steps)`` forks the trainer (``_e2e_roles``)
+on the setup's trainer cores and the producers on theirs (``_e2e_proc``),
+waits until all are built, says ``GO`` to all, and relays a ``KILL`` from the
+trainer: (b) SIGKILL of producer 0, a replacement with the same
+producer id ``outage`` seconds later; (c) SIGUSR1 to the fleet driver, which
+``ray.kill``s an actor. Every run reads the first ``steps`` tar shards (one
+global batch each) to their end, so what it delivered is checked against
+exactly those samples.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _e2e_cpu as cpu
+from _common import pct
+from _e2e_proc import Proc
+
+
+@dataclass(frozen=True)
+class Setup:
+    """``kind``: "colocated" | "processes" | "fleet"; ``shared``: trainer and data both on T ∪ P."""
+
+    name: str
+    kind: str
+    workers: int = 0
+    shared: bool = False
+
+    def describe(self, t: list[int], p: list[int]) -> str:
+        both = sorted(t + p)
+        if self.kind == "colocated":
+            where = both if self.shared else t
+            return f"trainer + {self.workers} DataLoader worker(s) on cores {where}"
+        data = both if self.shared else p
+        what = "tgb.produce process(es)" if self.kind == "processes" else "a Ray fleet (driver, GCS, raylet, actors)"
+        return f"trainer on cores {both if self.shared else t}; {what} on cores {data}"
+
+
+SETUPS = {s.name: s for s in (
+    Setup("a0", "colocated", 0), Setup("a1", "colocated", 1), Setup("a2", "colocated", 2),
+    Setup("b", "processes"), Setup("c", "fleet"),
+    Setup("a1_shared", "colocated", 1, shared=True), Setup("a2_shared", "colocated", 2, shared=True),
+    Setup("b_shared", "processes", shared=True),
+)}
+
+
+class Runner:
+    """Starts the processes of one run on their cores; see the module docstring."""
+
+    def __init__(self, work: Path, *, t: list[int], p: list[int], data: dict[str, Any], batch: int, warmup: int,
+                 model: dict[str, Any], outage: float, timeout: float) -> None:
+        self.work, self.t, self.p, self.data = work, t, p, data
+        self.batch, self.warmup, self.model, self.outage, self.timeout = batch, warmup, model, outage, timeout
+        self._n = 0
+
+    def _path(self, stem: str) -> Path:
+        self._n += 1
+        return self.work / f"{stem}-{self._n:04d}"
+
+    def start(self, role: str, cfg: dict[str, Any], cores: list[int], *, session: bool = False) -> Proc:
+        self._path(f"cfg-{role}").with_suffix(".json").write_text(json.dumps(cfg))  # for a rerun by hand
+        return Proc(role, cfg, cores, session=session)
+
+    def base(self, resolution: Any, seq: int, steps: int) -> dict[str, Any]:
+        return {"urls": self.data["urls"][:steps], "resolution": resolution, "batch": self.batch, "seq": seq}
+
+    # --- calibration: D on P alone, then S and S + R on T alone ----------------------------------------
+
+    def calibrate(self, resolution: int, seq: int, steps: int) -> dict[str, Any]:
+        ns = self._path("ns-cal")
+        prod = self._path("producer").with_suffix(".json")
+        cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "producer_id": "cal", "shard": [0, 1],
+               "out": str(prod)}
+        if self.start("producer", cfg, self.p).wait(timeout=self.timeout) != 0:
+            raise RuntimeError(f"calibration producer failed at resolution {resolution}")
+        out = self._path("calibrate").with_suffix(".json")
+        if self.start("calibrate", {"ns": str(ns), "model": self.model, "out": str(out)}, self.t).wait(
+                timeout=self.timeout) != 0:
+            raise RuntimeError(f"calibration trainer failed at resolution {resolution}")
+        shutil.rmtree(ns, ignore_errors=True)
+        d, s = json.loads(prod.read_text()), json.loads(out.read_text())
+        return {"S_s": s["S_s"], "S_read_s": s["S_read_s"], "D_s": d["cpu_s_per_step"],
+                "D_pipeline_s": d["pipeline_s_per_step"],
+                "bytes_per_step": s["bytes_per_step"], "steps": steps}
+
+    # --- one run ---------------------------------------------------------------------------------------
+
+    def run(self, setup: Setup, resolution: Any, seq: int, steps: int, *, kill_at: int | None = None,
+            check_every: int | None = None) -> dict[str, Any]:
+        both = sorted(self.t + self.p)
+        t_cores = both if setup.shared else self.t
+        p_cores = both if setup.shared else self.p
+        ns = self._path("ns")
+        out = self._path("trainer").with_suffix(".json")
+        cfg = {**self.base(resolution, seq, steps), "setup": "colocated" if setup.kind == "colocated" else "tgb",
+               "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
+               "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
+               "timeout": self.timeout}
+        load_before = cpu.loadavg()
+        trainer = self.start("trainer", cfg, t_cores)
+        data_procs, reports, events = self._start_data(setup, cfg, p_cores)
+        # all are forked and build what they need side by side; none reads data before GO
+        if not all(proc.await_ready(self.timeout) for proc in [trainer, *data_procs]):
+            for proc in [trainer, *data_procs]:
+                proc.kill()
+            raise RuntimeError(f"{setup.name}: a process of the run did not start")
+        for proc in [*data_procs, trainer]:
+            proc.go()
+        events["go_t"] = time.monotonic()
+        watcher = threading.Thread(target=self._relay, args=(trainer, setup, cfg, p_cores, data_procs, reports,
+                                                            events), daemon=True)
+        watcher.start()
+        self._watch(trainer, data_procs, events)
+        watcher.join(timeout=self.outage + 30)
+        for proc in list(data_procs):
+            if proc.wait(timeout=self.timeout) is None:  # never finished: killed (a fleet driver with its Ray)
+                events["killed_after_timeout"] = proc.role
+                proc.kill()
+        result = json.loads(out.read_text()) if out.exists() else {"error": "no trainer result", "end": []}
+        result["producers"] = [json.loads(r.read_text()) for r in reports if r.exists()]
+        result["producers"] += [json.loads(r.read_text()) for r in sorted(Path(cfg["reports"]).glob("*.json"))] \
+            if "reports" in cfg else []
+        result["events"] = events
+        result["load_before"], result["load_after"] = load_before, cpu.loadavg()
+        shutil.rmtree(ns, ignore_errors=True)
+        return result
+
+    def _watch(self, trainer: Proc, procs: list[Proc], events: dict[str, Any]) -> None:
+        """Wait for the trainer; stop it if a data process fails first (it would wait for data until its timeout)."""
+        deadline = time.monotonic() + self.timeout
+        while trainer.wait(0.05) is None:
+            failed = [p.poll() for p in procs[:1] if p.poll() not in (None, 0, -signal.SIGKILL)]
+            if failed or time.monotonic() > deadline:
+                events["stopped"] = f"data process exited with {failed[0]}" if failed else "timeout"
+                trainer.kill()
+                break
+
+    def _producer_cfg(self, cfg: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+        return {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producer_id": f"p{index}",
+                "shard": [index, count], "out": str(self._path(f"producer-p{index}").with_suffix(".json"))}
+
+    def _start_data(self, setup: Setup, cfg: dict[str, Any], cores: list[int]
+                    ) -> tuple[list[Proc], list[Path], dict[str, Any]]:
+        procs: list[Proc] = []
+        reports: list[Path] = []
+        if setup.kind == "processes":  # one producer per core of P (also when it may run on T ∪ P)
+            for i in range(len(self.p)):
+                pc = {**self._producer_cfg(cfg, i, len(self.p)), "go": True}
+                reports.append(Path(pc["out"]))
+                procs.append(self.start("producer", pc, cores))
+        elif setup.kind == "fleet":
+            fleet_out = self._path("fleet").with_suffix(".json")
+            cfg["reports"] = str(self._path("fleet-reports"))
+            Path(cfg["reports"]).mkdir()
+            fc = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producers": len(self.p),
+                  "shards": len(self.p), "out": str(fleet_out), "reports": cfg["reports"]}
+            reports.append(fleet_out)
+            procs.append(self.start("fleet", fc, cores, session=True))
+        return procs, reports, {}
+
+    def _relay(self, trainer: Proc, setup: Setup, cfg: dict[str, Any], cores: list[int], procs: list[Proc],
+               reports: list[Path], events: dict[str, Any]) -> None:
+        """Act on the trainer's ``KILL``: kill producer 0 (and restart it) or have the fleet kill an actor."""
+        while trainer.poll() is None:
+            for message in trainer.messages(0.05):
+                if not (isinstance(message, tuple) and message[0] == "KILL") or not procs:
+                    continue
+                events["kill_requested_t"] = message[1]
+                if setup.kind == "fleet":
+                    procs[0].signal(signal.SIGUSR1)
+                    continue
+                events["producer_running_at_kill"] = procs[0].poll() is None
+                if not events["producer_running_at_kill"]:  # it had finished: nothing to kill, nothing to replace
+                    continue
+                procs[0].signal(signal.SIGKILL)
+                events["killed_t"] = time.monotonic()
+                time.sleep(self.outage)
+                pc = self._producer_cfg(cfg, 0, len(self.p))
+                reports.append(Path(pc["out"]))
+                procs.append(self.start("producer", pc, cores))
+                events["restarted_t"] = time.monotonic()
+
+
+def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:
+    """Steady-state figures of a trainer's run (steps ``warmup`` .. end)."""
+    ends, n = run.get("end", []), len(run.get("end", []))
+    out: dict[str, Any] = {"steps": n, "error": run.get("error")}
+    if n <= warmup + 1:
+        return {**out, "steps_per_s": 0.0}
+    times = [b - a for a, b in zip(ends[warmup - 1:], ends[warmup:])]
+    measured = n - warmup
+    wait = run["wait"][warmup:]
+    window = run.get("window_cpu") or {}
+    producers = [p for p in run.get("producers", []) if p.get("cpu_s_per_step")]
+    out.update(
+        steps_per_s=measured / (ends[-1] - ends[warmup - 1]),
+        step_p50_ms=pct(times, 50) * 1e3, step_p95_ms=pct(times, 95) * 1e3,
+        wait_ms_per_step=statistics.fmean(wait) * 1e3, wait_fraction=sum(wait) / sum(times),
+        compute_ms_per_step=statistics.fmean(run["compute"][warmup:]) * 1e3,
+        compute_cpu_ms_per_step=statistics.fmean(run["compute_cpu"][warmup:]) * 1e3,
+        cpu_T_s_per_step=window.get("processes_s", float("nan")) / measured,
+        cores_T_busy_s_per_step=window.get("cores_busy_s", float("nan")) / measured,
+        bytes_per_step=statistics.fmean(run["bytes"][warmup:]),
+        first_step_s=ends[0] - run["started"],
+        D_run_s=statistics.fmean(p["cpu_s_per_step"] for p in producers) if producers else None,
+        load_before=run.get("load_before"), load_after=run.get("load_after"),
+    )
+    return out

@@ -1,0 +1,295 @@
+"""Section 3 of docs/benchmarks.md: the end-to-end figure (``end_to_end.json``) and its plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+SETUP_LABELS = {"a0": "(a) colocated, 0 workers", "a1": "(a) colocated, 1 worker", "a2": "(a) colocated, 2 workers",
+                "b": "(b) tgb.produce processes on P", "c": "(c) Ray fleet on P",
+                "a1_shared": "(a) 1 worker, T ∪ P", "a2_shared": "(a) 2 workers, T ∪ P",
+                "b_shared": "(b) producer, T ∪ P"}
+
+
+def rng(s: dict[str, Any] | None, scale: float = 1.0, digits: int = 2) -> str:
+    """``median (min–max)`` of a spread, or a dash."""
+    if not s or not s.get("n"):
+        return "–"
+    f = f"{{:.{digits}f}}"
+    if s["n"] == 1 or s["min"] == s["max"]:
+        return f.format(s["median"] * scale)
+    return f"{f.format(s['median'] * scale)} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
+
+
+def med(s: dict[str, Any] | None) -> float:
+    return float(s["median"]) if s and s.get("n") else float("nan")
+
+
+def e2e_section(r: dict[str, Any], plots: Path) -> list[str]:
+    if "summary" not in r:
+        return ["## 3. End to end (seed 000 §7.2 analogue) (`end_to_end.py`)", "",
+                "The committed `end_to_end.json` is from the earlier text workload; re-run `tgb bench e2e`.", ""]
+    summ = {int(k): v for k, v in r["summary"].items()}
+    res = sorted(summ)
+    nodes, ds, cfg = r["nodes"], r["dataset"], r["config"]
+    mach = r.get("machine") or {}
+    crossover = r.get("crossover_resolution")
+    label = "quick mode (tiny images and model: checks that it runs, says nothing about speed)" if r.get("quick") \
+        else f"{cfg['rounds']} interleaved rounds"
+    out = ["## 3. End to end: disaggregated producers vs colocated loading (seed 000 §7.2 analogue) (`end_to_end.py`)",
+           "",
+           f"**What runs.** Nodes are CPU sets of this machine: the trainer's node T = {nodes['T']}, a producer node "
+           f"P = {nodes['P']}; every process is pinned (`os.sched_setaffinity`). " + " ".join(
+               f"`{k}`: {v}." for k, v in nodes["pinning"].items()),
+           "",
+           f"**Workload.** A WebDataset of {ds['samples']} image-text samples over {ds['images']} distinct JPEGs of "
+           f"{ds['image_mp_min']:.2f}–{ds['image_mp_max']:.2f} MP (mean {ds['image_mp_mean']:.2f} MP, "
+           f"{ds['jpeg_kib_mean']:.0f} KiB, q90; {ds['source']}), captions of 140–150 words. Producers (and (a)'s "
+           "workers) run `sources.WebDataset` → `DecodeImages` → `ResizeImages` (square side) → `Patchify` (14 px, "
+           f"2×2 merge) → `SpliceImageTokens` → `PackSamples` (one sample per row) → `GlobalBatches` of "
+           f"{cfg['batch']} rows. Trainer step: {r['model']['describe']}; GFLOP per step: "
+           + ", ".join(f"{int(k)}: {v:.1f}" for k, v in sorted(r["model"]["gflop_per_step"].items(),
+                                                              key=lambda kv: int(kv[0]))) + ". "
+           f"{label}; steps per run (warm-up of {cfg['warmup']} excluded): "
+           + ", ".join(f"{int(k)}: {v - cfg['warmup']}" for k, v in sorted(r["steps_per_run"].items(),
+                                                                           key=lambda kv: int(kv[0]))) + ".",
+           "", _quiet_line(r, mach), ""]
+    out += ["**S, D and the model** (`_e2e_analysis.py`; per round, medians (min–max)): S = the training step's CPU "
+            "seconds on batches in memory, alone on T; S+R = the same fed by `tgb.DataLoader` (reading, checksums); "
+            "D = a producer's CPU seconds per step alone on P (pipeline + `append`), of which the pipeline alone in "
+            "brackets. Colocated at |T| = 1: at most 1/(S+D) steps/s (with |T| cores: min(1/S, |T|/(S+D)), the step "
+            "being one thread); disaggregated: min(1/S, |P|/D); equal total CPU (both on T ∪ P): "
+            "min(1/S, (|T|+|P|)/(S+D)) for both.", "",
+            "| resolution | S ms | S+R ms | D ms (pipeline) | D/S | MB per step | colocated bound | disaggregated "
+            "bound | ideal (b)/(a) |", "|---|---|---|---|---|---|---|---|---|"]
+    for x in res:
+        s = summ[x]
+        mark = " (D ≈ S)" if x == crossover else ""
+        pipe = [c.get("D_pipeline_s") for c in r["calibration"][str(x)] if c.get("D_pipeline_s")]
+        pipe_txt = f" ({sorted(pipe)[len(pipe) // 2] * 1e3:.0f})" if pipe else ""
+        out.append(f"| {x}{mark} | {rng(s['S_s'], 1e3, 0)} | {rng(s['S_read_s'], 1e3, 0)} | "
+                   f"{rng(s['D_s'], 1e3, 0)}{pipe_txt} | {rng(s['D_over_S'])} | "
+                   f"{med(s['setups'].get('b', s['setups'].get('a0', {})).get('bytes_per_step')) / 1e6:.1f} | "
+                   f"{rng(s['bound_colocated'])} | {rng(s['bound_disaggregated'])} | {rng(s['ideal_ratio'])} |")
+    out += ["", *_steps_table(summ, res), "", *_detail_table(summ, res), ""]
+    out += _shared_table(summ, res)
+    plot(r, plots / "end_to_end.png")
+    out += ["![end to end](benchmarks/end_to_end.png)", "",
+            "Left: steps/s against training resolution (medians; dashed: the model's bounds from the same run's S "
+            "and D). Right: the gain of (b) over the best (a) measured here, the model's projection for 32 producer "
+            "cores per trainer node, and seed 000's measured gains. **Scale:** the paper runs 8 trainer nodes of 64 "
+            "cores with 8 H200 each against 16–32 producer nodes of 64 cores (GR00T, Qwen3-VL); here one core "
+            "trains a tiny CPU model and one core produces, so our absolute steps/s are not comparable, only the "
+            "ratios and where they come from.", ""]
+    out += _projection(r, res)
+    out += _schedule(r)
+    out += _crash(r)
+    out += _goals(r)
+    out += [_reading(r, summ, res), ""]
+    return out
+
+
+def _quiet_line(r: dict[str, Any], mach: dict[str, Any]) -> str:
+    loads = [x for runs in r["runs"].values() for rows in runs.values() for row in rows
+             for x in (row.get("load_before") or [])[:1]]
+    foreign = []
+    for runs in r["runs"].values():
+        for rows in runs.values():
+            for row in rows:
+                ours, busy = row.get("cpu_T_s_per_step"), row.get("cores_T_busy_s_per_step")
+                if ours and busy and ours == ours and busy == busy:
+                    foreign.append(max(0.0, busy - ours) / busy)
+    text = (f"**Machine state.** {mach.get('cores', '?')} cores ({mach.get('cpu_model', '?')}), run "
+            f"{mach.get('date_utc', '?')}, {r.get('seconds', 0) / 60:.0f} min. 1-minute load average at the start "
+            f"{r['load']['start'][0]:.2f}, at the end {r['load']['end'][0]:.2f}")
+    if loads:
+        text += f", before each run {min(loads):.2f}–{max(loads):.2f}"
+    if foreign:
+        foreign.sort()
+        text += (f". CPU time on T not spent by the run's own processes (other jobs on the machine): median "
+                 f"{foreign[len(foreign) // 2]:.1%}, worst {foreign[-1]:.1%} of T's busy time")
+    return text + "."
+
+
+def _steps_table(summ: dict[int, Any], res: list[int]) -> list[str]:
+    names = [n for n in ("a0", "a1", "a2", "b", "c") if n in summ[res[0]]["setups"]]
+    out = ["**Steps/s** (median (min–max) over rounds; the ratios are per round, side by side):", "",
+           "| resolution | " + " | ".join(SETUP_LABELS[n] for n in names) + " | (b) / best (a) | ideal | "
+           "(b)/(a) ÷ ideal | (c) / best (a) |", "|---|" + "---|" * (len(names) + 4)]
+    for x in res:
+        s = summ[x]
+        rt = s["ratios"]
+        out.append(f"| {x} | " + " | ".join(rng(s["setups"][n]["steps_per_s"]) for n in names)
+                   + f" | {rng(rt.get('b_over_best_a'))} | {rng(s['ideal_ratio'])} | "
+                   f"{rng(rt.get('b_over_best_a_over_ideal'))} | {rng(rt.get('c_over_best_a'))} |")
+    return out
+
+
+def _detail_table(summ: dict[int, Any], res: list[int]) -> list[str]:
+    out = ["**Per setup** (medians): × its bound (colocated: 1/(S+D); disaggregated: min(1/S, |P|/D)); step "
+           "p50/p95; the wait for data per step and its share of the step; CPU seconds per step on T (the "
+           "trainer and its workers; in brackets T's busy time, which also counts other jobs).", "",
+           "| resolution | setup | × bound | p50 / p95 ms | wait ms (share) | CPU s/step on T | first step s |",
+           "|---|---|---|---|---|---|---|"]
+    for x in res:
+        for name in ("a0", "a1", "a2", "b", "c"):
+            s = summ[x]["setups"].get(name)
+            if s is None:
+                continue
+            out.append(f"| {x} | {name} | {rng(s['ratio_to_bound'])} | {med(s['step_p50_ms']):.0f} / "
+                       f"{med(s['step_p95_ms']):.0f} | {med(s['wait_ms_per_step']):.1f} "
+                       f"({med(s['wait_fraction']):.1%}) | {med(s['cpu_T_s_per_step']):.3f} "
+                       f"({med(s['cores_T_busy_s_per_step']):.3f}) | {med(s['first_step_s']):.1f} |")
+    return out
+
+
+def _shared_table(summ: dict[int, Any], res: list[int]) -> list[str]:
+    names = [n for n in ("a1_shared", "a2_shared", "b_shared") if n in summ[res[0]]["setups"]]
+    if not names:
+        return []
+    out = ["**Equal total CPU** (not the headline: both setups may use T ∪ P, so the colocated loader gets the "
+           "producer's core too; the model allows no gain here):", "",
+           "| resolution | " + " | ".join(SETUP_LABELS[n] for n in names) + " | bound | (b) / best (a), T ∪ P |",
+           "|---|" + "---|" * (len(names) + 2)]
+    for x in res:
+        s = summ[x]
+        out.append(f"| {x} | " + " | ".join(rng(s["setups"][n]["steps_per_s"]) for n in names)
+                   + f" | {rng(s['bound_equal_total'])} | {rng(s['ratios'].get('b_shared_over_best_a_shared'))} |")
+    return ["", *out, ""]
+
+
+def _projection(r: dict[str, Any], res: list[int]) -> list[str]:
+    rows = r["projection"]
+    out = ["**Projection** (the model fed with this run's S and D, not a measurement): a trainer node of |T| = 1 "
+           "core as here, with |P| producer cores; the gain is capped by 1 + D/S however many producers.", "",
+           "| resolution | colocated steps/s | 4 producer cores | 16 | 32 | gain at 4 / 16 / 32 | cap 1 + D/S |",
+           "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        out.append(f"| {row['resolution']} | {row['colocated']:.2f} | {row['P4']:.2f} | {row['P16']:.2f} | "
+                   f"{row['P32']:.2f} | {row['ratio_P4']:.2f} / {row['ratio_P16']:.2f} / {row['ratio_P32']:.2f}× | "
+                   f"{row['cap']:.2f}× |")
+    paper = r["paper"]
+    out += ["", "Seed 000 (measured, 64 GPUs): " + ", ".join(
+        f"{k} {v['local']} → {v['batchweave']} steps/s ({v['ratio']}×)" for k, v in paper.items())
+        + ": 2.68–7.73×. Reaching those needs D/S of 1.7–6.7 on the trainer's node, i.e. preprocessing much heavier "
+        "than the step; here D/S is what the table above says.", ""]
+    return out
+
+
+def _schedule(r: dict[str, Any]) -> list[str]:
+    sc = r.get("schedule")
+    if not sc:
+        return []
+    lo, hi = sc["values"]
+    out = [f"**Resolution change mid-run** (`resolution_schedule([{sc['switch_at_step']}], [{lo}, {hi}])` in "
+           f"`ResizeImages`, rows packed at {hi}'s length {sc['seq_len']} throughout; (a) = `{sc['colocated_setup']}`, "
+           "the better of 0 and 1 workers at the higher resolution: with 2 workers each counts its own steps):", "",
+           "| setup | switched at step | steps/s before | steps/s after | MB per step before / after |",
+           "|---|---|---|---|---|"]
+    for name, rows in sc["runs"].items():
+        for row in rows:
+            if "before_steps_per_s" not in row:
+                out.append(f"| {name} | {row.get('switch_step')} | failed: {row.get('error')} | | |")
+                continue
+            out.append(f"| {name} | {row['switch_step']} | {row['before_steps_per_s']:.2f} | "
+                       f"{row['after_steps_per_s']:.2f} | {row['bytes_before'] / 1e6:.1f} / "
+                       f"{row['bytes_after'] / 1e6:.1f} |")
+    return [*out, ""]
+
+
+def _crash(r: dict[str, Any]) -> list[str]:
+    c = r.get("crash")
+    if not c:
+        return []
+    out = [f"**Failure isolation** (at resolution {c['resolution']}, {c['steps']} steps, the kill at step "
+           f"{c['killed_at_step']}: (a) SIGKILL of a DataLoader worker; (b) SIGKILL of the producer, a replacement "
+           f"with the same producer id {c['outage_s']:.0f} s later; (c) `ray.kill` of the actor running the shard, "
+           "which Ray restarts and the fleet hands the shard back to):", "",
+           "| setup | survived | steps done / lost | longest stall s | outage s (steps taken in it) | exactly once |",
+           "|---|---|---|---|---|---|"]
+    for key in ("a", "b", "c"):
+        row = c.get(key)
+        if row is None:
+            continue
+        once = row.get("exactly_once")
+        once_txt = "–" if once is None else (
+            f"{'yes' if once['ok'] else 'NO'}: {once['unique']}/{once['expected']} samples once, {once['missing']} "
+            f"missing, {once.get('checked_images', 0)} images equal to a recomputation: "
+            f"{once.get('images_match_recomputation')}")
+        outage = (f"{row['outage_s']:.1f} ({row['steps_during_outage']})" if row.get("outage_s") is not None
+                  else (row.get("not_killed") or "–"))
+        stall = f"{row['longest_stall_s']:.2f}" if row.get("longest_stall_s") is not None else "–"
+        err = f" ({row['error']})" if row.get("error") else ""
+        out.append(f"| {row['setup']} | {row['survived']}{err} | {row['steps_done']} / {row['steps_lost']} | "
+                   f"{stall} | {outage} | {once_txt} |")
+    return [*out, ""]
+
+
+def _goals(r: dict[str, Any]) -> list[str]:
+    out = ["**Goals** (issue 29):", ""]
+    for name, g in r["goals"].items():
+        detail = g.get("values", g.get("value"))
+        if isinstance(detail, dict):
+            detail = ", ".join(f"{k} {v:.2f}" for k, v in detail.items())
+        elif isinstance(detail, float):
+            detail = f"{detail:.2f} at {g.get('resolution')}"
+        out.append(f"- {name.replace('_', ' ')}: **{'met' if g['met'] else 'not met'}** ({detail or g.get('why', '')})")
+    return [*out, ""]
+
+
+def _reading(r: dict[str, Any], summ: dict[int, Any], res: list[int]) -> str:
+    """Where a (b) step's wall time goes, from the trainer's own per-step timings, against S and D alone."""
+    parts = ["**Where the time goes** (the trainer process on T in (b), medians per step):"]
+    for x in res:
+        s = summ[x]
+        b = s["setups"].get("b")
+        if not b or not med(b["steps_per_s"]):
+            continue
+        step = 1e3 / med(b["steps_per_s"])
+        wait, wall, cpu = med(b["wait_ms_per_step"]), med(b.get("compute_ms_per_step")), \
+            med(b.get("compute_cpu_ms_per_step"))
+        parts.append(f"at {x}, {step:.0f} ms = {wait:.0f} ms waiting for data + {wall:.0f} ms in the training step "
+                     f"({cpu:.0f} ms of its CPU; S alone {med(s['S_s']) * 1e3:.0f}, D {med(s['D_s']) * 1e3:.0f}) + "
+                     f"{max(0.0, step - wait - wall):.0f} ms of loop (reading the slice, checks);")
+    return " ".join(parts)[:-1] + "." if len(parts) > 1 else ""
+
+
+def plot(r: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summ = {int(k): v for k, v in r["summary"].items()}
+    res = sorted(summ)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    styles = {"a0": ("tab:gray", "o"), "a1": ("tab:olive", "o"), "a2": ("tab:brown", "o"), "b": ("tab:blue", "s"),
+              "c": ("tab:green", "^")}
+    for name, (color, marker) in styles.items():
+        if name in summ[res[0]]["setups"]:
+            ax.plot(res, [med(summ[x]["setups"][name]["steps_per_s"]) for x in res], marker=marker, color=color,
+                    label=SETUP_LABELS[name])
+    ax.plot(res, [med(summ[x]["bound_colocated"]) for x in res], "--", color="tab:brown", lw=1,
+            label="bound colocated 1/(S+D)")
+    ax.plot(res, [med(summ[x]["bound_disaggregated"]) for x in res], "--", color="tab:blue", lw=1,
+            label="bound disaggregated min(1/S, |P|/D)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(res, [str(x) for x in res])
+    ax.set_xlabel("training resolution (px, square)")
+    ax.set_ylabel("steps/s (log)")
+    ax.set_title(f"T = {r['nodes']['T']}, P = {r['nodes']['P']}" + (" (quick mode)" if r.get("quick") else ""))
+    ax.legend(fontsize=7)
+    labels = [f"ours {x}" for x in res] + [f"proj. {x}\n|P|=32" for x in res] + list(r["paper"])
+    values = ([med(summ[x]["ratios"].get("b_over_best_a")) for x in res]
+              + [row["ratio_P32"] for row in r["projection"]] + [v["ratio"] for v in r["paper"].values()])
+    colors = ["tab:blue"] * len(res) + ["lightsteelblue"] * len(res) + ["tab:red"] * len(r["paper"])
+    bx.bar(range(len(values)), values, color=colors)
+    bx.axhline(1.0, color="k", lw=0.8)
+    bx.set_xticks(range(len(values)), labels, rotation=60, fontsize=7)
+    bx.set_ylabel("disaggregated / colocated steps/s")
+    bx.set_title("gain: measured, projected, seed 000")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
