@@ -12,6 +12,8 @@ anything else that ran there: the figure that shows a run was disturbed).
 from __future__ import annotations
 
 import os
+import resource
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -72,3 +74,22 @@ def window_cpu(first: dict[str, Any], last: dict[str, Any], cores: Iterable[int]
         if t0 is not None and t1 is not None:
             ours += t1 - t0
     return {"processes_s": ours, "cores_busy_s": busy_between(first["cores"], last["cores"], cores)}
+
+
+def ours_s() -> float:
+    """CPU seconds of this process and of its children that have been waited for (the roles of past runs)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def wait_quiet(*, max_cores: float, window: float, timeout: float) -> dict[str, float]:
+    """Wait until the machine's busy time over ``window`` seconds is at most ``max_cores`` (nothing of ours runs
+    between runs, so it is other jobs'), for ``timeout`` seconds at most. Returns the wait and the last busy."""
+    start = time.monotonic()
+    while True:
+        b0, t0 = core_busy_s(), time.monotonic()
+        time.sleep(window)
+        busy = sum(core_busy_s().values()) - sum(b0.values())
+        cores = busy / (time.monotonic() - t0)
+        if cores <= max_cores or time.monotonic() - start > timeout:
+            return {"waited_s": time.monotonic() - start, "busy_cores": cores}

@@ -59,9 +59,10 @@ class Runner:
     """Starts the processes of one run on their cores; see the module docstring."""
 
     def __init__(self, work: Path, *, t: list[int], p: list[int], data: dict[str, Any], batch: int, warmup: int,
-                 model: dict[str, Any], outage: float, timeout: float) -> None:
+                 model: dict[str, Any], outage: float, timeout: float, quiet: float | None = None) -> None:
         self.work, self.t, self.p, self.data = work, t, p, data
         self.batch, self.warmup, self.model, self.outage, self.timeout = batch, warmup, model, outage, timeout
+        self.quiet = quiet  # before each run, wait until other jobs use at most this many cores (None: never)
         self._n = 0
 
     def _path(self, stem: str) -> Path:
@@ -78,6 +79,8 @@ class Runner:
     # --- calibration: D on P alone, then S and S + R on T alone ----------------------------------------
 
     def calibrate(self, resolution: int, seq: int, steps: int) -> dict[str, Any]:
+        if self.quiet is not None:
+            cpu.wait_quiet(max_cores=self.quiet, window=1.0, timeout=120)
         ns = self._path("ns-cal")
         prod = self._path("producer").with_suffix(".json")
         cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "producer_id": "cal", "shard": [0, 1],
@@ -107,7 +110,9 @@ class Runner:
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
                "timeout": self.timeout}
+        gate = cpu.wait_quiet(max_cores=self.quiet, window=1.0, timeout=120) if self.quiet is not None else None
         load_before = cpu.loadavg()
+        ours0, busy0, wall0 = cpu.ours_s(), cpu.core_busy_s(), time.monotonic()
         trainer = self.start("trainer", cfg, t_cores)
         data_procs, reports, events = self._start_data(setup, cfg, p_cores)
         # all are forked and build what they need side by side; none reads data before GO
@@ -127,7 +132,10 @@ class Runner:
             if proc.wait(timeout=self.timeout) is None:  # never finished: killed (a fleet driver with its Ray)
                 events["killed_after_timeout"] = proc.role
                 proc.kill()
+        busy = sum(cpu.core_busy_s().values()) - sum(busy0.values())
+        foreign = max(0.0, busy - (cpu.ours_s() - ours0)) / (time.monotonic() - wall0)
         result = json.loads(out.read_text()) if out.exists() else {"error": "no trainer result", "end": []}
+        result["foreign_cores"], result["quiet_gate"] = foreign, gate
         result["producers"] = [json.loads(r.read_text()) for r in reports if r.exists()]
         result["producers"] += [json.loads(r.read_text()) for r in sorted(Path(cfg["reports"]).glob("*.json"))] \
             if "reports" in cfg else []
@@ -215,5 +223,6 @@ def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:
         first_step_s=ends[0] - run["started"],
         D_run_s=statistics.fmean(p["cpu_s_per_step"] for p in producers) if producers else None,
         load_before=run.get("load_before"), load_after=run.get("load_after"),
+        foreign_cores=run.get("foreign_cores"), quiet_gate=run.get("quiet_gate"),
     )
     return out

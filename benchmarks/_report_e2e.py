@@ -108,6 +108,15 @@ def _quiet_line(r: dict[str, Any], mach: dict[str, Any]) -> str:
         foreign.sort()
         text += (f". CPU time on T not spent by the run's own processes (other jobs on the machine): median "
                  f"{foreign[len(foreign) // 2]:.1%}, worst {foreign[-1]:.1%} of T's busy time")
+    rows = [row for runs in r["runs"].values() for rows in runs.values() for row in rows]
+    others = sorted(row["foreign_cores"] for row in rows if row.get("foreign_cores") is not None)
+    if others:
+        again = sum(1 for row in rows if row.get("attempts", 1) > 1)
+        gate = r["config"].get("quiet")
+        text += (f"; other jobs' CPU on the whole machine during a kept run: median {others[len(others) // 2]:.3f}, "
+                 f"worst {others[-1]:.3f} cores"
+                 + (f" (each run waited until they used < {gate} core; {again} of {len(rows)} runs were run again "
+                    f"because they took > {r['config']['max_foreign']} core during it)" if gate is not None else ""))
     return text + "."
 
 
