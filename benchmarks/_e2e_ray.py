@@ -71,7 +71,7 @@ def fleet(cfg: dict[str, Any]) -> None:
     signal.signal(signal.SIGUSR1, lambda *_: kill.set())
     driver = Fleet(cfg["ns"], FleetPipelines(cfg), num_producers=cfg["producers"], num_shards=cfg["shards"],
                    layout=img.layout(), commit_policy="dac", actor_options={"num_cpus": 1}, max_restarts=3,
-                   progress=False, config=FleetConfig(poll_interval_s=0.1))
+                   progress=False, fleet=FleetConfig(poll_interval_s=0.1))
     from _e2e_proc import ready
 
     if not ready():  # Ray is up; the actors start (and read) only after GO

@@ -74,7 +74,7 @@ def build(root: str, steps: int, worlds: list[int]) -> dict[str, Any]:
     tokens.tofile(raw)
     out: dict[str, Any] = {"raw": raw, "steps": steps}
     for world in worlds:
-        for name, config in (("tgb_one", ProducerConfig()), ("tgb_segments", ProducerConfig.bulk())):
+        for name, config in (("tgb_one", ProducerConfig()), ("tgb_segments", ProducerConfig.bulk(256 << 20))):
             ns = os.path.join(root, f"{name}-dp{world}")
             store = LocalStore(ns, fsync=False)  # a benchmark scratch namespace
             with Producer(store, producer_id="hot", layout=Layout(dp=world), commit_policy="fixed:64",

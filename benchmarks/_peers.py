@@ -229,8 +229,8 @@ PEERS: dict[str, Peer] = {
     "stateful_dataloader": Peer(_nothing, _stateful_open, module="torchdata",
                                 note="torchdata StatefulDataLoader over the same memmap dataset"),
     "torch_tgb": Peer(_tgb_prepare, _tgb_open,
-                      note="write_dataset(packing='none', token_dtype=uint32) read by tgb.DataLoader(num_workers=0); "
-                      "delivers labels too"),
+                      note="write_dataset(packing='none', token rows at uint32) read by tgb.DataLoader(num_workers=0); "
+                      "delivers labels too (derived from the same bytes, -100 at row ends)"),
     "webdataset": Peer(_wds_prepare, _wds_open, pip="pip install webdataset", module="webdataset",
                        note=f"tar shards of {WDS_SHARD_SAMPLES} .npy samples, .decode().batched(32)",
                        resume="replay"),

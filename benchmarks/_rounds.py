@@ -54,8 +54,8 @@ def measure(reader: Reader, size: Callable[[Any], int], passes: int) -> tuple[fl
 
 
 def compare(readers: dict[str, tuple[Reader, Callable[[Any], int]]], *, baseline: str, rounds: int, passes: int,
-            log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """One row per reader: median bytes/s, steps/s and ratio to ``baseline`` (per round, then the median)."""
+            log: Callable[[str], None] = print, unit: str = "bytes") -> list[dict[str, Any]]:
+    """One row per reader: median ``unit``/s (what its size function counts), steps/s and ratio to ``baseline``."""
     names = list(readers)
     per_round: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for r in range(rounds):
@@ -68,13 +68,13 @@ def compare(readers: dict[str, tuple[Reader, Callable[[Any], int]]], *, baseline
         ratios = [run[0] / base[0] for run, base in zip(runs, per_round[baseline])]
         row = {
             "reader": name,
-            "bytes_per_s": statistics.median(x[0] for x in runs),
+            f"{unit}_per_s": statistics.median(x[0] for x in runs),
             "steps_per_s": statistics.median(x[1] for x in runs),
             "ratio_to_baseline": statistics.median(ratios),
             "ratio_per_round": ratios,
         }
         rows.append(row)
-        log(f"  {name:24s} {row['bytes_per_s'] / 1e9:7.3f} GB/s  {row['steps_per_s']:9.1f} steps/s  "
+        log(f"  {name:24s} {row[f'{unit}_per_s'] / 1e6:9.1f} M {unit}/s  {row['steps_per_s']:9.1f} steps/s  "
             f"x{row['ratio_to_baseline']:.3f} of {baseline}")
     return rows
 

@@ -26,6 +26,9 @@ Three measurements, printed and saved as JSON under benchmarks/results/:
 6. ``ragged`` (``_ragged_read.py``): a VLM-shaped namespace (ragged pixel
    patches + text) read by one rank, bytes/s as a ratio to a raw memmap of the
    same bytes (issue 27: goal >= 0.5).
+7. ``labels`` (``_labels_read.py``): a ``write_dataset`` corpus (token rows,
+   uint16) delivered as int64 ``input_ids`` + ``labels`` vs the memmap floor
+   delivering a slice and its shift (issue 28: goal >= 0.67).
 
 Usage: python benchmarks/consumer_read.py [--quick] [--s3] [--results-dir DIR] [--only SECTION]
 """
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -59,9 +61,10 @@ from torch_tgb.storage import LatencyStore, RangeRequest, open_store
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, machine, results_dir  # noqa: E402
 from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
+from _labels_read import labels_read  # noqa: E402
 from _ragged_read import ragged_read  # noqa: E402
 
-SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait", "ragged")
+SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait", "ragged", "labels")
 from _train_wait import train_wait  # noqa: E402
 
 KB = 1000
@@ -291,6 +294,11 @@ def run_ragged(args: argparse.Namespace) -> dict[str, Any]:
         return ragged_read(quick=args.quick, rounds=args.rounds, tmp=tmp, log=lambda line: print(line, flush=True))
 
 
+def run_labels(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return labels_read(quick=args.quick, rounds=args.rounds, tmp=tmp, log=lambda line: print(line, flush=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI / a laptop)")
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             "remote": remote(args) if args.only in (None, "remote") else None,
             "train_wait": run_train_wait(args) if args.only in (None, "train_wait") else None,
             "ragged": run_ragged(args) if args.only in (None, "ragged") else None,
+            "labels": run_labels(args) if args.only in (None, "labels") else None,
         }
     finally:
         if s3 is not None:

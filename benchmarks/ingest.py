@@ -1,23 +1,32 @@
-"""Ingest: documents/s and MB/s from each source kind into a namespace, with 1 and 2 producer processes.
+"""Ingest: tokens/s from each source kind into a namespace, against the source library's own read.
 
-For each source (token file, WebDataset tars, Parquet, Lance) holding the same
-synthetic corpus (uint16 tokens, documents of 50..2000 tokens), P producer
-processes (fresh interpreters) each run ``tgb.produce`` over shard i/P of the
-source -> BFD packing -> global batches into one local namespace. Reported
-per (source, P): documents/s and source MB/s (token bytes as stored, uint16)
-over the wall time of the slowest producer (from its start, imports excluded),
-MB/s written to the namespace, and the peak RSS of the largest producer.
-Results JSON (with a machine description) goes to ``--results-dir``.
+One synthetic corpus (uint16 tokens, documents of 50..3000 tokens) is written
+as a token file (``.npy`` + raw int64 ``.idx``), Parquet, Lance and
+WebDataset tars. For each source and packing (``none``, ``concat``, ``bfd``),
+a fresh interpreter times the library's own read of the same data
+(``np.load`` of the token file, ``pyarrow.parquet.read_table`` of the
+column, Lance ``to_table``, iterating the tars with ``webdataset``) from the
+disk (its pages dropped from the page cache first, ``POSIX_FADV_DONTNEED``)
+and from the page cache (best of 3), then, after a tiny warm-up write,
+drops the pages again and times ``tgb.produce`` over ``document_batches``
+(token rows, uint16, segments of 64 MiB) into a fresh local namespace, from
+the first read to the sealed manifest (every segment fsynced).
+``write_dataset`` over the token file (its defaults) is one more point.
+Printed and saved per point: tokens/s, the ratios to both reads, and bytes at
+rest per real token (every byte under the namespace's ``data/``). Issue 28's
+goals: >= 50 M tok/s for the token file and >= 0.25x numpy's read of it
+(none and bfd), >= 0.3x for Parquet and Lance, <= 1.1x the token width at
+rest (2.2 B/token here).
 
     python benchmarks/ingest.py --quick                # ~1 min on 2 cores
-    python benchmarks/ingest.py --docs 40000           # the full run
+    python benchmarks/ingest.py                        # 30 M tokens
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,158 +37,244 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import add_results_arg, results_dir, save  # noqa: E402
-KINDS = ("token-file", "webdataset", "parquet", "lance")
+from _common import add_results_arg, results_dir, save
+
+KINDS = ("token-file", "parquet", "lance", "webdataset")
+PACKINGS = ("none", "concat", "bfd")
 SEQ_LEN = 2048
-GLOBAL_BATCH = 16
+GLOBAL_BATCH = 64
+SEGMENT_BYTES = 64 << 20
 
 
-def make_corpus(root: Path, num_docs: int, seed: int = 0) -> dict[str, Any]:
-    """The same documents in every format; returns the --source spec of each and the corpus size."""
+def make_corpus(root: Path, num_tokens: int, seed: int = 0) -> dict[str, Any]:
+    """The same documents in every format; returns their paths and the corpus size."""
     import lance
     import pyarrow as pa
     import pyarrow.parquet as pq
     import webdataset as wds
 
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(50, 2001, size=num_docs)
+    lengths = rng.integers(50, 3001, size=num_tokens // 1525 + 1)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     tokens = rng.integers(0, 50_000, size=int(offsets[-1]), dtype=np.uint16)
-    np.save(root / "tokens.npy", tokens)
-    np.save(root / "offsets.npy", offsets)
-    docs = [tokens[offsets[i] : offsets[i + 1]] for i in range(num_docs)]
-    tars = []
-    per_tar = max(1, num_docs // 16)
-    for start in range(0, num_docs, per_tar):
-        path = root / f"shard-{start // per_tar:04d}.tar"
-        with wds.TarWriter(str(path)) as sink:
-            for k in range(start, min(start + per_tar, num_docs)):
-                sink.write({"__key__": f"d{k:08d}", "tokens.npy": docs[k]})
-        tars.append(str(path))
-    table = pa.table({"input_ids": pa.array([d.tolist() for d in docs], pa.list_(pa.uint16()))})
+    np.save(root / "corpus.npy", tokens)
+    offsets.tofile(root / "corpus.idx")  # raw int64, the Megatron-style index
+    values = pa.array(tokens)
+    column = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+    table = pa.table({"input_ids": column})
     (root / "parquet").mkdir()
-    bounds = np.linspace(0, num_docs, 5).astype(int)
+    bounds = np.linspace(0, len(lengths), 5).astype(int)
     for f in range(4):
         pq.write_table(table.slice(bounds[f], bounds[f + 1] - bounds[f]), str(root / "parquet" / f"part-{f}.parquet"),
-                       row_group_size=max(1, num_docs // 32))
-    lance.write_dataset(table, str(root / "corpus.lance"), max_rows_per_file=max(1, num_docs // 16))
-    return {
-        "specs": {
-            "token-file": (f"token-file:{root / 'tokens.npy'}", {"offsets": str(root / "offsets.npy")}),
-            "webdataset": ("webdataset:" + ",".join(tars), {}),
-            "parquet": (f"parquet:{root / 'parquet'}", {"column": "input_ids"}),
-            "lance": (f"lance:{root / 'corpus.lance'}", {"column": "input_ids"}),
-        },
-        "docs": num_docs,
-        "tokens": int(offsets[-1]),
-        "source_bytes": int(offsets[-1]) * 2,
-    }
+                       row_group_size=2048)
+    lance.write_dataset(table, str(root / "corpus.lance"), max_rows_per_file=8192)
+    (root / "tars").mkdir()
+    per_tar = max(1, len(lengths) // 8)
+    for start in range(0, len(lengths), per_tar):
+        with wds.TarWriter(str(root / "tars" / f"shard-{start // per_tar:04d}.tar")) as sink:
+            for k in range(start, min(start + per_tar, len(lengths))):
+                sink.write({"__key__": f"d{k:08d}", "tokens.npy": tokens[offsets[k] : offsets[k + 1]]})
+    return {"docs": len(lengths), "tokens": int(offsets[-1]), "width": 2}
+
+
+# --- in the worker: the library's own read, then tgb ------------------------------------------
+
+
+def library_read(kind: str, root: Path) -> int:
+    """Read the corpus with the format's own library; returns tokens read (the work timed)."""
+    if kind == "token-file":
+        return int(np.load(root / "corpus.npy").size)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        column = pq.read_table(root / "parquet", columns=["input_ids"]).column(0)
+        return sum(len(chunk.values) for chunk in column.chunks)
+    if kind == "lance":
+        import lance
+
+        column = lance.dataset(str(root / "corpus.lance")).to_table(columns=["input_ids"]).column(0)
+        return sum(len(chunk.values) for chunk in column.chunks)
+    import webdataset as wds
+
+    tars = sorted(str(p) for p in (root / "tars").glob("*.tar"))
+    return sum(int(sample["tokens.npy"].size) for sample in wds.WebDataset(tars, shardshuffle=False).decode())
+
+
+def files_of(kind: str, root: Path) -> list[Path]:
+    where = {"token-file": [root / "corpus.npy", root / "corpus.idx"], "parquet": [root / "parquet"],
+             "lance": [root / "corpus.lance"], "webdataset": [root / "tars"]}[kind]
+    return [f for p in where for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()]
+
+
+def evict(kind: str, root: Path) -> None:
+    """Drop the source's pages from the page cache: the next read comes from the disk."""
+    for path in files_of(kind, root):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def timed_reads(kind: str, root: Path) -> dict[str, float]:
+    """The library's read from the disk (page cache dropped first) and from the page cache (best of 3)."""
+    library_read(kind, root)  # imports and first calls are not the read
+    evict(kind, root)
+    t = time.perf_counter()
+    tokens = library_read(kind, root)
+    cold = time.perf_counter() - t
+    warm = []
+    for _ in range(3):
+        t = time.perf_counter()
+        library_read(kind, root)
+        warm.append(time.perf_counter() - t)
+    return {"tokens": tokens, "cold_s": cold, "warm_s": min(warm)}
+
+
+def source(kind: str, root: Path) -> Any:
+    from torch_tgb import sources
+
+    if kind == "token-file":
+        return sources.TokenFile(root / "corpus.npy", offsets=root / "corpus.idx")
+    if kind == "parquet":
+        return sources.Parquet(root / "parquet", column="input_ids")
+    if kind == "lance":
+        return sources.Lance(root / "corpus.lance", column="input_ids")
+    return sources.WebDataset(sorted(str(p) for p in (root / "tars").glob("*.tar")))
+
+
+def data_bytes(ns: Path) -> int:
+    return sum(f.stat().st_size for f in (ns / "data").rglob("*") if f.is_file())
+
+
+def warm_up(work: str) -> None:
+    """One tiny write first: imports and first calls are not per-token work."""
+    import torch_tgb as tgb
+
+    tiny = np.arange(5000, dtype=np.uint16)
+    tgb.write_dataset(tempfile.mkdtemp(prefix="tgb-ingest-warm-", dir=work), (tiny, np.array([0, 2500, 5000])),
+                      layout=tgb.Layout(dp=1), seq_len=64, global_batch_size=4, progress=False)
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One producer: shard ``args.index`` of ``args.count``; prints one JSON line."""
+    """One point, in a fresh interpreter: prints one JSON line."""
     import torch
 
-    from torch_tgb.cli._produce_source import open_source
-    from torch_tgb.layout import Layout
-    from torch_tgb.offline._stream import document_batches
-    from torch_tgb.producer import produce
+    import torch_tgb as tgb
+    from torch_tgb.datapipes import document_batches
+    from torch_tgb.producer import ProducerConfig
 
+    root = Path(args.root)
+    reads = timed_reads(args.kind, root)
+    warm_up(args.work)
+    ns = Path(tempfile.mkdtemp(prefix="tgb-ingest-ns-", dir=args.work))
+    evict(args.kind, root)
     started = time.perf_counter()
-    ns_args = argparse.Namespace(source=args.source, offsets=args.offsets, column=args.column, text_field=None,
-                                 tokenizer=None, seed=0, dtype="uint16")
-    docs = open_source(ns_args, (args.index, args.count))
-    layout = Layout(dp=2, seq_keys=("input_ids", "labels", "document_ids", "position_ids"))
-    pipeline = document_batches(docs, seq_len=SEQ_LEN, global_batch_size=GLOBAL_BATCH, packing="bfd",
-                                token_dtype=torch.int32)
-    report = produce(args.ns, pipeline, producer_id=f"p{args.index}", layout=layout, progress=False)
+    docs = source(args.kind, root)
+    batches = document_batches(docs, seq_len=SEQ_LEN, global_batch_size=GLOBAL_BATCH, packing=args.packing,
+                                   token_dtype=torch.uint16)
+    tgb.produce(str(ns), batches, producer_id="p0", commit_policy=f"fixed:{args.commit_every}", seal=True,
+                config=ProducerConfig.bulk(SEGMENT_BYTES), progress=False)
     seconds = time.perf_counter() - started
+    stored = data_bytes(ns)
     with open("/proc/self/status") as f:
         peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-    print(json.dumps({
-        "docs": docs.stats().records, "tokens": docs.stats().tokens, "batches": report.batches,
-        "bytes_written": report.bytes_written, "seconds": seconds, "peak_rss": peak,
-    }))
+    print(json.dumps({**reads, "tgb_s": seconds, "data_bytes": stored, "peak_rss": peak}))
 
 
-def run_point(kind: str, spec: tuple[str, dict[str, str]], producers: int, work: Path) -> dict[str, Any]:
-    ns = work / f"ns-{kind}-{producers}"
-    source, extra = spec
-    procs = []
-    for i in range(producers):
-        cmd = [sys.executable, __file__, "--worker", "--ns", str(ns), "--source", source, "--index", str(i),
-               "--count", str(producers)]
-        for key, value in extra.items():
-            cmd += [f"--{key}", value]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=1800)
-        if p.returncode:
-            raise RuntimeError(f"{kind} producer failed ({p.returncode}): {err[-2000:]}")
-        outs.append(json.loads(out.strip().splitlines()[-1]))
-    shutil.rmtree(ns, ignore_errors=True)
-    wall = max(o["seconds"] for o in outs)
+def run_point(kind: str, packing: str, root: Path, work: Path, commit_every: int) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", "--kind", kind, "--packing", packing, "--root", str(root),
+           "--work", str(work), "--commit-every", str(commit_every)]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=1800)
+    if done.returncode:
+        raise RuntimeError(f"{kind}/{packing} failed ({done.returncode}): {done.stderr[-2000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    cold, warm, tgb_rate = (out["tokens"] / out[k] for k in ("cold_s", "warm_s", "tgb_s"))
     return {
         "source": kind,
-        "producers": producers,
-        "docs": sum(o["docs"] for o in outs),
-        "tokens": sum(o["tokens"] for o in outs),
-        "batches": sum(o["batches"] for o in outs),
-        "seconds": round(wall, 3),
-        "docs_per_s": round(sum(o["docs"] for o in outs) / wall, 1),
-        "source_mb_per_s": round(sum(o["tokens"] for o in outs) * 2 / wall / 1e6, 2),
-        "written_mb_per_s": round(sum(o["bytes_written"] for o in outs) / wall / 1e6, 2),
-        "peak_rss_mb": round(max(o["peak_rss"] for o in outs) / 2**20, 1),
+        "packing": packing,
+        "tokens": out["tokens"],
+        "library_read_disk_tok_per_s": round(cold),
+        "library_read_cached_tok_per_s": round(warm),
+        "tgb_tok_per_s": round(tgb_rate),
+        "ratio_to_disk_read": round(tgb_rate / cold, 4),
+        "ratio_to_cached_read": round(tgb_rate / warm, 4),
+        "bytes_per_token": round(out["data_bytes"] / out["tokens"], 3),
+        "tgb_s": round(out["tgb_s"], 3),
+        "peak_rss_mb": round(out["peak_rss"] / 2**20, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small corpus (2 000 documents)")
-    parser.add_argument("--docs", type=int, default=20_000, help="documents in the corpus (default 20 000)")
+    parser.add_argument("--quick", action="store_true", help="a small corpus (3 M tokens), packing none and bfd")
+    parser.add_argument("--tokens", type=int, default=30_000_000, help="tokens in the corpus (default 30 M)")
     parser.add_argument("--sources", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
-    parser.add_argument("--producers", default="1,2", help="producer counts to run (default 1,2)")
+    parser.add_argument("--packings", default=None, help="comma-separated subset of none,concat,bfd (default all)")
+    parser.add_argument("--commit-every", type=int, default=64, help="batches per manifest commit (default 64)")
     add_results_arg(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    for name in ("ns", "source", "offsets", "column"):
+    for name in ("kind", "packing", "root", "work"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
-    parser.add_argument("--index", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args)
+        (write_dataset_worker if args.kind == "write_dataset" else worker)(args)
         return 0
-    num_docs = 2_000 if args.quick else args.docs
+    num_tokens = 3_000_000 if args.quick else args.tokens
     kinds = [k for k in args.sources.split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:
         parser.error(f"unknown sources {sorted(unknown)}; choose from {', '.join(KINDS)}")
-    counts = [int(p) for p in args.producers.split(",")]
+    packings = (args.packings or ("none,bfd" if args.quick else ",".join(PACKINGS))).split(",")
     points = []
     with tempfile.TemporaryDirectory(prefix="tgb-ingest-") as tmp:
         work = Path(tmp)
-        print(f"writing a corpus of {num_docs} documents in {len(kinds)} formats ...", file=sys.stderr)
-        corpus = make_corpus(work, num_docs)
-        for kind in kinds:
-            for producers in counts:
-                point = run_point(kind, corpus["specs"][kind], producers, work)
-                assert point["docs"] == num_docs, point
-                points.append(point)
-                print(
-                    f"{kind:>10} x{producers}: {point['docs_per_s']:>9.0f} docs/s {point['source_mb_per_s']:>7.1f} MB/s "
-                    f"source, {point['written_mb_per_s']:>7.1f} MB/s written, peak RSS {point['peak_rss_mb']:.0f} MiB "
-                    f"({point['seconds']:.1f} s)"
-                )
+        (work / "corpus").mkdir()
+        print(f"writing a corpus of {num_tokens / 1e6:.0f} M tokens in {len(kinds)} formats ...", file=sys.stderr)
+        corpus = make_corpus(work / "corpus", num_tokens)
+        plan = [(k, p) for k in kinds for p in packings]
+        if "token-file" in kinds:
+            plan += [("write_dataset", p) for p in packings if p != "concat"]
+        for kind, packing in plan:
+            point = run_point(kind, packing, work / "corpus", work, args.commit_every)
+            points.append(point)
+            print(
+                f"{kind:>13} {packing:>6}: tgb {point['tgb_tok_per_s'] / 1e6:6.1f} M tok/s; library read "
+                f"{point['library_read_disk_tok_per_s'] / 1e6:7.1f} M tok/s from disk (x{point['ratio_to_disk_read']:.3f}), "
+                f"{point['library_read_cached_tok_per_s'] / 1e6:7.1f} cached (x{point['ratio_to_cached_read']:.3f}); "
+                f"{point['bytes_per_token']:.3f} B/token at rest, peak RSS {point['peak_rss_mb']:.0f} MiB"
+            )
     report = {
         "quick": bool(args.quick),
-        "corpus": {k: corpus[k] for k in ("docs", "tokens", "source_bytes")},
+        "corpus": corpus,
         "seq_len": SEQ_LEN,
         "global_batch": GLOBAL_BATCH,
+        "segment_bytes": SEGMENT_BYTES,
         "points": points,
     }
     save(results_dir(args), "ingest_quick" if args.quick else "ingest", report)
     return 0
+
+
+def write_dataset_worker(args: argparse.Namespace) -> None:
+    """``write_dataset`` over the token file (its defaults: token rows at the corpus width, segments)."""
+    import torch_tgb as tgb
+
+    root = Path(args.root)
+    reads = timed_reads("token-file", root)
+    warm_up(args.work)
+    ns = Path(tempfile.mkdtemp(prefix="tgb-ingest-ns-", dir=args.work))
+    evict("token-file", root)
+    started = time.perf_counter()
+    corpus = np.load(root / "corpus.npy", mmap_mode="r")
+    offsets = np.fromfile(root / "corpus.idx", dtype=np.int64)
+    tgb.write_dataset(str(ns), (corpus, offsets), layout=tgb.Layout(dp=1), seq_len=SEQ_LEN, global_batch_size=GLOBAL_BATCH,
+                      packing=args.packing, progress=False)
+    seconds = time.perf_counter() - started
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    print(json.dumps({**reads, "tgb_s": seconds, "data_bytes": data_bytes(ns), "peak_rss": peak}))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def run_point(actors: int, *, shards: int, steps: int, work: int, root: Path) ->
     ns = str(root / f"ns-{actors}")
     fleet = Fleet(ns, factory(steps, work), num_producers=actors, num_shards=shards,
                   layout=tgb.Layout(dp=2, seq_keys=("input_ids", "labels")), progress=False,
-                  config=FleetConfig(poll_interval_s=0.1))
+                  fleet=FleetConfig(poll_interval_s=0.1))
     started = time.monotonic()
     fleet.start()
     first = None
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     points = []
     try:

@@ -41,7 +41,6 @@ from torchdata.nodes import BaseNode
 
 import torch_tgb as tgb
 
-SEQ_KEYS = ("input_ids", "labels", "document_ids", "position_ids")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -105,7 +104,7 @@ def pipeline_factory(urls: list[str], tokenizer_path: str, *, seq_len: int, glob
         from tokenizers import Tokenizer
 
         from torch_tgb import sources
-        from torch_tgb.offline import document_batches
+        from torch_tgb.datapipes import document_batches
 
         bpe = Tokenizer.from_file(tokenizer_path)
 
@@ -116,7 +115,7 @@ def pipeline_factory(urls: list[str], tokenizer_path: str, *, seq_len: int, glob
         docs = sources.WebDataset(urls, text_field="txt", tokenizer=tokenize, shard=(shard_index, shard_count))
         # BFD packing over windows of 64 documents -> GlobalBatches (the short last batch padded)
         return document_batches(docs, seq_len=seq_len, global_batch_size=global_batch, packing="bfd",
-                                packing_window=64, token_dtype=torch.int32)
+                                packing_window=64, layout=tgb.Layout(dp=2))
 
     return make_pipeline
 
@@ -184,11 +183,11 @@ def run(args: argparse.Namespace) -> int:
     urls, tokenizer_path = make_corpus(workdir, docs=args.docs, shards=args.shards, vocab_size=args.vocab_size)
     print(f"corpus: {args.docs} documents in {args.shards} tar shards; BPE tokenizer of {args.vocab_size} tokens")
 
-    ray.init(num_cpus=max(2, args.producers), include_dashboard=False, log_to_driver=False)
-    layout = tgb.Layout(dp=2, seq_keys=SEQ_KEYS)
+    ray.init(address="local", num_cpus=max(2, args.producers), include_dashboard=False, log_to_driver=False)
+    layout = tgb.Layout(dp=2)  # the pipeline's token rows, cut in 2 dp slices
     make_pipeline = pipeline_factory(urls, tokenizer_path, seq_len=args.seq_len, global_batch=args.global_batch)
     fleet = Fleet(ns, make_pipeline, num_producers=args.producers, num_shards=args.shards, layout=layout, seal=True,
-                  max_lag=args.max_lag, progress=False, config=FleetConfig(poll_interval_s=0.2))
+                  max_lag=args.max_lag, progress=False, fleet=FleetConfig(poll_interval_s=0.2))
     fleet.start()
     while sum(s.committed for s in fleet.stats()) < 1:  # the trainer starts once the namespace exists
         if not fleet.running:

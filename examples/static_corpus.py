@@ -14,9 +14,10 @@ Sources:
   (``torch_tgb.offline.convert_llmbatch``).
 
 Token arrays go through ``torch_tgb.offline.write_dataset``: best-fit-decreasing
-packing into ``--seq-len`` rows (``document_ids``/``position_ids`` keep the
-documents apart), a seeded shuffle, global batches of ``--global-batch`` rows,
-committed and sealed. Rerunning resumes an interrupted conversion. Training
+packing into ``--seq-len`` rows, each token stored once at the corpus's width
+with the row's document lengths (readers derive ``labels``, -100 where a
+document ends, and on request ``document_ids``/``position_ids``), a seeded
+shuffle, global batches of ``--global-batch`` rows, committed and sealed. Rerunning resumes an interrupted conversion. Training
 then reads the namespace twice (2 epochs); each epoch ends at the seal.
 """
 

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for proc in producers:
         proc.wait()
     dist.barrier()
+    del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()
     return 0
 

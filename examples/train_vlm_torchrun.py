@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()  # preempted: the producers stop too; their committed state is where they resume
         proc.wait()
     dist.barrier()
+    del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()
     return 0
 

@@ -14,6 +14,11 @@ from torch_tgb.testing.s3server import MotoS3Server, moto_s3_server
 #: the object stores the end-to-end tests run on (each a session fixture ``<name>_server``)
 CLOUDS = ("s3", "gcs", "azure")
 
+# ray.init() without an address joins the cluster named in /tmp/ray/ray_current_cluster, which another run
+# on this machine may have left behind (dead: the join then retries for minutes). Tests and the snippets
+# they run start their own local Ray; a test of an explicit address passes it explicitly.
+os.environ.setdefault("RAY_ADDRESS", "local")
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[MotoS3Server]:

@@ -29,6 +29,7 @@ _LAZY = {
     "DataLoader": "torch_tgb.consumer",
     "Layout": "torch_tgb.layout",
     "Mesh": "torch_tgb.layout",
+    "ProduceOptions": "torch_tgb.producer",
     "Producer": "torch_tgb.producer",
     "ReaderOptions": "torch_tgb.consumer",
     "Reclaimer": "torch_tgb.checkpoint",

@@ -42,6 +42,8 @@ SKIP = {
         "tests/examples/test_train_vlm_torchrun.py runs it at a tiny size, with a preemption and a resume",
     "tgb prewarm gs://bucket/run1 --mesh dp=8,tp=2 --ranks 0-15 --steps 0:2000 --cache-dir /local_nvme/tgb "
     "--cache-bytes 500GiB": "needs GCS credentials (tests/cli/test_prewarm.py runs it against the emulators)",
+    "tgb inspect gs://bucket/run1 -o project=my-project":
+        "needs GCS credentials (tests/storage/test_cloud_stores.py runs the CLI against fake-gcs-server)",
     "tgb bench commit_cost -- --quick": "a benchmark (the bench branch's tests run them): minutes on a 2-core box",
     "tgb bench all --results-dir benchmarks/results && tgb bench report":
         "the full benchmark suite (about 25 minutes) and it rewrites the committed results and docs/benchmarks.md",
@@ -112,7 +114,8 @@ def tiny(command: str) -> str:
 
 
 def _run(command: str, ws: Path) -> subprocess.CompletedProcess[str]:
-    argv = shlex.split(localize(command, ws, shell=True))
+    # the checkout may itself live under /tmp (a fresh clone): its paths are not the docs' to move
+    argv = shlex.split(localize(command.replace(str(ROOT), "\0"), ws, shell=True).replace("\0", str(ROOT)))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TGB_PROGRESS": "0"}
     if argv[0] == "tgb":
         return tgb_cli(*argv[1:], timeout=300, cwd=ws)

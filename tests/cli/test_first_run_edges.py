@@ -53,8 +53,7 @@ def test_the_readme_shell_line_is_its_python_snippet(tmp_path) -> None:
     rng = np.random.default_rng(0)
     offsets = np.concatenate([[0], np.cumsum(rng.integers(1, 3000, size=120))]).astype(np.int64)
     np.save(tmp_path / "corpus.npy", (np.arange(offsets[-1]) % 50_000).astype(np.uint16))
-    with open(tmp_path / "corpus.idx", "wb") as f:
-        np.save(f, offsets)
+    offsets.tofile(tmp_path / "corpus.idx")  # raw int64, as the README says
     ns = str(tmp_path / "run2")
     script = tmp_path / "snippet.py"
     script.write_text("import torch\nimport torch_tgb as tgb\n" + snippet.replace("/tmp/run2", ns))

@@ -41,7 +41,8 @@ def corpus() -> dict[str, list[np.ndarray]]:
 
 def read_ranks(ns: str) -> list[list[dict[str, torch.Tensor]]]:
     """Per step, the batch each of the 2 dp ranks reads."""
-    per_rank = [list(tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=r, dp_size=DP), prefetch=0)) for r in range(DP)]
+    per_rank = [list(tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=r, dp_size=DP), prefetch=0,
+                                    derive=("labels", "document_ids"))) for r in range(DP)]
     assert len(per_rank[0]) == len(per_rank[1]) > 0
     return [list(step) for step in zip(*per_rank)]
 
@@ -81,7 +82,7 @@ def test_mixed_packed_balanced_pipeline_through_produce(tmp_path) -> None:
     reported: list[list[float]] = []
     ns = str(tmp_path / "ns")
     report = tgb.produce(ns, pipeline, producer_id="p0", layout=layout, commit_policy="fixed:4", seal=True,
-                         progress=False, _on_append=lambda offset: reported.append(pipeline.stats().slice_costs))
+                         progress=False, on_append=lambda offset: reported.append(pipeline.stats().slice_costs))
     assert report.exhausted and len(reported) == report.end_offset
     costs = check(read_ranks(ns), docs)
     assert np.allclose(costs, reported)  # each rank's slice cost as GlobalBatches.stats() reported

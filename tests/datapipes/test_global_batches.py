@@ -30,7 +30,8 @@ def skewed_lengths(seed: int, n: int, hi: int) -> list[int]:
     return [int(x) for x in np.clip(rng.lognormal(2.5, 1.0, n), 1, hi)]
 
 
-def pipeline(balance: str | None, *, dp: int = 2, gbs: int = 8, seq_len: int = 32, window: int = 16) -> GlobalBatches:
+def pipeline(balance: str | None, *, dp: int = 2, gbs: int = 8, seq_len: int = 32, window: int = 16,
+             rows: str = "arrays") -> GlobalBatches:
     web = IterableWrapper(documents(1_000_000, skewed_lengths(0, 60, 80)))
     code = IterableWrapper(documents(2_000_000, skewed_lengths(1, 40, 80)))
     mixed = Mix(
@@ -39,8 +40,9 @@ def pipeline(balance: str | None, *, dp: int = 2, gbs: int = 8, seq_len: int = 3
         seed=5,
         exhausted="renormalize",
     )
-    rows = Pack(mixed, seq_len, window=window, method="bfd")
-    return GlobalBatches(rows, global_batch_size=gbs, layout=tgb.Layout(dp=dp), balance=balance, alpha=4.0)
+    packed = Pack(mixed, seq_len, window=window, method="bfd", rows=rows)
+    layout = tgb.Layout.token_rows(dp) if rows == "tokens" else tgb.Layout(dp=dp)
+    return GlobalBatches(packed, global_batch_size=gbs, layout=layout, balance=balance, alpha=4.0)
 
 
 @pytest.mark.parametrize("method", [None, "greedy", "kk"])
@@ -74,7 +76,7 @@ def test_balancing_lowers_the_largest_slice_cost() -> None:
 
 
 def test_short_last_batch_is_padded_not_dropped() -> None:
-    rows = Pack(IterableWrapper(documents(0, [5, 7, 3])), 8, window=4)
+    rows = Pack(IterableWrapper(documents(0, [5, 7, 3])), 8, window=4, rows="arrays")
     batches = list(GlobalBatches(rows, global_batch_size=4, layout=tgb.Layout(dp=2), balance="greedy"))
     assert len(batches) == 1
     b = batches[0]
@@ -108,10 +110,11 @@ def test_resume_through_mix_pack_global_batches() -> None:
     run_resume_test(lambda: pipeline("greedy"), stop_after=len(full) - 1)
 
 
-def test_end_to_end_two_ranks_see_every_token_once(tmp_path) -> None:
+@pytest.mark.parametrize("rows", ["tokens", "arrays"])
+def test_end_to_end_two_ranks_see_every_token_once(tmp_path, rows: str) -> None:
     ns = str(tmp_path / "ns")
-    layout = tgb.Layout(dp=2)
-    node = pipeline("kk", dp=2, gbs=8)
+    layout = tgb.Layout.token_rows(2) if rows == "tokens" else tgb.Layout(dp=2)
+    node = pipeline("kk", dp=2, gbs=8, rows=rows)
     costs = []
     with tgb.Producer(ns, producer_id="p0", layout=layout, commit_policy="fixed:2") as p:
         for offset, batch in enumerate(node):
@@ -121,7 +124,7 @@ def test_end_to_end_two_ranks_see_every_token_once(tmp_path) -> None:
     seen: Counter[int] = Counter()
     steps = 0
     for rank in range(2):
-        ds = tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=rank, dp_size=2), prefetch=0)
+        ds = tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=rank, dp_size=2), prefetch=0, derive=("labels", "document_ids"))
         for step, batch in enumerate(ds):
             seen.update(batch["input_ids"][batch["document_ids"] >= 0].tolist())
             assert float(batch["row_cost"].sum()) == pytest.approx(costs[step][rank])  # slice costs as reported
@@ -131,3 +134,14 @@ def test_end_to_end_two_ranks_see_every_token_once(tmp_path) -> None:
     code = documents(2_000_000, skewed_lengths(1, 40, 80))
     want = Counter(t for d in web + code for t in d["tokens"].tolist())
     assert seen == want  # every document's tokens exactly once (renormalize drains both sources)
+
+
+def test_token_rows_batches_carry_seq_lens_and_cost_by_them() -> None:
+    """Token rows: input_ids [B, S + 1] at their width, ragged seq_lens, costs Σ len² + alpha·len from them."""
+    node = pipeline("kk", rows="tokens")
+    for batch in node:
+        assert batch["input_ids"].shape == (8, 33) and batch["input_ids"].dtype == torch.uint32
+        lens = batch["seq_lens"]
+        assert isinstance(lens, list) and len(lens) == 8 and all(t.dtype == torch.int32 for t in lens)
+        want = [float((x.long() ** 2).sum() + 4.0 * x.long().sum()) for x in lens]
+        assert np.allclose(batch["row_cost"].numpy(), want)

@@ -19,7 +19,7 @@ from torch_tgb.layout import Layout
 from torch_tgb.observability import stats_fields
 from torch_tgb.testing.media import IMAGE_TOKEN, bad_images, image_samples, word_tokenizer, write_media_tars
 from torch_tgb.testing.resume import run_resume_test
-from torch_tgb.transforms import IGNORE_INDEX, Resolution, VLMCost, resolution_schedule, unpatchify
+from torch_tgb.transforms import Resolution, VLMCost, resolution_schedule, unpatchify
 from torch_tgb.transforms.media import decode_image
 from torch_tgb.transforms.vision import resize_frames, target_size
 

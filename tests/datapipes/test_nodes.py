@@ -191,21 +191,44 @@ def test_block_shuffle_needs_a_sealed_namespace(tmp_path) -> None:
         next(BlockShuffle(Manifest(open_store(str(tmp_path)))))
 
 
-def test_pack_resume_and_no_token_lost() -> None:
+@pytest.mark.parametrize("method", ["bfd", "concat", "none"])
+def test_pack_resume_and_no_token_lost(method: str) -> None:
+    """Token rows (the default): each row's tokens and its seq_lens hold every document's tokens once, resumably."""
     docs = [torch.arange(n, dtype=torch.int64) + 1000 * i for i, n in enumerate([5, 17, 3, 9, 12, 1, 30, 7, 7, 2])]
-    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=4), stop_after=3)
+    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=4, method=method), stop_after=3)
+    tokens = torch.cat([r["input_ids"][: int(r["seq_lens"].sum())] for r in full])
+    assert sorted(tokens.tolist()) == sorted(torch.cat(docs).tolist())
+    assert all(r["input_ids"].shape == (17,) and r["input_ids"].dtype == torch.uint32 for r in full)
+    assert all(r["seq_lens"].dtype == torch.int32 and int(r["seq_lens"].sum()) <= 16 for r in full)
+    if method == "none":  # one sequence a row
+        assert all(len(r["seq_lens"]) == 1 for r in full)
+
+
+def test_pack_arrays_resume_and_no_token_lost() -> None:
+    docs = [torch.arange(n, dtype=torch.int64) + 1000 * i for i, n in enumerate([5, 17, 3, 9, 12, 1, 30, 7, 7, 2])]
+    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=4, rows="arrays"), stop_after=3)
     tokens = torch.cat([r["input_ids"][r["document_ids"] >= 0] for r in full])
     assert sorted(tokens.tolist()) == sorted(torch.cat(docs).tolist())
     assert all(r["input_ids"].shape == (16,) for r in full)
 
 
+def test_pack_refuses_ids_its_token_dtype_cannot_hold() -> None:
+    from torch_tgb.errors import SchemaMismatch
+
+    docs = [torch.tensor([1, 2, 70_000])]
+    with pytest.raises(SchemaMismatch, match="a value 70000 does not fit uint16"):
+        list(Pack(IterableWrapper(docs), 4, token_dtype=torch.uint16))
+    assert list(Pack(IterableWrapper(docs), 4))[0]["input_ids"][2] == 70_000  # uint32 by default
+
+
 def test_pack_concat_of_dict_documents_resumes_and_reports_stats() -> None:
     docs = [{"tokens": torch.arange(n, dtype=torch.int64) + 1000 * i, "id": i} for i, n in enumerate([5, 17, 3, 9, 40])]
-    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=3, method="concat"), stop_after=2)
+    full = run_resume_test(lambda: Pack(IterableWrapper(docs), 16, window=3, method="concat", rows="arrays"),
+                           stop_after=2)
     tokens = torch.cat([r["input_ids"][r["document_ids"] >= 0] for r in full])
     assert sorted(tokens.tolist()) == sorted(torch.cat([d["tokens"] for d in docs]).tolist())
     assert all(r["cu_seqlens"].shape == (17,) and r["cu_seqlens"].dtype == torch.int32 for r in full)
-    node = Pack(IterableWrapper(docs), 16, window=3, method="concat")
+    node = Pack(IterableWrapper(docs), 16, window=3, method="concat", rows="arrays")
     rows = list(node)
     stats = node.stats()
     assert stats.rows == len(rows) and stats.documents == 5 and stats.tokens == 74

@@ -140,5 +140,16 @@ def prepare(ws: Path) -> None:
     from torch_tgb.format.llmbatch import write_llmbatch
 
     write_llmbatch(ws / "corpus.llmbatch", (np.arange(16 * 16) % 50).astype(np.int32).reshape(16, 16), batch_size=8)
+    _clips(ws / "clips")
     for name in ("tmp", "ckpt"):
         (ws / name).mkdir()
+
+
+def _clips(root: Path) -> None:
+    """clips/a.mp4 and clips/b.webm: a few frames each (encoded here with PyAV, nothing downloaded)."""
+    from torch_tgb.testing.media import encode_video
+
+    root.mkdir()
+    frames = np.random.default_rng(0).integers(0, 255, size=(6, 32, 48, 3), dtype=np.uint8)
+    (root / "a.mp4").write_bytes(encode_video(frames, fps=4))
+    (root / "b.webm").write_bytes(encode_video(frames, fps=4, container="webm", codec="libvpx"))

@@ -72,7 +72,6 @@ def seeds(name: str) -> list[bytes]:
     """Valid inputs of target ``name`` (the starting corpus)."""
     import json
 
-    import torch
 
     if name in ("footer", "footer_sealed"):
         from torch_tgb.format import encode_tgb

@@ -30,7 +30,6 @@ import torch_tgb as tgb
 from torch_tgb.errors import FleetError
 from torch_tgb.integrations.ray import Fleet, FleetConfig, produce_on_ray, shard_producer_id
 from torch_tgb.manifest import JobSpec, Manifest
-from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import open_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,7 +43,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # workers inherit PYTHONPATH
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a new cluster, workers inherit PYTHONPATH
     yield
     ray.shutdown()
 
@@ -168,7 +167,7 @@ def corpus(tmp_path: Path) -> Path:
 def test_three_actors_killed_three_times_exactly_once(tmp_path: Path, corpus: Path) -> None:
     ns = str(tmp_path / "ns")
     fleet = Fleet(ns, make_factory(corpus, delay_s=0.05), num_producers=3, num_shards=6, layout=LAYOUT,
-                  max_restarts=3, seal=True, progress=False, config=FleetConfig(poll_interval_s=0.2))
+                  max_restarts=3, seal=True, progress=False, fleet=FleetConfig(poll_interval_s=0.2))
     fleet.start()
     rng = random.Random(0)
     total_steps = 480 // ROWS
@@ -207,7 +206,7 @@ def committed(fleet: Fleet) -> int:
 def test_elastic_two_to_four_to_one_exactly_once(tmp_path: Path, corpus: Path) -> None:
     ns = str(tmp_path / "ns")
     fleet = Fleet(ns, make_factory(corpus, delay_s=0.15), num_producers=2, num_shards=8, layout=LAYOUT, seal=True,
-                  progress=False, config=FleetConfig(poll_interval_s=0.2))
+                  progress=False, fleet=FleetConfig(poll_interval_s=0.2))
     fleet.start()
     wait_for(lambda: committed(fleet) >= 5, "5 committed steps on 2 workers")
     fleet.scale(4)
@@ -230,7 +229,7 @@ def test_zombie_is_fenced(tmp_path: Path, corpus: Path) -> None:
     report = produce_on_ray(
         ns, make_factory(corpus, delay_s=0.01, pause=(str(ctl), 0, 8)), num_producers=2, num_shards=2,
         layout=LAYOUT, seal=True, progress=False,
-        config=FleetConfig(poll_interval_s=0.2, stall_timeout_s=3.0, drain_timeout_s=90),
+        fleet=FleetConfig(poll_interval_s=0.2, stall_timeout_s=3.0, drain_timeout_s=90),
     )
     assert not (ctl / "armed").exists() and (ctl / "release").exists(), "the zombie paused and was released"
     assert report.fenced >= 1 and report.producers[0].fenced >= 1
@@ -241,7 +240,7 @@ def test_zombie_is_fenced(tmp_path: Path, corpus: Path) -> None:
 def test_rerun_with_other_worker_count_resumes(tmp_path: Path, corpus: Path) -> None:
     ns = str(tmp_path / "ns")
     first = produce_on_ray(ns, make_factory(corpus), num_producers=1, num_shards=3, layout=LAYOUT,
-                           max_steps_per_shard=4, progress=False)
+                           max_steps=4, progress=False)
     assert first.steps == 12 and [p.committed for p in first.producers] == [4, 4, 4]
     with pytest.raises(FleetError, match="num_shards=3"):
         produce_on_ray(ns, make_factory(corpus), num_producers=2, num_shards=4, layout=LAYOUT, progress=False)
@@ -259,7 +258,7 @@ def test_stats_and_prometheus_endpoint(tmp_path: Path, corpus: Path) -> None:
 
     ns = str(tmp_path / "ns")
     fleet = Fleet(ns, make_factory(corpus, delay_s=0.05), num_producers=2, num_shards=2, layout=LAYOUT,
-                  progress=False, config=FleetConfig(poll_interval_s=0.2, metrics_port=0))
+                  progress=False, fleet=FleetConfig(poll_interval_s=0.2, metrics_port=0))
     fleet.start()
     wait_for(lambda: committed(fleet) >= 4, "4 committed steps")
     with urllib.request.urlopen(f"http://127.0.0.1:{fleet.metrics_port}/metrics", timeout=30) as r:
@@ -278,7 +277,7 @@ def test_stats_and_prometheus_endpoint(tmp_path: Path, corpus: Path) -> None:
 def test_unreachable_address_fails_fast(tmp_path: Path, corpus: Path) -> None:
     with pytest.raises(FleetError, match="cannot reach the Ray cluster at '127.0.0.1:1'"):
         produce_on_ray(str(tmp_path / "ns"), make_factory(corpus), num_producers=1, layout=LAYOUT,
-                       address="127.0.0.1:1", config=FleetConfig(connect_timeout_s=2))
+                       address="127.0.0.1:1", fleet=FleetConfig(connect_timeout_s=2))
     assert not (tmp_path / "ns").exists()
 
 

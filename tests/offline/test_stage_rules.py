@@ -17,7 +17,7 @@ import torch_tgb as tgb
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.offline import document_batches
-from torch_tgb.offline._stream import Chunk
+from torch_tgb.datapipes import Pack
 
 BIG = 2**31 + 7  # fits uint32 and int64, not int32
 
@@ -33,8 +33,8 @@ def test_seq_len_zero_is_refused_where_the_stage_is_built(tmp_path, packing: str
         tgb.produce(str(tmp_path / "ns"), batches, producer_id="p0", layout=tgb.Layout(dp=1), seal=True)
     with pytest.raises(ValueError, match="global_batch_size must be an int >= 1, got 0"):
         document_batches(docs(), seq_len=4, global_batch_size=0, packing=packing)
-    with pytest.raises(ValueError, match="seq_len must be an int >= 1"):
-        Chunk(docs(), 0, token_dtype=torch.int64)
+    with pytest.raises(ValueError, match="seq_len and window must be ints >= 1"):
+        Pack(docs(), 0, method="none")
     assert not (tmp_path / "ns").exists()  # nothing was sealed
 
 

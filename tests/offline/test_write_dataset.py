@@ -36,14 +36,19 @@ def test_as_documents_forms():
         as_documents([np.array([-1])])
 
 
-@pytest.mark.parametrize("layout", [Layout(dp=2, cp=2, seq_keys=SEQ_KEYS), Layout(dp=4, cp=1, seq_keys=SEQ_KEYS[:1], cp_order="zigzag")])
-def test_bfd_dataset_keeps_every_token(tmp_path, read_back, layout):
+@pytest.mark.parametrize("rows", ["tokens", "arrays"])
+@pytest.mark.parametrize("layout", [Layout(dp=2, cp=2, seq_keys=SEQ_KEYS), Layout(dp=4, cp=2, seq_keys=SEQ_KEYS[:1], cp_order="zigzag")])
+def test_bfd_dataset_keeps_every_token(tmp_path, read_back, layout, rows):
+    """Token rows and per-token arrays read back the same tensors; the layout keeps the caller's cut."""
     docs = _docs()
     ns = str(tmp_path / "ns")
-    summary = write_dataset(ns, docs, layout=layout, global_batch_size=8, seq_len=16, shuffle_seed=3, progress=False)
+    summary = write_dataset(ns, docs, layout=layout, global_batch_size=8, seq_len=16, shuffle_seed=3, progress=False,
+                            rows=rows)
     batches, got_layout, sealed = read_back(ns)
-    assert sealed and got_layout == layout and len(batches) == summary["batches"]
-    assert set(batches[0]) == set(SEQ_KEYS)
+    assert sealed and len(batches) == summary["batches"]
+    assert (got_layout.dp, got_layout.cp, got_layout.cp_order) == (layout.dp, layout.cp, layout.cp_order)
+    assert got_layout.labels_from == ("input_ids" if rows == "tokens" else None)
+    assert set(SEQ_KEYS) <= set(batches[0])
     ids = torch.cat([b["input_ids"] for b in batches])
     docs_ids = torch.cat([b["document_ids"] for b in batches])
     total = sum(len(d) for d in docs)
@@ -71,7 +76,7 @@ def test_no_packing_concat_and_chunk_uint32(tmp_path, read_back):
     write_dataset(ns, (flat, np.array([0, 40, 100])), layout=Layout(dp=2), global_batch_size=2, seq_len=10,
                   packing="none", token_dtype=torch.uint32, progress=False)
     batches, _, _ = read_back(ns)
-    assert set(batches[0]) == {"input_ids", "labels"} and batches[0]["input_ids"].dtype == torch.uint32
+    assert {"input_ids", "labels"} <= set(batches[0]) and batches[0]["input_ids"].dtype == torch.uint32
     ids = torch.cat([b["input_ids"] for b in batches]).to(torch.int64)
     assert sorted(ids.reshape(-1).tolist()) == list(range(1, 101))
     for b in batches:

@@ -12,7 +12,7 @@ from torch_tgb.errors import ManifestError
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Manifest
 from torch_tgb.offline import write_dataset
-from torch_tgb.offline._stream import ArrayDocuments, Chunk
+from torch_tgb.sources import TokenFile
 from torch_tgb.storage import open_store
 from torch_tgb.testing.resume import run_resume_test
 
@@ -34,15 +34,11 @@ def real_tokens(batches: list[dict[str, torch.Tensor]]) -> list[int]:
 @pytest.mark.parametrize("packing", ["bfd", "none"])
 def test_stream_nodes_resume_exactly(packing: str) -> None:
     flat, offsets = corpus(40)
-    order = np.random.default_rng(1).permutation(40)
 
     def make() -> BaseNode:
-        docs = ArrayDocuments(flat, offsets, order, piece=16)
-        if packing == "bfd":
-            rows: BaseNode = Pack(docs, 8, window=5)
-        else:
-            rows = Chunk(docs, 8, token_dtype=torch.int64)
-        return GlobalBatches(rows, global_batch_size=3, layout=Layout(dp=1), info={"x": 1})
+        docs = TokenFile(flat, offsets=offsets, seed=1, piece_tokens=16)
+        rows = Pack(docs, 8, window=5, method=packing)
+        return GlobalBatches(rows, global_batch_size=3, layout=Layout.token_rows(dp=1), info={"x": 1})
 
     for k in (0, 1, 4, 9):
         run_resume_test(make, stop_after=k)
@@ -53,7 +49,7 @@ def test_array_documents_pieces_and_memmap(tmp_path) -> None:
     path = tmp_path / "tokens.npy"
     np.save(path, flat)
     mapped = np.load(path, mmap_mode="r")
-    docs = list(ArrayDocuments(mapped, offsets, piece=7))
+    docs = [d["tokens"] for d in TokenFile(mapped, offsets=offsets, piece_tokens=7, docs_per_unit=10)]  # one unit
     assert all(len(d) <= 7 for d in docs)
     assert np.concatenate(docs).tolist() == flat.tolist()
 
@@ -82,7 +78,7 @@ def test_document_node_input_and_packing_none_is_none(tmp_path, read_back) -> No
                             global_batch_size=2, seq_len=10, packing=None, progress=False)
     batches, _, sealed = read_back(ns)
     assert sealed and summary["tokens"] == len(flat) and summary["packing_efficiency"] is None
-    assert set(batches[0]) == {"input_ids", "labels"}
+    assert {"input_ids", "labels"} <= set(batches[0])
     stream = torch.cat([b["input_ids"] for b in batches]).reshape(-1)
     assert stream[: len(flat)].tolist() == flat.tolist()  # the node's order, concatenated
     with pytest.raises(ValueError, match="shard"):
@@ -134,12 +130,12 @@ def test_readme_pipeline_example(tmp_path, read_back) -> None:
     np.save(tmp_path / "corpus.npy", flat)
     np.save(tmp_path / "corpus.idx.npy", offsets)
     (tmp_path / "corpus.idx.npy").rename(tmp_path / "corpus.idx")
-    layout = tgb.Layout(dp=2, seq_keys=("input_ids", "labels"))
+    layout = tgb.Layout(dp=2)
     ns = str(tmp_path / "run2")
     for rerun in (False, True):
         docs = sources.TokenFile(tmp_path / "corpus.npy", offsets=tmp_path / "corpus.idx", shard=(0, 2))
-        batches = document_batches(docs, seq_len=32, global_batch_size=4, packing="bfd")
-        report = tgb.produce(ns, batches, producer_id="p0", layout=layout)
+        batches = document_batches(docs, seq_len=32, global_batch_size=4, packing="bfd", layout=layout)
+        report = tgb.produce(ns, batches, producer_id="p0")  # the pipeline's layout: dp 2, token rows
         assert report.exhausted and report.resumed == rerun and (report.batches == 0) == rerun
     written = read_back(ns)[0]
     shard0 = sum(len(d["tokens"]) for d in sources.TokenFile(tmp_path / "corpus.npy", offsets=tmp_path / "corpus.idx",

@@ -95,7 +95,7 @@ def test_crash_before_commit_reproduces_only_uncommitted_offsets(store) -> None:
 
     node = CountingNode(total=9)
     with pytest.raises(RuntimeError, match="injected"):
-        produce(store, node, producer_id="p0", layout=LAYOUT, commit_policy="fixed:4", _on_append=crash)
+        produce(store, node, producer_id="p0", layout=LAYOUT, commit_policy="fixed:4", on_append=crash)
     done = len(committed(store))
     assert done <= 7  # whatever was still pending when it died is lost (invisible orphans)
     again = CountingNode(total=9)

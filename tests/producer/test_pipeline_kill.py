@@ -22,12 +22,11 @@ from tests.offline.conftest import read_global_batches
 from tests.producer._kill import Logged, check_reads_resume, kill_and_finish, reads
 from tests.sources._corpus import make_docs, write_tars
 from torch_tgb.layout import Layout
-from torch_tgb.offline._stream import document_batches
+from torch_tgb.datapipes import document_batches
 from torch_tgb.producer import produce
 from torch_tgb.sources import WebDataset
 
-KEYS = ("input_ids", "labels", "document_ids", "position_ids")
-LAYOUT = Layout(dp=2, seq_keys=KEYS)
+LAYOUT = Layout.token_rows(dp=2)
 NUM_DOCS = 400
 SEQ = 32
 

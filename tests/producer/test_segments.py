@@ -114,6 +114,7 @@ def test_restart_mid_segment_resumes_exactly_once() -> None:
     p = Producer(store, producer_id="p", layout=Layout(dp=2), commit_policy="fixed:1", config=config)
     for offset in range(6):  # segment [0..3] written and committed, [4, 5] still open
         p.append(_batch(offset), offset=offset)
+    p._segments.settle()  # the full segment's background write is done
     p._loop.flush()  # commit what was written, as a crash after the commit would leave it
     p.abort()  # dies with an open segment: offsets 4, 5 were never written
     assert Manifest(store).head().producers["p"].next_offset == 4
@@ -133,6 +134,7 @@ def test_written_but_uncommitted_segment_is_an_orphan_and_is_rewritten() -> None
     p = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:100", config=config)
     for offset in range(3):
         p.append(_batch(offset), offset=offset)  # segment written at the third TGB, not committed
+    p._segments.settle()
     orphan = store.list("data/")
     assert len(orphan) == 1
     p.abort()
@@ -194,6 +196,7 @@ def test_pipeline_state_is_committed_with_its_segment() -> None:
     p = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1", config=config)
     for offset in range(5):  # segment [0..2] written and committed; [3, 4] open when the producer dies
         p.append(_batch(offset), offset=offset, state={"next": offset + 1})
+    p._segments.settle()
     p._loop.flush()
     p.abort()
     p2 = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1", config=config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tarfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 

@@ -79,7 +79,7 @@ def file_batches(
 
 
 @contextlib.contextmanager
-def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
+def observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
     """Periodic stats log lines and/or a Prometheus endpoint for the duration of the run."""
     from torch_tgb.observability import as_source
 
@@ -107,15 +107,18 @@ def _observed(producer: Any, args: argparse.Namespace) -> Iterator[None]:
             collector.unregister()
 
 
+#: token ids of the synthetic stream are below this unless --vocab-size says otherwise
+SYNTHETIC_VOCAB = 50257
+
 #: batches of the endless synthetic stream written when --steps is not given
 SYNTHETIC_DEFAULT_STEPS = 100
 
 
-def _segments(args: argparse.Namespace) -> Any:
-    """Bulk runs pack ~256 MiB segment objects; ``--rate`` (a stream) writes one object per batch."""
+def segments(args: argparse.Namespace) -> Any:
+    """Bulk runs pack ~64 MiB segment objects; ``--rate`` (a stream) writes one object per batch."""
     from torch_tgb.producer.config import ProducerConfig
 
-    mb = args.segment_mb if args.segment_mb is not None else (0 if args.rate else 256)
+    mb = args.segment_mb if args.segment_mb is not None else (0 if args.rate else 64)
     if mb < 0:
         raise CommandError(f"--segment-mb {mb} must be >= 0")
     if mb == 0:
@@ -167,7 +170,8 @@ def produce(args: argparse.Namespace) -> int:
 
         def make(offset: int) -> dict[str, Any]:
             return synthetic_batch(
-                offset, global_batch=args.global_batch, seq_len=args.seq_len, vocab_size=args.vocab_size, seed=args.seed
+                offset, global_batch=args.global_batch, seq_len=args.seq_len,
+                vocab_size=SYNTHETIC_VOCAB if args.vocab_size is None else args.vocab_size, seed=args.seed
             )
 
     layout = Layout(dp=args.dp, cp=args.cp, seq_keys=("input_ids", "labels"))
@@ -180,9 +184,9 @@ def produce(args: argparse.Namespace) -> int:
             commit_policy=args.commit_policy,
             max_lag=args.max_lag,
             storage_options=storage_options(args),
-            config=_segments(args),
+            config=segments(args),
         )
-    with producer, _observed(producer, args):
+    with producer, observed(producer, args):
         start = producer.resume_offset
         interval = 1.0 / args.rate if args.rate else 0.0
         next_at = time.perf_counter()

@@ -7,6 +7,7 @@ import functools
 from dataclasses import asdict
 
 from torch_tgb.cli._common import CommandError, print_json, storage_options
+from torch_tgb.cli._produce_impl import segments
 from torch_tgb.cli._produce_source import source_layout, source_metadata, source_pipeline
 
 __all__ = ["produce_fleet"]
@@ -20,7 +21,8 @@ def produce_fleet(args: argparse.Namespace) -> int:
         raise CommandError("--shard is chosen by the fleet under --ray; use --shards M for the number of shards")
     for flag in ("rate", "stats_interval"):
         if getattr(args, flag) is not None:
-            raise CommandError(f"--{flag.replace('_', '-')} is not supported with --ray")
+            raise CommandError(f"--{flag.replace('_', '-')} is not supported with --ray (a fleet serves its metrics "
+                               "with --metrics-port)")
     producers = 2 if args.producers is None else args.producers
     try:
         from torch_tgb.integrations.ray import FleetConfig, produce_on_ray
@@ -31,9 +33,8 @@ def produce_fleet(args: argparse.Namespace) -> int:
     report = produce_on_ray(
         args.ns, make_pipeline, num_producers=producers, num_shards=args.shards, layout=source_layout(args),
         storage_options=storage_options(args), commit_policy=args.commit_policy, max_lag=args.max_lag,
-        max_steps_per_shard=args.steps, seal=args.seal is not False, prefix=args.producer_id, metadata=source_metadata(args),
-        address=args.ray,
-        config=FleetConfig(metrics_port=args.metrics_port),
+        max_steps=args.steps, seal=args.seal is not False, prefix=args.producer_id, metadata=source_metadata(args),
+        address=args.ray, config=segments(args), fleet=FleetConfig(metrics_port=args.metrics_port),
     )
     if args.json:
         print_json({**asdict(report), "mb_per_s": report.mb_per_s, "commit_success_rate": report.commit_success_rate})

@@ -117,19 +117,59 @@ def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | No
     return sources.Parquet(_paths(where), column=args.column or "input_ids", tokenizer=tokenizer, **common)
 
 
+def source_batching(args: argparse.Namespace) -> Any:
+    """How ``--source`` documents become global batches (a ``datapipes.Batching``)."""
+    from torch_tgb.datapipes import Batching
+
+    _check_pipeline_flags(args)
+    with argument_errors():
+        return Batching(
+            seq_len=args.seq_len, global_batch_size=args.global_batch, packing=args.packing, rows=args.rows,
+            token_dtype=_token_dtype(args), balance=getattr(args, "balance", None), alpha=getattr(args, "alpha", 0.0),
+            attention_metadata=getattr(args, "attention_metadata", False),
+        )
+
+
+def _token_dtype(args: argparse.Namespace) -> Any:
+    """``--token-dtype``, or uint16 for a 16-bit token file or a vocabulary that fits (--vocab-size), else uint32."""
+    import numpy as np
+    import torch
+
+    if args.token_dtype is not None:
+        return {"uint16": torch.uint16, "uint32": torch.uint32, "int32": torch.int32, "int64": torch.int64}[
+            args.token_dtype]
+    if args.rows != "tokens":
+        return None
+    specs = list(named_sources(args).values())
+    narrow = all(_source_dtype(args, spec) in (np.dtype("uint16"), np.dtype("uint8")) for spec in specs)
+    if narrow or (args.vocab_size is not None and args.vocab_size <= 1 << 16):
+        return torch.uint16
+    return torch.uint32
+
+
+def _source_dtype(args: argparse.Namespace, spec: str) -> Any:
+    """The stored dtype of a ``token-file:`` source (None for other kinds: their ids come as int64)."""
+    import numpy as np
+
+    kind, _, where = spec.partition(":")
+    if kind != "token-file":
+        return None
+    if where.endswith(".npy"):
+        try:
+            return np.load(where, mmap_mode="r", allow_pickle=False).dtype
+        except (OSError, ValueError):
+            return None  # the source itself says what is wrong
+    return np.dtype(args.dtype)
+
+
 def source_layout(args: argparse.Namespace) -> Any:
-    """The layout of ``--source`` batches: ``--dp``/``--cp`` over the packed tensors."""
-    from torch_tgb.layout import Layout
-
-    from torch_tgb.offline import batch_keys
-
-    # cu_seqlens/max_seqlen ([B, L + 1], [B, 1]) are not cut along the sequence
-    return Layout(dp=args.dp, cp=args.cp, seq_keys=batch_keys(args.packing))
+    """The layout of ``--source`` batches: ``--dp``/``--cp`` over the rows' keys."""
+    return source_batching(args).layout(args.dp, args.cp)
 
 
 def source_metadata(args: argparse.Namespace) -> dict[str, Any]:
     """What ``dataset.json`` records of ``--source`` batches (every producer of a namespace passes the same)."""
-    out: dict[str, Any] = {"packing": args.packing, "seq_len": args.seq_len}
+    out: dict[str, Any] = {"packing": args.packing, "seq_len": args.seq_len, "rows": args.rows}
     if getattr(args, "mix", None) is not None:
         out["mix"] = _weights(args.mix)
     if getattr(args, "balance", None) is not None:
@@ -150,12 +190,7 @@ def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int
     A module-level function of picklable arguments, so that ``tgb produce
     --ray`` can build it inside each Ray actor.
     """
-    import torch
-
-    from torch_tgb.offline import document_batches
-
-    from torch_tgb.datapipes import Mix
-    from torch_tgb.layout import Layout
+    from torch_tgb.datapipes import Mix, document_batches
 
     _check_pipeline_flags(args)
     shard = (shard_index, shard_count)
@@ -177,11 +212,7 @@ def source_pipeline(args: argparse.Namespace, shard_index: int, shard_count: int
         docs = Mix(nodes, weights, seed=args.seed, exhausted=getattr(args, "mix_exhausted", "renormalize"),
                    tokens_per_step=args.global_batch * args.seq_len)
         info = {"sources": named, "mix": weights, "shard": list(shard)}
-    return document_batches(
-        docs, seq_len=args.seq_len, global_batch_size=args.global_batch, packing=args.packing,
-        layout=Layout(dp=args.dp), balance=getattr(args, "balance", None), alpha=getattr(args, "alpha", 0.0),
-        attention_metadata=getattr(args, "attention_metadata", False), token_dtype=torch.int32, info=info,
-    )
+    return document_batches(docs, source_batching(args), layout=source_layout(args), info=info)
 
 
 def produce_source(args: argparse.Namespace) -> int:
@@ -191,6 +222,7 @@ def produce_source(args: argparse.Namespace) -> int:
     (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
     complete and exits 0.
     """
+    from torch_tgb.cli._produce_impl import observed, segments
     from torch_tgb.producer import produce
 
     shard = None if args.shard is None else parse_shard(args.shard)
@@ -201,6 +233,7 @@ def produce_source(args: argparse.Namespace) -> int:
             args.ns, pipeline, producer_id=None if shard else args.producer_id, shard=shard, job=args.producer_id,
             layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
             max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
+            config=segments(args), rate=args.rate, watch=lambda producer: observed(producer, args),
         )
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
     counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}

@@ -84,7 +84,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default 128)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel slices (default 1)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel chunks (default 1)")
-    p.add_argument("--vocab-size", type=int, default=50257, help="synthetic token range (default 50257)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="token ids are < this: the synthetic stream's range (default 50257); with --source, 65536 "
+                   "or less stores ids as uint16")
+    p.add_argument("--rows", choices=("tokens", "arrays"), default="tokens",
+                   help="--source rows: tokens (each token once at its width, seq_lens; readers derive labels, "
+                   "default) or arrays (input_ids, labels, document_ids, position_ids, as older namespaces)")
+    p.add_argument("--token-dtype", choices=("uint16", "uint32", "int32", "int64"), default=None,
+                   help="--source: the stored token ids' dtype (default: uint16 for a 16-bit token file or "
+                   "--vocab-size <= 65536, else uint32; int64 with --rows arrays)")
     p.add_argument("--seed", type=int, default=0,
                    help="synthetic stream seed (batch i depends on seed, i only); --source: shuffle seed")
     p.add_argument("--tokens", metavar="FILE", default=None, help="flat token file (.npy or raw binary)")
@@ -105,7 +113,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="MB",
-        help="pack consecutive batches into segment objects of about MB MiB (default 256; with --rate "
+        help="pack consecutive batches into segment objects of about MB MiB (default 64; with --rate "
         "one object per batch, so each is visible at its commit); 0: one object per batch",
     )
     p.add_argument(

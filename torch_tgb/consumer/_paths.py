@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
@@ -129,6 +130,7 @@ class ReadPath(ABC):
             raise ValueError(f"dtype={dtype} cannot hold the -100 of masked labels; pass a signed dtype "
                              "(e.g. torch.int64) or ReaderOptions(derive=()) for the bare shift")
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
+        self._last_ignored: tuple[tuple[int, bytes, bytes], np.ndarray] | None = None
 
     def finish(self, tensors: Batch) -> Batch:
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
@@ -152,8 +154,7 @@ class ReadPath(ABC):
         if self.keys.mask_labels:
             labels = torch.empty(tensors[LABELS_KEY].shape, dtype=self._label_dtype)
             labels.copy_(tensors[LABELS_KEY])
-            ignored = ignored_labels(lengths.numpy(), offsets.numpy(), seq_len, ranges)
-            labels.view(-1)[torch.from_numpy(ignored)] = IGNORE_INDEX
+            labels.numpy().reshape(-1)[self._ignored(lengths.numpy(), offsets.numpy(), seq_len, ranges)] = IGNORE_INDEX
             out[LABELS_KEY] = labels
         if self.keys.derive:
             positions = torch.cat([torch.arange(lo, hi) for lo, hi in ranges])
@@ -163,6 +164,13 @@ class ReadPath(ABC):
             for name in self.keys.derive:
                 out[name] = made[name]()
         return out
+
+    def _ignored(self, lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
+        """:func:`ignored_labels`, remembered for the last rows seen: concat-and-chunk rows are alike every step."""
+        key = (seq_len, lengths.tobytes(), offsets.tobytes())
+        if self._last_ignored is None or self._last_ignored[0] != key:
+            self._last_ignored = (key, ignored_labels(lengths, offsets, seq_len, ranges))
+        return self._last_ignored[1]
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...

@@ -9,13 +9,13 @@ place that checks it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
 import torch
 
+from torch_tgb._options import with_fields
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
@@ -125,15 +125,8 @@ class ReaderOptions:
 
     def with_settings(self, settings: Mapping[str, object]) -> ReaderOptions:
         """These options with ``settings`` (field name -> value) replacing fields; unknown names are a TypeError."""
-        if not settings:
-            return self
-        unknown = sorted(set(settings) - _FIELDS)
-        if unknown:
-            raise TypeError(f"unknown reader option(s) {unknown}; ReaderOptions has {sorted(_FIELDS)}")
-        return dataclasses.replace(self, **settings)  # type: ignore[arg-type]  # names checked above
+        return with_fields(self, settings, "reader")
 
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(ReaderOptions))
 
 
 class ReadSettings(TypedDict, total=False):

@@ -27,8 +27,9 @@ _LAZY = {
         "fetch_ranges", "merge_stats",
     )},
     **{name: _PRODUCE for name in (
-        "BatchStats", "DecodeImages", "DecodeVideos", "GlobalBatches", "MediaStats", "Mix", "MixStats", "Pack",
+        "BatchStats", "Batching", "DecodeImages", "DecodeVideos", "GlobalBatches", "MediaStats", "Mix", "MixStats", "Pack",
         "PackSamples", "PackStats", "Patchify", "ResizeImages", "SamplePackStats", "SpliceImageTokens",
+        "document_batches",
     )},
     "read": _READ,
     "produce": _PRODUCE,

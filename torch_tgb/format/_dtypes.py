@@ -69,6 +69,7 @@ def dtype_of_tensor(dtype: torch.dtype) -> DType | None:
     return _BY_TORCH.get(dtype)
 
 
+@functools.lru_cache(maxsize=None)
 def is_integer(dtype: torch.dtype) -> bool:
     """Whether a ``dtype`` cast (``ReaderOptions.dtype``, e.g. token ids to int64) applies: not float, complex or bool."""
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)

@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Union
 
 import google_crc32c
 import numpy as np

@@ -91,7 +91,7 @@ class FooterRun:
         whole = self.first.slice(dp, cp)  # validates the slice (shape/length agreement)
         info = whole if names is None else self.first.slice(dp, cp, names)
         row = self.first._slices[dp * self.first.cp + cp]
-        first, count = int(row["first"]), int(row["count"])
+        first = int(row["first"])
         columns = [first + i for i, t in enumerate(whole.tensors) if names is None or t.name in names]
         return info, [tuple(r) for r in self.crcs[:, columns].tolist()]
 

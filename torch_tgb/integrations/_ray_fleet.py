@@ -22,9 +22,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import FleetError
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
@@ -35,8 +36,11 @@ from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import JobSpec, Manifest, seal_namespace
-from torch_tgb.producer import ProducerConfig
+from torch_tgb.producer import ProduceOptions, ProduceSettings, ProducerConfig
 from torch_tgb.storage import open_store
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Fleet"]
 
@@ -50,9 +54,10 @@ class Fleet:
     ``torchdata`` node of global batches; it runs inside the actors (it must be
     picklable). ``num_shards`` defaults to ``num_producers``; choose more
     shards than the most workers you will ever run, since it cannot change for
-    a namespace. ``max_lag``, ``commit_policy``, ``storage_options`` and
-    ``producer_config`` go to every producer; ``max_steps_per_shard`` caps each
-    shard's offsets. ``actor_options`` go to ``ray.remote`` (e.g.
+    a namespace. ``options`` (a :class:`~torch_tgb.producer.ProduceOptions`, or
+    its fields as keywords: ``commit_policy``, ``max_lag``, ``config``,
+    ``metadata``, ...) and ``storage_options`` go to every shard's producer;
+    ``max_steps`` caps each shard's offsets. ``actor_options`` go to ``ray.remote`` (e.g.
     ``{"num_cpus": 1}``, ``runtime_env``); ``max_restarts`` is each actor's Ray
     restart budget (a worker past it is replaced by a fresh actor).
     ``address``: ``None`` (the running Ray, or ``ray.init()``), ``"local"``,
@@ -61,12 +66,13 @@ class Fleet:
     (``num_shards`` shards of ``prefix``) when it is created; each shard is
     marked done when its pipeline ends and the last one done seals the
     namespace (``seal=False``: the stream continues, shards only close).
-    ``progress``: a bar on a terminal (``None``: if stderr is one), log lines
-    otherwise. ``prefix`` names the job, hence the shards' producer ids (the
-    same shard run by ``tgb produce --shard i/n --producer-id PREFIX`` is the
-    same producer). ``metadata`` goes into ``dataset.json`` (as for
-    ``tgb.produce``). A namespace written by fleets before jobs were declared
-    (shard producers, no job) is run as before, sealed at the end.
+    ``progress``: the driver's bar on a terminal (``None``: if stderr is one),
+    log lines otherwise. ``prefix`` names the job, hence the shards' producer
+    ids (the same shard run by ``tgb produce --shard i/n --producer-id PREFIX``
+    is the same producer). A namespace written by fleets before jobs were
+    declared (shard producers, no job) is run as before, sealed at the end.
+    ``producer_config=`` and ``max_steps_per_shard=`` are the older spellings
+    of ``config=`` and ``max_steps=`` (a warning says so).
 
     ``start()``, then ``scale(n)``, ``stats()`` while it runs, ``wait()`` for
     the :class:`FleetReport`; or ``run()`` for all of it.
@@ -81,18 +87,15 @@ class Fleet:
         layout: Layout,
         num_shards: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        commit_policy: str = "dac",
-        max_lag: int | None = None,
-        max_steps_per_shard: int | None = None,
+        options: ProduceOptions | None = None,
         actor_options: Mapping[str, Any] | None = None,
         max_restarts: int = 3,
-        progress: bool | None = None,
         address: str | None = None,
-        seal: bool = True,
         prefix: str = "fleet",
+        fleet: FleetConfig | None = None,
         producer_config: ProducerConfig | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        config: FleetConfig | None = None,
+        max_steps_per_shard: int | None = None,
+        **settings: Unpack[ProduceSettings],
     ) -> None:
         if not isinstance(ns, str):
             raise TypeError(f"ns must be a namespace URL or path (workers open it themselves), got {type(ns).__name__}")
@@ -103,19 +106,29 @@ class Fleet:
         _check_count("num_shards", num_shards)
         if max_restarts < 0:
             raise ValueError(f"max_restarts={max_restarts} must be >= 0")
-        if not isinstance(commit_policy, str):
+        if isinstance(settings.get("config"), FleetConfig):  # the spelling before config= meant the producers'
+            warnings.warn("Fleet(config=FleetConfig(...)) is now fleet=FleetConfig(...); config= is the producers' "
+                          "ProducerConfig, as for tgb.produce", DeprecationWarning, stacklevel=2)
+            fleet = settings.pop("config")  # type: ignore[assignment]
+        legacy = {"config": producer_config, "max_steps": max_steps_per_shard}
+        for old, (new, value) in zip(("producer_config", "max_steps_per_shard"), legacy.items()):
+            if value is not None:
+                warnings.warn(f"Fleet({old}=) is deprecated: pass {new}=", DeprecationWarning, stacklevel=2)
+                settings[new] = value  # type: ignore[literal-required]  # one of the two names above
+        o = (options or ProduceOptions(seal=True)).with_settings(settings)
+        if not isinstance(o.commit_policy, str):
             raise TypeError("a fleet's commit_policy is a name ('dac', 'fixed:10', ...): each producer builds its own")
         self.ns = ns
-        self.config = config or FleetConfig()
+        self.config = fleet or FleetConfig()
+        self.options = o
         self.num_shards = num_shards
         self.layout = layout
         self.prefix = prefix
-        self.seal = seal
+        self.seal = o.seal is not False
         self.address = address
-        self.progress = progress
+        self.progress = o.progress
         self.storage_options = dict(storage_options or {})
-        self._spec = WorkerSpec(ns, make_pipeline, layout, self.storage_options or None, commit_policy, max_lag,
-                                max_steps_per_shard, producer_config, dict(metadata or {}))
+        self._spec = WorkerSpec(ns, make_pipeline, layout, self.storage_options or None, o)
         self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
         self.max_restarts = max_restarts
         self._board = ShardBoard(prefix=prefix, count=num_shards)
@@ -151,8 +164,8 @@ class Fleet:
             if head.sealed:
                 raise FleetError(f"{store.url} is sealed: a fleet cannot produce into it")
             check_shard_count(head.producers, prefix=self.prefix, count=self.num_shards, where=store.url)
-            self._spec = replace(self._spec, job=self._job(head, store.url), seal=self.seal)
-            per_shard = self._spec.max_steps_per_shard
+            self._spec = replace(self._spec, job=self._job(head, store.url))
+            per_shard = self.options.max_steps
             self._monitor = FleetMonitor(
                 ns=store.url, prefix=self.prefix, manifest=manifest, head=head, tally=self._tally,
                 board=self._board, config=self.config, enabled=self.progress,

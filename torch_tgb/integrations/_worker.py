@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchdata.nodes import BaseNode
@@ -25,7 +25,7 @@ from torchdata.nodes import BaseNode
 from torch_tgb.errors import FencedError
 from torch_tgb.integrations._fleet_types import ShardOutcome
 from torch_tgb.layout import Layout
-from torch_tgb.producer import ProducerConfig, produce
+from torch_tgb.producer import ProduceOptions, produce
 
 __all__ = ["MeteredNode", "ShardMeter", "ShardWorker", "WorkerSpec"]
 
@@ -101,6 +101,11 @@ class MeteredNode(BaseNode[Any]):
         self.source = source
         self.meter = meter
 
+    @property
+    def layout(self) -> Layout | None:
+        """The source's own layout (``GlobalBatches.layout``), which ``produce`` takes when it cuts token rows."""
+        return getattr(self.source, "layout", None)
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(initial_state)
@@ -108,11 +113,18 @@ class MeteredNode(BaseNode[Any]):
     def next(self) -> Any:
         item = next(self.source)
         if isinstance(item, Mapping):
-            self.meter.add_bytes(sum(int(v.nbytes) for v in item.values() if hasattr(v, "nbytes")))
+            self.meter.add_bytes(sum(_nbytes(v) for v in item.values()))
         return item
 
     def get_state(self) -> dict[str, Any]:
         return self.source.state_dict()
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of a tensor or array, or of a ragged key's list of them."""
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
 
 
 @dataclass(frozen=True)
@@ -123,15 +135,11 @@ class WorkerSpec:
     make_pipeline: Callable[[int, int], Any]
     layout: Layout
     storage_options: Mapping[str, Any] | None
-    commit_policy: str
-    max_lag: int | None
-    max_steps_per_shard: int | None
-    producer_config: ProducerConfig | None
-    metadata: Mapping[str, Any] | None = None
+    #: what every shard's ``tgb.produce`` takes (``max_steps`` caps each shard, ``seal=False``: the stream
+    #: continues, shards only close); its progress and watch are the driver's, not the workers'
+    options: ProduceOptions = field(default_factory=ProduceOptions)
     #: the job's name (producer id prefix) when the namespace declares its shards; None: a namespace without
     job: str | None = None
-    #: whether a shard is marked done when its pipeline ends (False: the stream continues)
-    seal: bool = True
 
 
 class ShardWorker:
@@ -161,7 +169,7 @@ class ShardWorker:
         rather than as an exception, so the driver can name the shard.
         """
         spec = self.spec
-        base = spec.producer_config or ProducerConfig()
+        base = spec.options.config
         meter = ShardMeter(base.crash_hook)
         started = time.monotonic()
         self._meter, self._shard = meter, shard
@@ -188,13 +196,13 @@ class ShardWorker:
             try:
                 # a shard of a declared job: done when its pipeline ends (the last one seals), and a
                 # rerun of a done shard returns at once; a namespace without declared shards: closed
+                sealing = spec.job is not None and spec.options.seal is not False
                 produce(
                     spec.ns, MeteredNode(pipeline, meter), producer_id=producer_id, layout=spec.layout,
                     shard=None if spec.job is None else (shard, count), job=spec.job or "fleet",
-                    storage_options=spec.storage_options, commit_policy=spec.commit_policy,
-                    max_lag=spec.max_lag, max_steps=spec.max_steps_per_shard,
-                    seal=None if spec.job is not None and spec.seal else False, progress=False,
-                    config=replace(base, crash_hook=meter), metadata=spec.metadata,
+                    storage_options=spec.storage_options,
+                    options=replace(spec.options, seal=None if sealing else False, progress=False, watch=None,
+                                    config=replace(base, crash_hook=meter)),
                 )
             except FencedError as e:
                 return outcome("fenced", e)

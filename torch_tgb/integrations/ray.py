@@ -24,17 +24,22 @@ except ImportError as e:  # pragma: no cover - exercised where ray is not instal
         "torch_tgb.integrations.ray needs Ray: pip install 'torch-tgb[ray]'"
     ) from e
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from typing_extensions import Required, Unpack
 
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome, ShardStats
 from torch_tgb.integrations._ray_fleet import Fleet
 from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
+from torch_tgb.layout import Layout
+from torch_tgb.producer import ProduceOptions, ProduceSettings
 
 __all__ = [
     "Fleet",
     "FleetConfig",
     "FleetReport",
+    "FleetSettings",
     "ShardOutcome",
     "ShardStats",
     "parse_shard_producer_id",
@@ -43,11 +48,27 @@ __all__ = [
 ]
 
 
-def produce_on_ray(ns: str, make_pipeline: Callable[[int, int], Any], **options: Any) -> FleetReport:
+class FleetSettings(ProduceSettings, total=False):
+    """:class:`Fleet`'s keyword arguments (``num_producers`` and ``layout`` required), typed for ``produce_on_ray``."""
+
+    num_producers: Required[int]
+    layout: Required[Layout]
+    num_shards: int | None
+    storage_options: Mapping[str, Any] | None
+    options: ProduceOptions | None
+    actor_options: Mapping[str, Any] | None
+    max_restarts: int
+    address: str | None
+    prefix: str
+    fleet: FleetConfig | None
+
+
+def produce_on_ray(ns: str, make_pipeline: Callable[[int, int], Any], **options: Unpack[FleetSettings]) -> FleetReport:
     """Produce every shard of ``make_pipeline`` into ``ns`` on a fleet of Ray actors; block until done.
 
     ``options`` are :class:`Fleet`'s keyword arguments (``num_producers`` and
-    ``layout`` required); this is ``Fleet(ns, make_pipeline, **options).run()``.
+    ``layout`` required, the :class:`~torch_tgb.producer.ProduceOptions` fields
+    among them); this is ``Fleet(ns, make_pipeline, **options).run()``.
     Raises :class:`~torch_tgb.errors.FleetError` naming the shard when a
     pipeline fails (its factory raising included): what was committed stays
     committed, whole TGBs only, and a rerun resumes.

@@ -77,6 +77,12 @@ class Layout:
         if self.cp_order not in CP_ORDERS:
             raise LayoutError(f"Layout.cp_order must be one of {CP_ORDERS}, got {self.cp_order!r}")
 
+    @classmethod
+    def token_rows(cls, dp: int = 1, cp: int = 1, *, cp_order: str = "contiguous") -> Layout:
+        """The layout of token-efficient rows (``datapipes.Pack(rows="tokens")``): ``input_ids`` is the seq key,
+        stored with the token after each row (``labels_from``); readers derive ``labels``."""
+        return cls(dp=dp, cp=cp, seq_keys=("input_ids",), cp_order=cp_order, labels_from="input_ids")
+
     @property
     def num_slices(self) -> int:
         return self.dp * self.cp

@@ -21,6 +21,7 @@ cursor in TGB units: ``position(step) -> (tgb_offset, sub_step)``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -129,18 +130,27 @@ def _tokens_and_next(t: torch.Tensor, seg: Segment, name: str, piece: Piece, chu
     The piece stores ``chunks`` cp chunks of ``m`` tokens, each followed by the
     token after it (``m + 1`` stored); a segment lies inside one chunk.
     """
-    if t.dim() < 2 or t.shape[1] % chunks:
-        raise LayoutError(f"labels_from key {name!r} of {piece} has shape {tuple(t.shape)}, not {chunks} chunks")
-    m = t.shape[1] // chunks - 1
-    k = int(seg.lo * chunks)  # the chunk the segment lies in
-    lo, hi = (seg.lo * chunks - k) * m, (seg.hi * chunks - k) * m
-    if m < 1 or lo.denominator != 1 or hi.denominator != 1 or hi > m:
+    bounds = _next_bounds(seg.lo, seg.hi, chunks, int(t.shape[1])) if t.dim() >= 2 else None
+    if bounds is None:
         raise LayoutError(
-            f"labels_from key {name!r} of {piece}: {m} tokens per chunk cannot be cut at fractions "
-            f"{seg.lo}..{seg.hi} (sequence length not divisible for this cp projection)"
+            f"labels_from key {name!r} of {piece} has shape {tuple(t.shape)}: not {chunks} chunks of tokens that "
+            f"can be cut at fractions {seg.lo}..{seg.hi} (sequence length not divisible for this cp projection)"
         )
+    return t[:, bounds[0] : bounds[1]]
+
+
+@functools.lru_cache(maxsize=1024)
+def _next_bounds(lo: Fraction, hi: Fraction, chunks: int, width: int) -> tuple[int, int] | None:
+    """Columns ``[start, stop)`` of :func:`_tokens_and_next` (None: it cannot be cut so); the same every step."""
+    if width % chunks:
+        return None
+    m = width // chunks - 1
+    k = int(lo * chunks)  # the chunk the segment lies in
+    a, b = (lo * chunks - k) * m, (hi * chunks - k) * m
+    if m < 1 or a.denominator != 1 or b.denominator != 1 or b > m:
+        return None
     base = k * (m + 1)
-    return t[:, base + int(lo) : base + int(hi) + 1]
+    return base + int(a), base + int(b) + 1
 
 
 def _tokens(t: torch.Tensor, seg: Segment, name: str, piece: Piece) -> torch.Tensor:

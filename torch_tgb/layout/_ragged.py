@@ -74,7 +74,7 @@ def check_offsets(values_rows: int, offsets: np.ndarray, rows: int | None) -> st
         return f"{len(offsets)} offsets for {rows} rows (need rows + 1)"
     if int(offsets[0]) != 0:
         return f"offsets start at {int(offsets[0])}, not 0"
-    if len(offsets) > 1 and bool((np.diff(offsets) < 0).any()):
+    if len(offsets) > 1 and bool((offsets[1:] < offsets[:-1]).any()):
         return "offsets decrease"
     if int(offsets[-1]) != values_rows:
         return f"offsets end at {int(offsets[-1])}, the values hold {values_rows} items"

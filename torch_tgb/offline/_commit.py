@@ -62,7 +62,7 @@ def commit_batches(
             return num_batches
         with Producer(
             store, producer_id=producer_id, layout=layout, commit_policy=commit_policy, metadata=dict(metadata),
-            config=ProducerConfig.bulk(),  # ~256 MiB segment objects: one mapping per segment
+            config=ProducerConfig.bulk(),  # 64 MiB segments (two in memory while one is written)
         ) as producer:
             start = producer.resume_offset
             with progress_bar(total=num_batches, initial=start, desc=desc, unit="batch", enabled=progress) as bar:

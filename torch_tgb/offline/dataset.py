@@ -1,18 +1,21 @@
 """``write_dataset``: a pre-tokenised corpus of any size -> packed, shuffled, sealed TGB namespace.
 
-A streaming pipeline of resumable nodes (``offline/_stream.py``) run by
-:func:`torch_tgb.produce`, so memory is bounded by the packing window and one
-global batch, whatever the corpus size, and a rerun after a crash resumes
-from the pipeline state committed with the producer's last offset:
+The producer's own stages run by :func:`torch_tgb.produce`, so memory is
+bounded by the packing window and one global batch, whatever the corpus
+size, and a rerun after a crash resumes from the pipeline state committed with
+the producer's last offset:
 
-1. documents: of a token array / ``(flat, offsets)`` (memory-mapped files
-   are read through a mapping whose pages are dropped as it goes), in the
+1. documents: ``sources.TokenFile`` over a token array / ``(flat, offsets)``
+   (a memory-mapped file is read with ``pread``, never mapped whole), in the
    order of a permutation by ``shuffle_seed``, partitioned contiguously by
    ``shard`` (permutation-then-partition, seed 001); or of a document node;
-2. rows of ``seq_len`` tokens: packing with document masks over windows
-   of ``packing_window`` documents (``packing="bfd"`` best-fit decreasing or
-   ``"concat"``, ``datapipes.Pack``) or concat-and-chunk
-   (``packing="none"``/``None``);
+2. rows of ``seq_len`` tokens (``datapipes.Pack`` through
+   ``datapipes.document_batches``): packing with document boundaries over
+   windows of ``packing_window`` documents (``packing="bfd"`` best-fit
+   decreasing or ``"concat"``) or concat-and-chunk (``packing="none"``/``None``);
+   by default token-efficient rows: each token once at the narrowest width
+   that holds the vocabulary (uint16 for a 16-bit corpus, else uint32), the
+   rows' ``seq_lens``, labels derived by readers;
 3. ``global_batch_size`` rows form a global batch (``datapipes.GlobalBatches``,
    optionally cost-balanced over the dp slices with ``balance="greedy"|"kk"``);
    the last one is padded with empty rows (labels ``-100``) so no token is dropped;
@@ -22,18 +25,26 @@ from the pipeline state committed with the producer's last offset:
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
+from typing_extensions import Unpack
 
+from torch_tgb.datapipes.produce.batches import Batching, BatchingSettings, document_batches, token_dtype_for
+from torch_tgb.datapipes.produce.pack import METHODS
 from torch_tgb.errors import LayoutError, ManifestError
-from torch_tgb.offline._stream import PACKINGS, batch_keys
+from torch_tgb.producer.config import ProducerConfig
+from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.transforms.packing import IGNORE_INDEX, pack, pack_rows
-from torch_tgb.transforms.shuffle import permutation
+from torch_tgb.transforms.partition import shard_assignment
 from torch_tgb.transforms.tokens import offsets_problem, token_ids_problem
+
+from torch_tgb.producer.pipeline import produce
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
@@ -96,9 +107,13 @@ def build_rows(
         labels = stream.reshape(n, seq_len)
         labels[:, -1] = IGNORE_INDEX  # the next token lives in another row
         return {"input_ids": ids.reshape(n, seq_len), "labels": labels}
-    raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
+    raise ValueError(f"packing must be one of {list(METHODS)}, got {packing!r}")
 
 
+
+
+class WriteSettings(BatchingSettings, ProduceSettings, total=False):
+    """``write_dataset``'s keywords: the fields of ``Batching`` and of ``ProduceOptions``."""
 
 
 #: documents of an array source are read in pieces of at most this many rows' worth of tokens
@@ -127,23 +142,30 @@ def _flat_and_offsets(tokens: Tokens) -> tuple[np.ndarray, np.ndarray]:
 
 def _documents(
     tokens: Tokens, *, shuffle_seed: int, shard: tuple[int, int] | None, piece: int
-) -> tuple[BaseNode[Any], dict[str, Any]]:
-    """(document node, a JSON description of what it reads: compared on reruns)."""
-    from torch_tgb.offline._stream import ArrayDocuments
+) -> tuple[BaseNode[Any], dict[str, Any], np.dtype | None]:
+    """(document node, a JSON description of what it reads: compared on reruns, the stored tokens' dtype)."""
+    from torch_tgb.sources import TokenFile
 
     if isinstance(tokens, BaseNode):
         if shard is not None:
             raise ValueError("shard= applies to token arrays; shard a document node through its own shard=")
-        return tokens, {"source": type(tokens).__name__}
+        return tokens, {"source": type(tokens).__name__}, getattr(tokens, "token_dtype", None)
     index, count = shard if shard is not None else (0, 1)
     if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
         raise ValueError(f"shard={shard!r} must be (index, count) with 0 <= index < count")
     flat, offsets = _flat_and_offsets(tokens)
-    num_docs = len(offsets) - 1
-    order = permutation(num_docs, shuffle_seed)[num_docs * index // count : num_docs * (index + 1) // count]
-    tokens_in = int((np.asarray(offsets[order + 1]) - np.asarray(offsets[order])).sum())
-    info = {"docs": len(order), "tokens": tokens_in, "shard": [index, count], "shuffle_seed": shuffle_seed}
-    return ArrayDocuments(flat, offsets, order, piece=piece), info
+    docs = shard_assignment(len(offsets) - 1, shard_index=index, shard_count=count, seed=shuffle_seed, epoch=0)
+    tokens_in = int((np.asarray(offsets[docs + 1]) - np.asarray(offsets[docs])).sum())
+    info = {"docs": len(docs), "tokens": tokens_in, "shard": [index, count], "shuffle_seed": shuffle_seed}
+    source = TokenFile(flat, offsets=offsets, seed=shuffle_seed, shard=(index, count), piece_tokens=piece)
+    return source, info, flat.dtype
+
+
+def _token_dtype(batching: Batching, stored: np.dtype | None) -> Batching:
+    """``batching`` with a token dtype: as given, else the narrowest that holds the stored ids (uint16 or uint32)."""
+    if batching.token_dtype is not None or batching.rows != "tokens":
+        return batching
+    return dataclasses.replace(batching, token_dtype=token_dtype_for(stored))
 
 
 def _summary(state: Mapping[str, Any], *, resumed_at: int, seq_len: int, packing: str, sealed: bool) -> dict[str, Any]:
@@ -164,47 +186,41 @@ def write_dataset(
     tokens: Tokens,
     *,
     layout: Layout,
-    global_batch_size: int,
-    seq_len: int,
-    packing: str | None = "bfd",
+    batching: Batching | None = None,
     shuffle_seed: int = 0,
-    storage_options: Mapping[str, Any] | None = None,
-    producer_id: str = "offline",
-    pad_id: int = 0,
-    token_dtype: torch.dtype = torch.int64,
-    commit_policy: str = "fixed:64",
-    progress: bool | None = None,
     shard: tuple[int, int] | None = None,
-    seal: bool = True,
-    packing_window: int = 1024,
-    balance: str | None = None,
-    alpha: float = 0.0,
-    attention_metadata: bool = False,
-    segment_bytes: int = 64 << 20,
+    producer_id: str = "offline",
+    storage_options: Mapping[str, Any] | None = None,
+    options: ProduceOptions | None = None,
+    segment_bytes: int | None = None,
+    **settings: Unpack[WriteSettings],
 ) -> dict[str, Any]:
     """Pack, shuffle and cut ``tokens`` into global batches and commit them to ``ns``, streaming.
 
     ``tokens``: see :data:`Tokens`; a memory-mapped array (``np.load(...,
     mmap_mode="r")``) is never loaded whole, and a ``torchdata`` node yielding
     documents (``{"tokens": 1-D tensor}`` or arrays, e.g. a
-    ``torch_tgb.sources`` node) is read in its own order. Batches hold
-    ``input_ids`` (``token_dtype``: int64, or uint32/int32 to shrink storage;
-    an id the dtype cannot hold is a ``ValueError``, never wrapped)
-    and ``labels`` (int64, ``-100`` where there is no next token of the same
-    document), plus ``document_ids`` and ``position_ids`` with
-    ``packing="bfd"`` or ``"concat"`` (block-diagonal document masks), and
-    ``cu_seqlens``/``max_seqlen`` with ``attention_metadata=True`` (off by
-    default, so the schema stays the four tensors). ``packing=None`` is
-    ``"none"`` (concat-and-chunk). ``balance="greedy"|"kk"`` permutes the rows
-    of every batch over the ``layout.dp`` slices to even out the cost
-    ``Σ len² + alpha·len`` (batches then carry ``row_index`` and
-    ``row_cost``; see ``datapipes.GlobalBatches``). ``tokens`` may be a
-    ``datapipes.Mix`` of several document nodes. Memory: ``packing_window``
-    documents plus one global batch plus one open segment, independent of the
-    corpus size. ``segment_bytes``: consecutive batches share segment objects
-    of about this size (64 MiB: a reader opens and maps one object per
-    segment, not per step); a segment is buffered in memory until written,
-    and a crash loses (and a rerun rewrites) at most the open segment.
+    ``torch_tgb.sources`` node) is read in its own order. How documents become
+    batches is a :class:`~torch_tgb.datapipes.Batching` (``batching=``, or its
+    fields as keywords: ``seq_len``, ``global_batch_size``, ``packing``,
+    ``rows``, ``token_dtype``, ``pad_id``, ``packing_window``, ``balance``,
+    ``alpha``, ``attention_metadata``); ``layout`` says how a batch is cut (its
+    dp, cp and cp order: the keys are the rows'). By default rows are
+    token-efficient: ``input_ids`` at the corpus's width (uint16 for a 16-bit
+    corpus, else uint32; an id that does not fit is an error) with the token
+    after each row, and ``seq_lens``; readers deliver ``input_ids`` and
+    ``labels`` (-100 where a document ends) and derive the rest.
+    ``rows="arrays"`` stores the per-token arrays of older namespaces
+    (``input_ids``, ``labels``, ``document_ids``, ``position_ids``).
+
+    How the producer commits is a :class:`~torch_tgb.producer.ProduceOptions`
+    (``options=``, or its fields as keywords: ``commit_policy`` (default
+    ``"fixed:64"``), ``progress``, ``seal`` (default True), ``config``); its
+    ``config`` defaults to 32 MiB segment objects (a reader opens and maps one
+    object per segment, not per step; a crash loses, and a rerun rewrites, at
+    most the open segment; one is written in the background while the next
+    fills, so about 64 MiB of them are in memory). ``segment_bytes=`` is the older spelling of
+    ``config=ProducerConfig.bulk(segment_bytes=...)``.
 
     Several processes may write one namespace: each with its own
     ``producer_id`` and ``shard=(i, n)`` (arrays: a contiguous part of the
@@ -212,52 +228,52 @@ def write_dataset(
     with ``seal=False``; when all have returned, one of them seals (e.g. a
     last ``write_dataset`` call with ``seal=True`` on an empty shard, or
     ``Producer(ns, ...).close(seal=True)``). A rerun resumes from the committed
-    state; a rerun of a finished, sealed write returns its summary.
-    ``progress``: ``None`` shows a bar only on a terminal. Returns a
+    state; a rerun of a finished, sealed write returns its summary. Returns a
     JSON-able summary (counts over all runs of this ``producer_id``).
     """
-    from torch_tgb.offline._stream import document_batches
-    from torch_tgb.producer import ProducerConfig, produce
-
-    packing = "none" if packing is None else packing
-    if packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {PACKINGS} or None, got {packing!r}")
-    if global_batch_size < 1 or seq_len < 1 or packing_window < 1:
-        raise ValueError(
-            f"need global_batch_size, seq_len, packing_window >= 1, got {global_batch_size=}, {seq_len=}, {packing_window=}"
-        )
-    if token_dtype not in (torch.int64, torch.uint32, torch.int32):
-        raise ValueError(f"token_dtype must be int64, int32 or uint32, got {token_dtype}")
-    if global_batch_size % layout.dp:
-        raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp}")
-    if balance is not None and packing == "none":
-        raise ValueError(f"balance={balance!r} needs packed rows: packing='bfd' or 'concat', not 'none'")
-    keys = batch_keys(packing)  # cu_seqlens/max_seqlen are [B, L + 1] and [B, 1]: never cut along the sequence
-    layout.check_batch({k: torch.zeros(global_batch_size, seq_len, dtype=torch.int64) for k in keys})
-    docs, info = _documents(tokens, shuffle_seed=shuffle_seed, shard=shard, piece=seq_len * _PIECE_ROWS)
-    info = {**info, "packing": packing, "seq_len": seq_len, "global_batch_size": global_batch_size}
-    if balance is not None:  # recorded only when used, so the info of earlier writes still matches
-        info.update(balance=balance, alpha=alpha)
-    if attention_metadata:
+    batch_settings: dict[str, Any] = {k: v for k, v in settings.items() if k in Batching.__dataclass_fields__}
+    produce_settings = {k: v for k, v in settings.items() if k not in batch_settings}
+    if batching is None:
+        missing = [k for k in ("seq_len", "global_batch_size") if k not in batch_settings]
+        if missing:
+            raise TypeError(f"write_dataset needs {missing} (or batching=Batching(...))")
+        batching = Batching(**batch_settings)  # type: ignore[arg-type]
+    else:
+        batching = batching.with_settings(batch_settings)
+    o = ProduceOptions(commit_policy="fixed:64", seal=True, config=ProducerConfig.bulk(32 << 20))
+    o = (options or o).with_settings(produce_settings)
+    if segment_bytes is not None:
+        warnings.warn("write_dataset(segment_bytes=) is deprecated: pass config=ProducerConfig.bulk(segment_bytes=...)",
+                      DeprecationWarning, stacklevel=2)
+        o = dataclasses.replace(o, config=ProducerConfig.bulk(segment_bytes=segment_bytes))
+    if batching.global_batch_size % layout.dp:
+        raise LayoutError(f"global_batch_size={batching.global_batch_size} is not divisible by dp={layout.dp}")
+    written = batching.for_layout(layout)
+    width = batching.seq_len + (1 if batching.rows == "tokens" else 0)
+    written.check_batch({k: torch.zeros(batching.global_batch_size, width, dtype=torch.int64) for k in written.seq_keys})
+    docs, info, stored = _documents(tokens, shuffle_seed=shuffle_seed, shard=shard, piece=batching.seq_len * _PIECE_ROWS)
+    batching = _token_dtype(batching, stored)
+    packing = str(batching.packing)
+    info = {**info, "packing": packing, "seq_len": batching.seq_len, "global_batch_size": batching.global_batch_size,
+            "rows": batching.rows}
+    if batching.balance is not None:  # recorded only when used, so the info of earlier writes still matches
+        info.update(balance=batching.balance, alpha=batching.alpha)
+    if batching.attention_metadata:
         info["attention_metadata"] = True
-    pipeline = document_batches(
-        docs, seq_len=seq_len, global_batch_size=global_batch_size, packing=packing, layout=layout,
-        balance=balance, alpha=alpha, attention_metadata=attention_metadata, pad_id=pad_id,
-        token_dtype=token_dtype, packing_window=packing_window, info=info,
-    )
-    metadata = {"source": "write_dataset", "packing": packing, "shuffle_seed": shuffle_seed, "seq_len": seq_len}
+    pipeline = document_batches(docs, batching, layout=written, info=info)
+    metadata = {"source": "write_dataset", "packing": packing, "shuffle_seed": shuffle_seed,
+                "seq_len": batching.seq_len, **dict(o.metadata)}
 
     done = _committed_state(ns, storage_options, producer_id, info)
     if done is not None:
         state, next_offset = done
-        return _summary(state, resumed_at=next_offset, seq_len=seq_len, packing=packing, sealed=True)
-    report = produce(
-        ns, pipeline, producer_id=producer_id, layout=layout, storage_options=storage_options,
-        commit_policy=commit_policy, seal=seal, progress=progress, metadata=metadata, _desc="write_dataset",
-        config=ProducerConfig.bulk(segment_bytes=segment_bytes),  # one open/map per segment for readers
-        _expected_total=-(-int(info["tokens"]) // (seq_len * global_batch_size)) if "tokens" in info else None,
-    )
-    return _summary(pipeline.state_dict(), resumed_at=report.start_offset, seq_len=seq_len, packing=packing, sealed=seal)
+        return _summary(state, resumed_at=next_offset, seq_len=batching.seq_len, packing=packing, sealed=True)
+    per_batch = batching.seq_len * batching.global_batch_size
+    o = dataclasses.replace(o, metadata=metadata, label=o.label or "write_dataset",
+                            expected_batches=-(-int(info["tokens"]) // per_batch) if "tokens" in info else None)
+    report = produce(ns, pipeline, producer_id=producer_id, layout=written, storage_options=storage_options, options=o)
+    return _summary(pipeline.state_dict(), resumed_at=report.start_offset, seq_len=batching.seq_len, packing=packing,
+                    sealed=bool(o.seal))
 
 
 def _committed_state(

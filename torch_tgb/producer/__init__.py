@@ -1,6 +1,7 @@
 """Producers: append TGBs, commit them to the manifest log under a commit policy."""
 
 from torch_tgb.producer.config import ProducerConfig
+from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.pipeline import ProduceReport, produce
 from torch_tgb.producer.policies import (
     AIMDPolicy,
@@ -23,7 +24,9 @@ __all__ = [
     "FixedPolicy",
     "IncrPolicy",
     "NaivePolicy",
+    "ProduceOptions",
     "ProduceReport",
+    "ProduceSettings",
     "Producer",
     "ProducerConfig",
     "ProducerStats",

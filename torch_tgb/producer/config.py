@@ -32,9 +32,14 @@ class ProducerConfig:
     share one immutable *segment* object, closed early once it reaches
     ``segment_bytes``. The default (1) writes one object per TGB at once, as
     a streaming producer wants; bulk writers (``write_dataset``, ``tgb
-    produce``/``convert``) use :meth:`ProducerConfig.bulk` (about 256 MiB per
+    produce``/``convert``) use :meth:`ProducerConfig.bulk` (about 64 MiB per
     object). TGBs of an open segment become visible only after the segment
     is written and their entries committed (``flush``/``close`` write it).
+
+    ``write_behind``: a full segment of several TGBs is written by a
+    background thread while the next one fills, so packing and the store's
+    write overlap (at most one write in flight: up to two segments in
+    memory); False writes it inside ``append`` (one segment in memory).
     """
 
     max_pending: int = 256
@@ -45,14 +50,15 @@ class ProducerConfig:
     verify_after_s: float = 600.0
     segment_tgbs: int = 1
     segment_bytes: int = 256 << 20
+    write_behind: bool = True
 
     def __post_init__(self) -> None:
         if self.segment_tgbs < 1 or self.segment_bytes < 1:
             raise ValueError(f"segment_tgbs and segment_bytes must be >= 1, got {self.segment_tgbs}, {self.segment_bytes}")
 
     @classmethod
-    def bulk(cls, segment_bytes: int = 256 << 20) -> ProducerConfig:
-        """What bulk writers use: segments closed at ``segment_bytes`` (~256 MiB), whatever the TGB count."""
+    def bulk(cls, segment_bytes: int = 64 << 20) -> ProducerConfig:
+        """What bulk writers use: segments closed at ``segment_bytes`` (~64 MiB), whatever the TGB count."""
         return cls(segment_tgbs=BULK_SEGMENT_TGBS, segment_bytes=segment_bytes)
 
 

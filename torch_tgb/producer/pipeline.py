@@ -13,22 +13,23 @@ objects stay invisible orphans for the Reclaimer).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
-from torch_tgb.producer.config import ProducerConfig
-from torch_tgb.producer.policies import CommitPolicy
+from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.producer import Producer
 from torch_tgb.producer.stats import ProducerStats
 
 if TYPE_CHECKING:
     import torch
     from torchdata.nodes import BaseNode
+    from typing_extensions import Unpack
 
     from torch_tgb.layout import Layout
     from torch_tgb.storage import ObjectStore
@@ -77,22 +78,19 @@ def produce(
     pipeline: BaseNode[Mapping[str, torch.Tensor]],
     *,
     producer_id: str | None = None,
-    layout: Layout,
+    layout: Layout | None = None,
     shard: tuple[int, int] | None = None,
     job: str = "job",
     storage_options: Mapping[str, Any] | None = None,
-    commit_policy: str | CommitPolicy = "dac",
-    max_lag: int | None = None,
-    max_steps: int | None = None,
-    seal: bool | None = None,
-    progress: bool | None = None,
-    config: ProducerConfig | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    _on_append: Callable[[int], None] | None = None,
-    _desc: str | None = None,
-    _expected_total: int | None = None,
+    options: ProduceOptions | None = None,
+    **settings: Unpack[ProduceSettings],
 ) -> ProduceReport:
     """Append every batch of ``pipeline`` to ``ns`` as producer ``producer_id``, resumably.
+
+    ``layout`` says how a batch is cut; leave it out to take the pipeline's
+    (``GlobalBatches.layout``, e.g. of ``datapipes.document_batches``). A
+    layout of the same cut without keys (``Layout(dp=2)``) means the
+    pipeline's; one whose keys cannot cut its rows is refused.
 
     Opens a :class:`Producer` (fencing any older incarnation of the id), resets
     the pipeline to the state committed with its ``resume_offset`` (``None``
@@ -119,12 +117,10 @@ def produce(
     Finishing a shard or sealing with no batch at all written by this
     producer logs a warning (an empty source, or every document dropped).
 
-    ``progress``: a bar on a terminal (``None``: only if stderr is one), and
-    a log line every 30 s otherwise. ``metadata`` goes into ``dataset.json``
-    (every producer of a namespace must pass the same). ``_on_append(offset)``
-    is a private hook for tests, called after each append; ``_desc`` and
-    ``_expected_total`` (offsets in all, an estimate) label the bar for callers
-    such as ``write_dataset``.
+    Everything else is a :class:`~torch_tgb.producer.ProduceOptions` field
+    (``commit_policy``, ``max_lag``, ``max_steps``, ``seal``, ``config``,
+    ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``),
+    given as ``options=`` or as keyword arguments.
     """
     from torchdata.nodes import BaseNode
 
@@ -133,14 +129,15 @@ def produce(
 
     if not isinstance(pipeline, BaseNode):
         raise TypeError(f"pipeline must be a torchdata.nodes.BaseNode, got {type(pipeline).__name__}")
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0):
-        raise ValueError(f"max_steps={max_steps!r} must be a non-negative int or None")
+    o = (options or ProduceOptions()).with_settings(settings)
+    max_steps, seal = o.max_steps, o.seal
+    layout = _layout_of(pipeline, layout)
     spec, producer_id = _job_of(producer_id, shard, job)
     started = time.perf_counter()
     try:
         producer = Producer(
-            ns, producer_id=producer_id, layout=layout, commit_policy=commit_policy, max_lag=max_lag,
-            storage_options=storage_options, metadata=metadata, config=config, job=spec,
+            ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
+            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)
@@ -149,7 +146,7 @@ def produce(
             seconds=time.perf_counter() - started, resumed=e.next_offset > 0, exhausted=True, sealed=e.sealed,
             bytes_written=0, stats=ProducerStats(), already_complete=True, done=False,
         )
-    with producer:
+    with producer, (o.watch(producer) if o.watch is not None else contextlib.nullcontext()):
         start = producer.resume_offset
         if start and producer.resume_state is None:
             raise TGBError(
@@ -159,22 +156,27 @@ def produce(
             )
         offset = start
         exhausted = False
-        show = progress_enabled() if progress is None else progress
-        total = _expected_total if max_steps is None else max_steps
+        show = progress_enabled() if o.progress is None else o.progress
+        total = o.expected_batches if max_steps is None else max_steps
         total = None if total is None else max(0, total - start)
         last_log = time.monotonic()
-        with progress_bar(total=total, desc=_desc or f"produce {producer_id}", unit="batch", enabled=show) as bar:
+        with progress_bar(total=total, desc=o.label or f"produce {producer_id}", unit="batch", enabled=show) as bar:
             if max_steps is None or offset < max_steps:
                 pipeline.reset(producer.resume_state)
+            interval = 1.0 / o.rate if o.rate else 0.0
+            next_at = time.perf_counter()
             while max_steps is None or offset < max_steps:
                 try:
                     batch = next(pipeline)
                 except StopIteration:
                     exhausted = True
                     break
+                if interval:  # a stream's pace: at most `rate` batches per second
+                    time.sleep(max(0.0, next_at - time.perf_counter()))
+                    next_at = max(next_at + interval, time.perf_counter() - interval)
                 producer.append(batch, offset=offset, state=pipeline.state_dict())
-                if _on_append is not None:
-                    _on_append(offset)
+                if o.on_append is not None:
+                    o.on_append(offset)
                 offset += 1
                 bar.update(1)
                 if not show and time.monotonic() - last_log >= LOG_EVERY_S:
@@ -203,6 +205,26 @@ def produce(
     log.info("produce %s: offsets %d..%d (%d batches) in %.2f s%s", producer_id, start, offset - 1,
              report.batches, seconds, ", sealed" if sealed else ", done" if done else "")
     return report
+
+
+def _layout_of(pipeline: object, layout: Layout | None) -> Layout:
+    """``layout``, or the pipeline's own (``GlobalBatches.layout``); a layout that cannot cut its rows is refused."""
+    from torch_tgb.errors import LayoutError
+    from torch_tgb.layout import Layout
+
+    own = getattr(pipeline, "layout", None)
+    if layout is None:
+        if not isinstance(own, Layout):
+            raise TypeError("produce() needs layout=: the pipeline does not say how its batches are cut")
+        return own
+    if isinstance(own, Layout) and own.labels_from is not None and layout.labels_from != own.labels_from:
+        if (layout.dp, layout.cp, layout.cp_order) == (own.dp, own.cp, own.cp_order) and not layout.seq_keys:
+            return own  # the same cut (Layout(dp=...)): the rows' keys are the pipeline's
+        raise LayoutError(
+            f"layout={layout} cannot cut the pipeline's token-efficient rows (it stores {own.labels_from!r} with "
+            f"the token after each row and derives labels): pass layout={own}, or leave layout out"
+        )
+    return layout
 
 
 def _job_of(producer_id: str | None, shard: tuple[int, int] | None, job: str) -> tuple[JobSpec | None, str]:

@@ -104,6 +104,7 @@ class Producer:
         self._segments = SegmentWriter(
             self.store, self.producer_id, lambda offset: object_key(self.producer_id, self.epoch, offset),
             segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
+            on_written=self._queue if self.config.write_behind else None,
         )
         self._loop = CommitLoop(
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
@@ -232,6 +233,7 @@ class Producer:
                 raise
         self._loop.stop("done" if seal else "closed")
         self._closed = True
+        self._segments.close()
         if self._owns_store:
             self.store.close()
         self._loop.raise_if_failed()
@@ -240,6 +242,7 @@ class Producer:
         """Stop without committing what is pending (those objects stay invisible orphans)."""
         self._loop.abort()
         self._closed = True
+        self._segments.close()
         if self._owns_store:
             self.store.close()
 

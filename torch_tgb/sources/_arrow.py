@@ -8,13 +8,24 @@ so only the Lance and Parquet modules import this one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, as_tokens, require, tokenize
+from torch_tgb.sources._base import (
+    TOKEN_DTYPES,
+    Document,
+    ReadOptions,
+    Tokenizer,
+    UnitSource,
+    as_tokens,
+    require,
+    tokenize,
+)
+from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -22,7 +33,7 @@ if TYPE_CHECKING:
 pa = require("pyarrow", "parquet")
 pc = require("pyarrow.compute", "parquet")
 
-__all__ = ["ArrowOptions", "ArrowSource", "check_column", "documents"]
+__all__ = ["ArrowOptions", "ArrowSource", "check_column", "documents", "token_arrays"]
 
 
 class ArrowOptions(ReadOptions, total=False):
@@ -55,6 +66,21 @@ class ArrowSource(UnitSource):
         self.storage_options = dict(storage_options or {})
         self._handles: dict[str, Any] = {}
         self._text = False
+        self._stored: np.dtype | None = None
+        self._bulk: _Bulk | None = None
+
+    def _clear_window(self) -> None:
+        super()._clear_window()
+        self._bulk = None
+
+    def _after_fork(self) -> None:
+        if os.getpid() != self._pid and self._bulk is not None:  # the parent's reader: set aside, never used
+            self._inherited.append(self._bulk)
+            self._bulk = None
+        super()._after_fork()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_bulk": None}
 
     @property
     def columns(self) -> list[str]:
@@ -62,10 +88,22 @@ class ArrowSource(UnitSource):
 
     def _check_schema(self, schema: Any, where: str) -> None:
         self._text = check_column(schema, self.column, self.extra, self.tokenizer, where)
+        if not self._text:  # the widest id type of the files read
+            stored = np.dtype(schema.field(self.column).type.value_type.to_pandas_dtype())
+            self._stored = stored if self._stored is None else np.promote_types(self._stored, stored)
 
-    def _documents(self, batches: Iterable[Any], unit: int, *, skip: int, first_row: int) -> Iterator[Document | SourceError]:
-        """Documents of ``batches`` (read from row ``first_row`` of ``unit``), the first ``skip`` dropped."""
-        name = self._unit_name(unit)
+    @property
+    def token_dtype(self) -> np.dtype | None:
+        """The dtype of the column's ids as stored (None for text: a tokenizer's ids), what a packer may keep."""
+        return None if self._text else self._stored
+
+    def _batches(self, unit: int, start: int, batch_size: int) -> tuple[Iterable[Any], int]:
+        """Record batches of ``self.columns`` of ``unit`` from about row ``start``, and how many leading rows to drop."""
+        raise NotImplementedError
+
+    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
+        batches, skip = self._batches(unit, start, self.batch_size)
+        name, first_row = self._unit_name(unit), start - skip
         return documents(
             batches,
             column=self.column,
@@ -75,6 +113,119 @@ class ArrowSource(UnitSource):
             skip=skip,
             where=lambda row: f"{name} row {first_row + row}",
         )
+
+    # --- the bulk path -------------------------------------------------------------------
+
+    def take_tokens(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Up to ``limit`` next documents at once, as ``(flat tokens at their stored dtype, int64 offsets)``.
+
+        What ``limit`` calls of ``next()`` would yield, and the same state after
+        it, read a record batch at a time without a tensor or a dict per
+        document: the bulk path a packer reads through (``datapipes.Pack``).
+        None where it does not apply (text, ``extra`` columns, a shuffle
+        window, errors skipped) or where a record
+        is bad (a null, a negative id, a dtype that is not a token dtype): the
+        caller then iterates, and the per-record path names the record.
+        """
+        if self._text or self.extra or self.shuffle_buffer or self.on_error != "raise" or not self._between_windows():
+            return None
+        self._after_fork()
+        self._close_unit()  # a per-record reader inside the unit: the bulk reader opens at the same row
+        saved = (self._epoch, self._pos, self._window_start, self._order)
+        flats: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        need = limit
+        while need > 0 and self._ensure_unit():
+            chunk = self._bulk_chunk()
+            if chunk is None:  # a record the per-record path must name: nothing taken
+                self._bulk = None
+                self._epoch, self._pos, self._window_start, self._order = saved
+                return None
+            take = chunk.take(need)
+            if take is None:  # the unit is read through
+                self._bulk = None
+                self._pos, self._window_start = self._pos + 1, 0
+                continue
+            flat, lens = take
+            flats.append(flat)
+            lengths.append(lens)
+            need -= len(lens)
+            self._window_start += len(lens)
+            length = self._unit_length(int(self._assignment()[self._pos]))
+            if length is not None and self._window_start >= length:  # read through: point past it, as next() does
+                self._bulk = None
+                self._pos, self._window_start = self._pos + 1, 0
+        counts = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        self._records_out += len(counts)
+        self._tokens_out += int(offsets[-1])
+        flat = flats[0] if len(flats) == 1 else np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
+        return flat, offsets
+
+    def _bulk_chunk(self) -> _Bulk | None:
+        """The bulk reader of the current unit at ``_window_start`` (opened if need be); None: a bad record."""
+        key = (self._epoch, self._pos)
+        if self._bulk is None or self._bulk.key != key or self._bulk.row != self._window_start:
+            unit = int(self._assignment()[self._pos])
+            batches, skip = self._batches(unit, self._window_start, max(self.batch_size, 4096))
+            self._bulk = _Bulk(key, self._window_start, iter(batches), skip, self.column)
+        return self._bulk if self._bulk.fill() else None
+
+
+class _Bulk:
+    """A unit read as token arrays, record batch by record batch, for :meth:`ArrowSource.take_tokens`."""
+
+    def __init__(self, key: tuple[int, int], row: int, batches: Iterator[Any], skip: int, column: str) -> None:
+        self.key, self.row = key, row  # the unit (epoch, position) and the next row to take
+        self._batches, self._skip, self._column = batches, skip, column
+        self._flat: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._offsets: np.ndarray = np.zeros(1, dtype=np.int64)
+        self._at = 0  # documents of the current batch already taken
+        self._end = False
+
+    def fill(self) -> bool:
+        """Read the next record batch when the current one is used up; False on a bad record."""
+        while self._at >= len(self._offsets) - 1 and not self._end:
+            batch = next(self._batches, None)
+            if batch is None:
+                self._end = True
+                break
+            if self._skip:
+                dropped = min(self._skip, batch.num_rows)
+                batch, self._skip = batch.slice(dropped), self._skip - dropped
+            got = token_arrays(batch.column(self._column))
+            if got is None:
+                return False
+            self._flat, self._offsets = got
+            self._at = 0
+        return True
+
+    def take(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Up to ``limit`` documents of the current batch as ``(flat, lengths)``; None when the unit is read through."""
+        if self._at >= len(self._offsets) - 1:
+            return None
+        stop = min(len(self._offsets) - 1, self._at + limit)
+        a, b = int(self._offsets[self._at]), int(self._offsets[stop])
+        lengths = np.diff(self._offsets[self._at : stop + 1])
+        self._at = stop
+        self.row += len(lengths)
+        return self._flat[a:b], lengths
+
+
+def token_arrays(values: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """A list column as ``(flat tokens, int64 offsets)``; None if a row is null or not a valid token row."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        return None
+    lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False)
+    if flat.dtype.str.lstrip("<=|") not in TOKEN_DTYPES or token_ids_problem(flat) is not None:
+        return None
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return flat, offsets
 
 
 def check_column(schema: Any, column: str, extra: Sequence[str], tokenizer: Tokenizer | None, where: str) -> bool:

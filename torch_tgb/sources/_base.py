@@ -39,7 +39,7 @@ from torch_tgb.transforms.partition import shard_assignment, window_permutation
 from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    pass
 
 __all__ = [
     "Document",
@@ -294,6 +294,12 @@ class UnitSource(BaseNode[Document]):
         if done:
             self._close_unit()
         self._window, self._window_raw, self._unit_done, self._loaded = docs, raw, done, True
+
+    def _between_windows(self) -> bool:
+        """Step past a window read through; True when none is open (a bulk ``take_tokens`` may take over)."""
+        if self._loaded and self._emitted >= len(self._window):
+            self._next_window()
+        return not self._loaded
 
     def _close_unit(self) -> None:
         it, self._it = getattr(self, "_it", None), None

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import Document, require
+from torch_tgb.sources._base import require
 
 lance = require("lance", "lance")
 
@@ -83,9 +83,8 @@ class Lance(ArrowSource):
     def _unit_name(self, unit: int) -> str:
         return f"{self.uri} fragment {self._fragment_ids[unit]}"
 
-    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
+    def _batches(self, unit: int, start: int, batch_size: int) -> tuple[Iterator[Any], int]:
         fragment = self._dataset().get_fragment(self._fragment_ids[unit])
         if fragment is None:
             raise SourceError(f"{self._unit_name(unit)}: fragment not found in version {self.version}")
-        batches = fragment.to_batches(columns=self.columns, batch_size=self.batch_size, offset=start or None)
-        return self._documents(batches, unit, skip=0, first_row=start)
+        return fragment.to_batches(columns=self.columns, batch_size=batch_size, offset=start or None), 0

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import Document, require
+from torch_tgb.sources._base import require
 
 pq = require("pyarrow.parquet", "parquet")
 pa = require("pyarrow", "parquet")
@@ -112,14 +112,12 @@ class Parquet(ArrowSource):
     def _unit_length(self, unit: int) -> int:
         return self._units[unit][2]
 
-    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
+    def _batches(self, unit: int, start: int, batch_size: int) -> tuple[Iterator[Any], int]:
         f, group, rows = self._units[unit]
         if _is_arrow(self.paths[f]):
             batch = self._file(f).select(self.columns).to_batches()[group]
-            pieces = (batch.slice(i, self.batch_size) for i in range(0, rows, self.batch_size))
-            return self._documents(pieces, unit, skip=start, first_row=0)
-        batches = self._file(f).iter_batches(batch_size=self.batch_size, row_groups=[group], columns=self.columns)
-        return self._documents(batches, unit, skip=start, first_row=0)
+            return (batch.slice(i, batch_size) for i in range(start, rows, batch_size)), 0
+        return self._file(f).iter_batches(batch_size=batch_size, row_groups=[group], columns=self.columns), start
 
 
 def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -1,17 +1,26 @@
-"""TokenFile: a flat token array on local disk, memory-mapped, cut into documents.
+"""TokenFile: a flat token array, on local disk (memory-mapped) or in memory, cut into documents.
 
-Files:
+Inputs (``path``): a file, or an array already at hand (a numpy array, a
+``np.memmap``/``np.load(mmap_mode="r")``, a 1-D tensor). Files:
 
 - ``.npy``: a 1-D array of uint16, int32, uint32 or int64 tokens (dtype read
   from the header; ``dtype=`` given too must agree).
 - ``.bin`` (any other suffix): raw little-endian tokens, no header; ``dtype=``
   is required and the size must be a multiple of its item size.
-- offsets (``offsets=``: an array or the path of a ``.idx``/``.npy`` file): a
-  1-D ``.npy`` of int64 boundaries, ``offsets[0] == 0``, non-decreasing,
-  ``offsets[-1] ==`` the token count; document k is
-  ``tokens[offsets[k]:offsets[k+1]]``. (Megatron's binary ``.idx`` is not this
-  format.) Without offsets the file is cut into documents of
-  ``chunk_tokens`` tokens (the last one shorter).
+- offsets (``offsets=``: an array, or the path of a ``.npy`` array or of a raw
+  file of little-endian int64 boundaries, e.g. ``corpus.idx`` written with
+  ``np.asarray(offsets, dtype="<i8").tofile(...)``): ``offsets[0] == 0``,
+  non-decreasing, ``offsets[-1] ==`` the token count; document k is
+  ``tokens[offsets[k]:offsets[k+1]]``. (Megatron's binary ``.idx``, with its
+  ``MMIDIDX`` header, is refused with that explanation.) Without offsets the
+  file is cut into documents of ``chunk_tokens`` tokens (the last one shorter).
+
+``piece_tokens``: a document longer than that is yielded in pieces of at most
+``piece_tokens`` tokens, in order (records of its unit, so a restore resumes
+inside it): a packer cuts long documents at multiples of ``seq_len`` anyway,
+and no document is ever held whole. A file-backed array is read with
+``pread`` rather than through the mapping, so the process's resident set
+stays bounded by what is in flight instead of growing to the file's size.
 
 Units of sharding are groups of ``docs_per_unit`` consecutive documents (1 by
 default: every epoch is a full permutation of the documents). Both files are
@@ -21,15 +30,18 @@ and each document is copied out as it is yielded.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
+from torch_tgb.transforms.tokens import token_ids_problem
 from torch_tgb.transforms.tokens import offsets_problem
 
 if TYPE_CHECKING:
@@ -49,23 +61,27 @@ class TokenFile(UnitSource):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | np.ndarray | torch.Tensor,
         *,
         offsets: str | os.PathLike[str] | npt.ArrayLike | None = None,
         dtype: npt.DTypeLike | None = None,
         chunk_tokens: int = 2048,
         docs_per_unit: int = 1,
+        piece_tokens: int | None = None,
         **options: Unpack[ReadOptions],
     ) -> None:
         super().__init__(**options)
-        if chunk_tokens < 1 or docs_per_unit < 1:
-            raise ValueError(f"chunk_tokens and docs_per_unit must be >= 1, got {chunk_tokens=} {docs_per_unit=}")
-        self.path = os.fspath(path)
+        if chunk_tokens < 1 or docs_per_unit < 1 or (piece_tokens is not None and piece_tokens < 1):
+            raise ValueError(f"chunk_tokens, docs_per_unit and piece_tokens must be >= 1, got {chunk_tokens=} "
+                             f"{docs_per_unit=} {piece_tokens=}")
+        self._array = _as_array(path) if isinstance(path, (np.ndarray, torch.Tensor)) else None
+        self.path = f"<array of {len(self._array)} tokens>" if self._array is not None else os.fspath(path)  # type: ignore[arg-type]
         self.dtype = None if dtype is None else np.dtype(dtype)
         self.chunk_tokens = chunk_tokens
         self.docs_per_unit = docs_per_unit
+        self.piece_tokens = piece_tokens
         self._offsets_arg = offsets if offsets is None or isinstance(offsets, (str, os.PathLike)) else np.asarray(offsets)
-        self._handles: dict[str, np.ndarray] = {}
+        self._handles: dict[str, Any] = {}
         tokens = self._tokens()
         bounds = self._bounds()
         if bounds is not None:
@@ -75,14 +91,21 @@ class TokenFile(UnitSource):
             self.num_docs = -(-len(tokens) // chunk_tokens)
         self._set_num_units(-(-self.num_docs // docs_per_unit), self.path)
 
+    @property
+    def token_dtype(self) -> np.dtype:
+        """The dtype of the stored tokens (what a packer may keep them at)."""
+        return self._tokens().dtype
+
     def _offsets_name(self) -> str:
         arg = self._offsets_arg
         return os.fspath(arg) if isinstance(arg, (str, os.PathLike)) else f"offsets of {self.path}"
 
-    def _tokens(self) -> np.ndarray:
+    def _tokens(self) -> _TokenReader:
         if "tokens" not in self._handles:
-            self._handles["tokens"] = _open_tokens(self.path, self.dtype)
-        return self._handles["tokens"]
+            array = self._array if self._array is not None else _open_tokens(self.path, self.dtype)
+            self._handles["tokens"] = _TokenReader(array, self.path)
+        reader: _TokenReader = self._handles["tokens"]
+        return reader
 
     def _bounds(self) -> np.ndarray | None:
         arg = self._offsets_arg
@@ -97,19 +120,102 @@ class TokenFile(UnitSource):
     def _unit_name(self, unit: int) -> str:
         return f"{self.path} (documents {unit * self.docs_per_unit}..)"
 
+    def take_tokens(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Up to ``limit`` next documents at once, as ``(flat tokens at their stored dtype, int64 offsets)``.
+
+        What ``limit`` calls of ``next()`` would yield, and the same state after
+        it, without a tensor, a dict or a node call per document: the bulk path
+        a packer reads through (``datapipes.Pack``). None where it does not
+        apply (a shuffle window, several documents per unit, errors skipped, a
+        document longer than ``piece_tokens``, or a position inside one): the
+        caller then iterates.
+        ``(empty, [0])`` at the end of the stream.
+        """
+        if self.shuffle_buffer or self.docs_per_unit != 1 or self.on_error != "raise" or not self._between_windows():
+            return None
+        if self._window_start or self._it is not None:  # inside a document read in pieces
+            return None
+        self._after_fork()
+        saved = (self._epoch, self._pos, self._order)
+        flats: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        need = limit
+        while need > 0 and self._ensure_unit():  # across an epoch's end, as next() reads
+            units = np.asarray(self._assignment()[self._pos : self._pos + need], dtype=np.int64)
+            starts, stops = self._spans(units)
+            if self.piece_tokens is not None and bool((stops - starts > self.piece_tokens).any()):
+                self._epoch, self._pos, self._order = saved
+                return None  # a document read in pieces: the per-record path
+            flat = self._read_spans(starts, stops)
+            if token_ids_problem(flat) is not None:  # the rule every source applies (one pass)
+                self._epoch, self._pos, self._order = saved
+                return None  # the per-document path names the document (and applies on_error)
+            flats.append(flat)
+            counts.append(stops - starts)
+            self._pos += len(units)
+            need -= len(units)
+        lengths = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        self._records_out += len(lengths)
+        self._tokens_out += int(offsets[-1])
+        if len(flats) == 1:
+            return flats[0], offsets
+        return (np.concatenate(flats) if flats else np.zeros(0, dtype=self._tokens().dtype)), offsets
+
+    def _spans(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, stops)`` of documents ``docs``, int64, vectorised :meth:`_span`."""
+        bounds = self._bounds()
+        if bounds is not None:
+            return bounds[docs].astype(np.int64), bounds[docs + 1].astype(np.int64)
+        starts = docs * self.chunk_tokens
+        return starts, np.minimum(starts + self.chunk_tokens, len(self._tokens()))
+
+    def _read_spans(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """The tokens of spans ``[starts[i], stops[i])`` concatenated: one read per run of adjacent spans."""
+        reader = self._tokens()
+        if not len(starts):
+            return np.zeros(0, dtype=reader.dtype)
+        breaks = np.flatnonzero(starts[1:] != stops[:-1]) + 1  # where a span does not continue the one before
+        firsts = np.concatenate([[0], breaks])
+        lasts = np.concatenate([breaks - 1, [len(starts) - 1]])
+        parts = [reader[int(starts[a]) : int(stops[b])] for a, b in zip(firsts.tolist(), lasts.tolist())]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _span(self, doc: int) -> tuple[int, int]:
+        bounds = self._bounds()
+        if bounds is not None:
+            return int(bounds[doc]), int(bounds[doc + 1])
+        return doc * self.chunk_tokens, min((doc + 1) * self.chunk_tokens, len(self._tokens()))
+
+    def _pieces(self, doc: int) -> int:
+        """Records of document ``doc``: its pieces (an empty document is one empty record)."""
+        if self.piece_tokens is None:
+            return 1
+        lo, hi = self._span(doc)
+        return max(1, -(-(hi - lo) // self.piece_tokens))
+
     def _unit_length(self, unit: int) -> int:
-        return min(self.docs_per_unit, self.num_docs - unit * self.docs_per_unit)
+        first = unit * self.docs_per_unit
+        docs = range(first, min(first + self.docs_per_unit, self.num_docs))
+        return len(docs) if self.piece_tokens is None else sum(self._pieces(d) for d in docs)
 
     def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
-        tokens, bounds = self._tokens(), self._bounds()
+        tokens = self._tokens()
         first = unit * self.docs_per_unit
-        for doc in range(first + start, first + self._unit_length(unit)):
-            if bounds is not None:
-                lo, hi = int(bounds[doc]), int(bounds[doc + 1])
-            else:
-                lo, hi = doc * self.chunk_tokens, min((doc + 1) * self.chunk_tokens, len(tokens))
-            out = as_tokens(tokens[lo:hi], f"{self.path} document {doc}")
-            yield out if isinstance(out, SourceError) else {"tokens": out}  # e.g. a negative id: on_error decides
+        record = 0
+        for doc in range(first, min(first + self.docs_per_unit, self.num_docs)):
+            lo, hi = self._span(doc)
+            pieces = self._pieces(doc)
+            if record + pieces <= start:  # every piece of it is before the restore point
+                record += pieces
+                continue
+            step = self.piece_tokens or max(1, hi - lo)
+            for k in range(max(0, start - record), pieces):
+                a, b = lo + k * step, min(hi, lo + (k + 1) * step)
+                out = as_tokens(tokens[a:b], f"{self.path} document {doc}" + (f" piece {k}" if pieces > 1 else ""))
+                yield out if isinstance(out, SourceError) else {"tokens": out}  # a negative id: on_error decides
+            record += pieces
 
 
 def _open_tokens(path: str, dtype: np.dtype | None) -> np.ndarray:
@@ -144,15 +250,85 @@ def _open_offsets(path: str) -> np.ndarray:
     if not os.path.isfile(path):
         raise SourceError(f"{path}: no such offsets file")
     with open(path, "rb") as f:
-        if f.read(len(_MEGATRON_MAGIC)) == _MEGATRON_MAGIC:
-            raise SourceError(f"{path}: a Megatron .idx file; offsets must be a .npy array of int64 boundaries")
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{path}: not a .npy offsets array: {e}") from e
+        head = f.read(len(_MEGATRON_MAGIC))
+    if head == _MEGATRON_MAGIC:
+        raise SourceError(f"{path}: a Megatron .idx file (MMIDIDX header): give offsets as a .npy array or a raw "
+                          "file of little-endian int64 document boundaries (np.asarray(o, '<i8').tofile(path))")
+    if head.startswith(b"\x93NUMPY"):
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise SourceError(f"{path}: not a .npy offsets array: {e}") from e
+    size = os.path.getsize(path)  # a raw file of int64 boundaries (the usual corpus.idx)
+    if size % 8 or size < 16:
+        raise SourceError(f"{path}: {size} bytes is not a raw file of >= 2 little-endian int64 document boundaries "
+                          "(nor a .npy array)")
+    return np.memmap(path, dtype="<i8", mode="r")
 
 
 def _check_offsets(bounds: np.ndarray, num_tokens: int, where: str) -> None:
     problem = offsets_problem(bounds, num_tokens)  # the rule write_dataset applies too
     if problem is not None:
         raise SourceError(f"{where}: {problem}")
+
+
+def _as_array(tokens: np.ndarray | torch.Tensor) -> np.ndarray:
+    array = tokens.detach().cpu().numpy() if isinstance(tokens, torch.Tensor) else tokens
+    if array.ndim != 1:
+        raise SourceError(f"tokens must be a 1-D array, got shape {array.shape}")
+    if array.dtype.str.lstrip("<=|") not in TOKEN_DTYPES:
+        raise SourceError(f"wrong token dtype {array.dtype}; expected one of {sorted(TOKEN_DTYPES)}")
+    if len(array) == 0:
+        raise SourceError("empty source, nothing to read")
+    return array
+
+
+class _TokenReader:
+    """``tokens[start:stop]`` as a fresh array; a file-backed memmap is read with ``pread``.
+
+    Slicing a memory map leaves every page it touched (and the pages the kernel
+    maps around each fault) in this process's resident set, so a pass over a
+    file-backed corpus would grow the RSS to the file's size.
+    """
+
+    def __init__(self, array: np.ndarray, where: str) -> None:
+        self.array = array
+        self.dtype = array.dtype
+        self.where = where
+        self._fd: int | None = None
+        self._base = 0
+        filename = getattr(array, "filename", None)
+        mapping = getattr(array, "_mmap", None)
+        if isinstance(array, np.memmap) and filename and mapping is not None and array.flags.c_contiguous:
+            # where the array starts in the file: the mapping starts at the offset rounded down to the
+            # allocation granularity; a slice of a memmap keeps its parent's ``offset``
+            mapped_at = int(array.offset) - int(array.offset) % mmap.ALLOCATIONGRANULARITY
+            map_address = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
+            self._base = mapped_at + array.ctypes.data - map_address
+            self._fd = os.open(filename, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        if self._fd is None:
+            return np.asarray(self.array[span])
+        start, stop = int(span.start), int(span.stop)
+        size = self.dtype.itemsize
+        want = (stop - start) * size
+        out = np.empty(stop - start, dtype=self.dtype)
+        view, got = out.view(np.uint8).data, 0
+        while got < want:  # straight into the array; a read stops short past 2 GiB (Linux) or at EOF
+            n = os.preadv(self._fd, [view[got:]], self._base + start * size + got)
+            if n == 0:
+                raise SourceError(f"{self.where}: short read of tokens [{start}, {stop}): {got} of {want} bytes")
+            got += n
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()

@@ -28,6 +28,7 @@ from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 __all__ = [
     "AzureBlobStore",
     "CAPABILITIES_KEY",
+    "CachingStore",
     "FaultPlan",
     "FaultRates",
     "FaultyStore",

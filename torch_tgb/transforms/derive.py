@@ -59,6 +59,8 @@ def ignored_labels(
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)
+    if len(ranges) == 1 and tuple(ranges[0]) == (0, seq_len):
+        return _ignored_in_whole_rows(lengths, offsets, seq_len)
     rows = len(offsets) - 1
     n = sum(hi - lo for lo, hi in ranges)
     row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
@@ -76,6 +78,24 @@ def ignored_labels(
             found.append(np.arange(r * n + column + first - lo, r * n + column + hi - lo, dtype=np.int64))
         column += hi - lo
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def _ignored_in_whole_rows(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> np.ndarray:
+    """:func:`ignored_labels` of a rank holding whole rows (cp = 1): a handful of numpy calls, no loop."""
+    rows = len(offsets) - 1
+    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cum[1:])
+    at_row = cum[offsets]  # real tokens before each row (and in all)
+    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
+    ends: np.ndarray = row_of * seq_len + cum[1:] - at_row[:-1][row_of] - 1  # each sequence's last token
+    if not lengths.all():
+        ends = ends[lengths > 0]
+    real = np.diff(at_row)
+    if bool((real >= seq_len).all()):
+        return ends
+    ignored = np.arange(seq_len)[None, :] >= real[:, None]  # padding
+    ignored.reshape(-1)[ends] = True
+    return np.flatnonzero(ignored)
 
 
 class SequenceBounds:

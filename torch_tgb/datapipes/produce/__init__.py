@@ -1,15 +1,17 @@
 """The producer's stages: from documents to the global batches a ``Producer`` appends.
 
 ``Mix`` (a mixture of sources by weights or a schedule over steps) ->
-``Pack`` (rows of ``seq_len`` tokens with attention metadata) ->
+``Pack`` (rows of ``seq_len`` tokens: token-efficient rows, or per-token arrays) ->
 ``GlobalBatches`` (``global_batch_size`` rows, cost-balanced over the dp
-slices and micro-batches). For images and video: ``DecodeImages`` /
+slices and micro-batches); ``document_batches`` chains the last two as a
+``Batching`` says. For images and video: ``DecodeImages`` /
 ``DecodeVideos`` -> ``ResizeImages`` -> ``Patchify`` -> ``SpliceImageTokens``
 -> ``PackSamples`` (rows with ragged pixel fields) -> ``GlobalBatches``. Each is a ``torchdata.nodes.BaseNode`` over the pure functions of
 ``torch_tgb.transforms``, resumable from the state committed with each batch.
 """
 
 from torch_tgb.datapipes.produce._sample_map import MediaStats
+from torch_tgb.datapipes.produce.batches import Batching, document_batches
 from torch_tgb.datapipes.produce.global_batches import BatchStats, GlobalBatches
 from torch_tgb.datapipes.produce.images import DecodeImages, DecodeVideos, Patchify, ResizeImages, SpliceImageTokens
 from torch_tgb.datapipes.produce.mix import Mix, MixStats
@@ -18,6 +20,7 @@ from torch_tgb.datapipes.produce.pack_samples import PackSamples, SamplePackStat
 
 __all__ = [
     "BatchStats",
+    "Batching",
     "DecodeImages",
     "DecodeVideos",
     "GlobalBatches",
@@ -31,4 +34,5 @@ __all__ = [
     "ResizeImages",
     "SamplePackStats",
     "SpliceImageTokens",
+    "document_batches",
 ]

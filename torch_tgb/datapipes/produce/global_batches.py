@@ -16,14 +16,14 @@ first dim in each row: the batch holds it as a list of one tensor per row, in
 batch order (a padding row's is empty), which ``Producer.append`` stores as a
 ragged key.
 
-**Tokens.** Real tokens are counted from ``document_ids >= 0`` (every row
-stage of torch_tgb carries them: ``Pack``, ``offline.Chunk``); a row without
-``document_ids`` counts all of its ``input_ids``.
+**Tokens.** Real tokens are counted from a token row's ``seq_lens`` (what
+``Pack`` writes by default), else from ``document_ids >= 0`` (per-token rows,
+``Pack(rows="arrays")``); a row with neither counts all of its ``input_ids``.
 
 **Balance.** With ``balance="greedy"`` or ``"kk"`` (``transforms.balance``)
 rows are permuted so every dp slice gets ``B/dp`` rows and the largest slice
 cost is small. ``cost="attention"``: ``Σ len² + alpha·len`` over the
-documents of a row (lengths from ``document_ids``); or any callable
+documents of a row (lengths from ``seq_lens`` or ``document_ids``); or any callable
 ``row -> float``. The batch then also carries:
 
 - ``row_index`` (int64 ``[B]``): each row's position in arrival order (the
@@ -64,6 +64,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.errors import LayoutError
+from torch_tgb.transforms.derive import SEQ_LENS_KEY
 from torch_tgb.transforms import IGNORE_INDEX, part_costs, row_costs
 from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
@@ -124,15 +125,21 @@ def _pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0, ragged: Sequence
 
 
 def attention_cost(row: Mapping[str, torch.Tensor], *, alpha: float) -> float:
-    """``Σ len² + alpha·len`` over the documents of ``row`` (from its ``document_ids``)."""
+    """``Σ len² + alpha·len`` over the documents of ``row`` (its ``seq_lens``, or from its ``document_ids``)."""
+    if SEQ_LENS_KEY in row:
+        lens = row[SEQ_LENS_KEY].numpy().astype(np.int64)
+        return float((lens * lens).sum() + alpha * lens.sum())
     if "document_ids" not in row:
-        raise LayoutError(f"cost='attention' needs rows with document_ids (row has {sorted(row)}); pass cost=callable")
+        raise LayoutError(f"cost='attention' needs rows with seq_lens or document_ids (row has {sorted(row)}); "
+                          "pass cost=callable")
     ids = row["document_ids"].reshape(-1)
     lengths = torch.bincount(ids[ids >= 0].to(torch.int64)).numpy() if bool((ids >= 0).any()) else np.zeros(0)
     return float(row_costs([lengths], alpha=alpha)[0])
 
 
 def _real_tokens(row: Mapping[str, torch.Tensor]) -> int:
+    if SEQ_LENS_KEY in row:
+        return int(row[SEQ_LENS_KEY].sum())
     if "document_ids" in row:
         return int((row["document_ids"] >= 0).sum())
     return int(row["input_ids"].numel()) if "input_ids" in row else 0
@@ -226,6 +233,24 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         cost = float(self.cost(row)) if callable(self.cost) else attention_cost(row, alpha=self.alpha)
         return cost, 0.0, cost
 
+    def _costs(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> tuple[np.ndarray, int]:
+        """(cost, encoder, backbone) per row, padding rows to the batch size with zeros; and the real tokens.
+
+        Token rows priced by attention (the text pipeline's default) are priced
+        from their ``seq_lens`` at once; anything else row by row.
+        """
+        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
+        if self.cost == "attention" and all(SEQ_LENS_KEY in r for r in rows):
+            lens = [r[SEQ_LENS_KEY].numpy() for r in rows]
+            flat = np.concatenate(lens).astype(np.float64) if lens else np.zeros(0)
+            row_of = np.repeat(np.arange(len(rows)), [len(x) for x in lens])
+            cost = np.bincount(row_of, weights=flat * flat + self.alpha * flat, minlength=len(rows))
+            parts[: len(rows), 0] = parts[: len(rows), 2] = cost
+            return parts, int(flat.sum())
+        for i, r in enumerate(rows):
+            parts[i] = self._row_costs(r)
+        return parts, sum(_real_tokens(r) for r in rows)
+
     def _ragged_keys(self) -> tuple[str, ...]:
         if self.ragged is not None:
             return self.ragged
@@ -245,11 +270,9 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         if not rows:
             raise StopIteration
         real = len(rows)
-        tokens = sum(_real_tokens(r) for r in rows)
         ragged = self._ragged_keys()
+        parts, tokens = self._costs(rows)
         rows.extend(_pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
-        parts = np.array([self._row_costs(r) if i < real else (0.0, 0.0, 0.0) for i, r in enumerate(rows)],
-                         dtype=np.float64).reshape(len(rows), 3)
         costs = parts[:, 0]
         dp = self.layout.dp
         plan = micro_batch_plan(costs, dp, self.micro_batches, self.balance, encoder=parts[:, 1], backbone=parts[:, 2])

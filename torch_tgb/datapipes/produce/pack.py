@@ -2,15 +2,32 @@
 
 Reads ``window`` documents from its source (1-D token tensors or arrays, or
 mappings holding one under ``tokens_key``, as ``sources`` nodes and ``Mix``
-yield them), packs them with ``transforms.pack`` (``method="bfd"``:
-best-fit decreasing; ``"concat"``: sequential fill, a document split at row
-ends) and yields the rows one at a time as ``transforms.pack_rows`` makes
-them: ``input_ids``, ``labels``, ``document_ids``, ``position_ids`` of shape
-``[seq_len]`` and, with ``attention_metadata`` (default), ``cu_seqlens``
-``[seq_len + 1]`` and ``max_seqlen`` ``[1]`` (int32; padded with ``seq_len``,
-see ``transforms.packing``). A bigger window packs tighter; no token is
-dropped: a document longer than ``seq_len`` is split. Each window is packed
-on its own, so its last row may be padded (with concat too).
+yield them) and packs them into rows of ``seq_len`` tokens: ``method="bfd"``
+(best-fit decreasing), ``"concat"`` (sequential fill, a document split at row
+ends) or ``"none"`` (concat-and-chunk: the stream cut every ``seq_len``
+tokens, one sequence a row, documents not separated). A bigger window packs
+tighter; no token is dropped (a document longer than ``seq_len`` is split).
+Each window is packed on its own, so its last row may be padded.
+
+Rows (``rows=``):
+
+- ``"tokens"`` (default): each token once, at its own width
+  (``transforms.token_rows``): ``input_ids`` ``[seq_len + 1]`` (the row's
+  tokens, padded with ``pad_id``, and one more column) of ``token_dtype``
+  (default uint32; pass uint16 for a vocabulary that fits) and ``seq_lens``, the
+  int32 lengths of the sequences packed into the row (a ragged key:
+  :attr:`ragged_keys`). Written with ``Layout.token_rows(dp, cp)``
+  (``labels_from="input_ids"``); readers deliver ``input_ids`` and ``labels``
+  as two views of the same bytes and derive ``-100`` labels, ``position_ids``,
+  ``document_ids`` and ``cu_seqlens`` from ``seq_lens`` (``transforms.derive``).
+  About ``token_dtype``'s size per token at rest, where ``"arrays"`` takes
+  20-28 bytes. An id ``token_dtype`` cannot hold is an error, never wrapped.
+- ``"arrays"``: the per-token arrays older namespaces store
+  (``transforms.pack_rows``): ``input_ids`` (``token_dtype``, default the
+  documents' dtype), ``labels``,
+  ``document_ids``, ``position_ids`` ``[seq_len]`` and, with
+  ``attention_metadata`` (default), ``cu_seqlens`` ``[seq_len + 1]`` and
+  ``max_seqlen`` ``[1]`` (int32; see ``transforms.packing``).
 
 State: the source's state at the start of the current window and the number
 of rows of it already yielded. Packing is deterministic, so a restore
@@ -30,9 +47,22 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.errors import SchemaMismatch
+from torch_tgb.format import narrowing_problem
 from torch_tgb.transforms import PACKERS, pack, pack_rows
+from torch_tgb.transforms.derive import SEQ_LENS_KEY
+from torch_tgb.transforms.token_rows import Spans, chunk_spans, concat_spans, spans_from_bins, token_rows
 
-__all__ = ["Pack", "PackStats"]
+__all__ = ["METHODS", "ROW_FORMATS", "Pack", "PackStats"]
+
+#: Pack(method=): the packers, and concat-and-chunk
+METHODS = (*sorted(PACKERS), "none")
+#: Pack(rows=)
+ROW_FORMATS = ("tokens", "arrays")
+#: what a source widens unsigned token dtypes to (``sources.as_tokens``)
+WIDENED = {"u2": np.int32, "u4": np.int64}
+#: the dtypes of token rows: a token at its own width
+TOKEN_DTYPES = (torch.uint16, torch.uint32, torch.int32, torch.int64)
 
 
 @dataclass(frozen=True)
@@ -65,12 +95,25 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         method: str = "bfd",
         tokens_key: str = "tokens",
         attention_metadata: bool = True,
+        rows: str = "tokens",
+        token_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if seq_len < 1 or window < 1:
-            raise ValueError(f"seq_len and window must be >= 1, got {seq_len=} {window=}")
-        if method not in PACKERS:
-            raise ValueError(f"unknown packing method {method!r}; choose from {sorted(PACKERS)}")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1 or window < 1:
+            raise ValueError(f"seq_len and window must be ints >= 1, got {seq_len=} {window=}")
+        if method not in METHODS:
+            raise ValueError(f"unknown packing method {method!r}; choose from {list(METHODS)}")
+        if rows not in ROW_FORMATS:
+            raise ValueError(f"rows must be one of {ROW_FORMATS}, got {rows!r}")
+        if token_dtype is not None and token_dtype not in TOKEN_DTYPES:
+            raise ValueError(f"token_dtype must be one of {TOKEN_DTYPES} or None, got {token_dtype}")
+        if token_dtype is None and rows == "tokens":
+            token_dtype = torch.uint32
+        problem = None if token_dtype is None else narrowing_problem(torch.tensor([pad_id]), token_dtype)
+        if problem is not None:
+            raise ValueError(f"pad_id={pad_id}: {problem}")
+        self.rows = rows
+        self.token_dtype = token_dtype
         self.source = source
         self.seq_len = seq_len
         self.window = window
@@ -113,6 +156,11 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         self._done += 1
         return self._rows.popleft()
 
+    @property
+    def ragged_keys(self) -> tuple[str, ...]:
+        """The ragged fields of the rows (``GlobalBatches`` passes them to the producer as ragged keys)."""
+        return (SEQ_LENS_KEY,) if self.rows == "tokens" else ()
+
     def stats(self) -> PackStats:
         c = self._counts
         efficiency = c["tokens"] / (c["rows"] * self.seq_len) if c["rows"] else 1.0
@@ -127,31 +175,77 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
             doc = doc.detach().cpu().numpy()
         return np.asarray(doc).reshape(-1)
 
-    def _fill(self) -> None:
-        docs: list[np.ndarray] = []
+    def _window_tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next window of documents as ``(flat tokens, int64 offsets)``; through the source's bulk path if it has one."""
+        take = getattr(self.source, "take_tokens", None)
+        got = take(self.window) if take is not None else None
+        if got is not None:
+            return got
+        docs = []
         for doc in self.source:
             docs.append(self._tokens(doc))
             if len(docs) >= self.window:
                 break
-        if not docs:
-            return
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        tokens = np.concatenate(docs)
-        bins = pack(lengths, self.seq_len, self.method)
-        rows = pack_rows(
-            tokens,
-            offsets,
-            bins,
-            self.seq_len,
-            pad_id=self.pad_id,
-            dtype=tokens.dtype,
-            attention_metadata=self.attention_metadata,
-        )
-        pieces = sum(len(row) for row in bins)
-        self._counts["rows"] += len(bins)
+        tokens = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
+        return tokens, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def _fill(self) -> None:
+        tokens, offsets = self._window_tokens()
+        if len(offsets) < 2:
+            return
+        docs = range(len(offsets) - 1)
+        lengths = np.diff(offsets)
+        spans = self._spans(lengths)
+        if self.method == "none":  # one stream: the documents are not separated
+            offsets = np.array([0, len(tokens)], dtype=np.int64)
+        self._counts["rows"] += spans.rows
         self._counts["documents"] += len(docs)
         self._counts["tokens"] += int(lengths.sum())
-        self._counts["splits"] += pieces - int((lengths > 0).sum())
+        if self.method != "none":
+            self._counts["splits"] += len(spans.length) - int((lengths > 0).sum())
+        if self.rows == "tokens":
+            self._token_rows(tokens, offsets, spans)
+        else:
+            self._array_rows(tokens, offsets, spans)
+
+    def _spans(self, lengths: np.ndarray) -> Spans:
+        if self.method == "none":
+            return chunk_spans(int(lengths.sum()), self.seq_len)
+        if self.method == "concat":
+            return concat_spans(lengths, self.seq_len)
+        return spans_from_bins(pack(lengths, self.seq_len, self.method))
+
+    def _row_dtype(self, tokens: np.ndarray) -> np.dtype:
+        """The numpy dtype of the rows' tokens; a token ``token_dtype`` cannot hold is a SchemaMismatch.
+
+        Without ``token_dtype`` (``rows="arrays"``), the documents' dtype as a
+        source yields it (uint16 widens to int32 and uint32 to int64), the same
+        whether the source was read document by document or in bulk.
+        """
+        if self.token_dtype is None:
+            return np.dtype(WIDENED.get(tokens.dtype.str.lstrip("<=|"), tokens.dtype))
+        target = torch.empty(0, dtype=self.token_dtype).numpy().dtype
+        if len(tokens) and not np.can_cast(tokens.dtype, target):  # narrowing: one min/max pass
+            low, high, fits = int(tokens.min()), int(tokens.max()), np.iinfo(target)
+            if low < fits.min or high > fits.max:
+                bad = high if high > fits.max else low
+                raise SchemaMismatch(f"Pack: token ids do not fit token_dtype={self.token_dtype}: a value {bad} does "
+                                     f"not fit {target} ({fits.min}..{fits.max}): the cast would change it")
+        return target
+
+    def _token_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
+        dtype = self._row_dtype(tokens)
+        rows, lens, row_first = token_rows(tokens, offsets, spans, self.seq_len, pad_id=self.pad_id, dtype=dtype)
+        ids, seq_lens = torch.from_numpy(rows), torch.from_numpy(lens)
+        for r, (a, b) in enumerate(zip(row_first[:-1].tolist(), row_first[1:].tolist())):
+            self._rows.append({"input_ids": ids[r], SEQ_LENS_KEY: seq_lens[a:b]})
+
+    def _array_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
+        bins = [[] for _ in range(spans.rows)]  # type: list[list[tuple[int, int, int]]]
+        for r, d, a, n in zip(spans.row.tolist(), spans.doc.tolist(), spans.start.tolist(), spans.length.tolist()):
+            bins[r].append((d, a, a + n))
+        rows = pack_rows(tokens, offsets, bins, self.seq_len, pad_id=self.pad_id, dtype=self._row_dtype(tokens),
+                         attention_metadata=self.attention_metadata)
         for r in range(len(bins)):
             self._rows.append({name: torch.from_numpy(np.ascontiguousarray(a[r])) for name, a in rows.items()})
