@@ -25,6 +25,9 @@ from _common import spread
 #: seed 000 §7.2: (Local, BatchWeave) steps/s and the gain the paper states
 PAPER = {"GR00T": (1.15, 3.09, 2.68), "HoloAssist": (0.029, 0.222, 7.73), "BEHAVIOR-1K": (0.227, 1.17, 5.17)}
 PROJECTION_P = (4, 16, 32)
+#: "S dominates" (issue 29's wait goal): D/S below this; near D = S neither does, and one producer that only
+#: just keeps up makes the trainer wait at every hiccup, which the crossover goal judges instead
+S_DOMINATES = 0.8
 
 
 def colocated_bound(s: float, d: float, t: int = 1) -> float:
@@ -35,8 +38,15 @@ def disaggregated_bound(s: float, d: float, p: int = 1) -> float:
     return min(1 / s, p / d)
 
 
-def crossover(points: dict[int, float], factor: int) -> int | None:
-    """The resolution (a multiple of ``factor``) where D/S = 1, interpolated log-log between measured points."""
+def crossover(points: dict[int, float], factor: int, near: float = 1.25) -> int | None:
+    """The resolution where D/S = 1: a measured one whose D/S is within ``near``x of 1 (the closest), else one
+    (a multiple of ``factor``) interpolated log-log between the measured points around it; None outside them.
+
+    At D/S = 1.25 the ideal gain at |T| = |P| = 1 is 1.8 instead of 2: close enough to test the peak without
+    a fourth resolution in a sweep that must fit in 15 minutes."""
+    close = [r for r, x in points.items() if 1 / near <= x <= near]
+    if close:
+        return min(close, key=lambda r: abs(math.log(points[r])))
     res = sorted(points)
     for lo, hi in zip(res, res[1:]):
         a, b = math.log(points[lo]), math.log(points[hi])
@@ -113,14 +123,15 @@ def goals(summary: dict[int, dict[str, Any]], crossover_res: int | None,
 
     bound = {f"{name}@{r}": med(s["setups"][name]["ratio_to_bound"]) for r, s in summary.items()
              for name in ("b", "c") if name in s["setups"]}
-    s_dominated = {r: s for r, s in summary.items() if med(s["D_over_S"]) < 1}
+    s_dominated = {r: s for r, s in summary.items() if med(s["D_over_S"]) < S_DOMINATES}
     waits = {f"{name}@{r}": med(s["setups"][name]["wait_fraction"]) for r, s in s_dominated.items()
              for name in ("b", "c") if name in s["setups"]}
     ideal = {f"b@{r}": med(s["ratios"].get("b_over_best_a_over_ideal", {})) for r, s in summary.items()}
     out: dict[str, Any] = {
         "disaggregated_at_least_0.9_of_bound": {"values": bound, "met": all(v >= 0.9 for v in bound.values())},
         "wait_at_most_5pct_where_S_dominates": {"values": waits, "met": bool(waits) and all(v <= 0.05 for v in
-                                                                                          waits.values())},
+                                                                                          waits.values()),
+                                                "where": f"D/S < {S_DOMINATES}"},
         "b_over_a_at_least_0.9_of_ideal": {"values": ideal, "met": all(v >= 0.9 for v in ideal.values())},
     }
     if crossover_res is not None and crossover_res in summary:
@@ -130,12 +141,13 @@ def goals(summary: dict[int, dict[str, Any]], crossover_res: int | None,
         out["crossover_ratio_at_least_1.7"] = {"resolution": None, "met": False,
                                                "why": "no resolution of the sweep has D = S between its neighbours"}
     if crash:
-        b = crash.get("b", {})
-        killed = bool(b.get("producer_running_at_kill"))
+        judged = {name: crash[name] for name in ("b", "c") if name in crash}
         out["killed_producer_loses_nothing"] = {
-            "met": bool(killed and b.get("survived") and b.get("exactly_once", {}).get("ok")),
-            "samples_lost": b.get("exactly_once", {}).get("missing"), "survived": b.get("survived"),
-            "killed_while_producing": killed}
+            "met": bool(judged) and all(row.get("killed") and row.get("survived") and row.get("exactly_once", {})
+                                        .get("ok") for row in judged.values()),
+            "samples_lost": sum(row.get("exactly_once", {}).get("missing", 0) for row in judged.values()),
+            "survived": {name: row.get("survived") for name, row in judged.items()},
+            "killed_while_producing": {name: bool(row.get("killed")) for name, row in judged.items()}}
     return out
 
 

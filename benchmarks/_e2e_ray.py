@@ -5,8 +5,9 @@ there starts the local cluster (GCS, raylet, the actors' worker processes) as
 its children, which inherit the CPU set: all of Ray runs on P, nothing of it on
 T (the trainer only reads the namespace, as in (b)). Shard ``i`` of ``shards``
 is the pipeline over WebDataset shard ``(i, shards)`` (``torch_tgb.integrations.ray.Fleet``,
-actors of ``num_cpus=1``, ``producers`` of them). On SIGUSR1 the driver
-``ray.kill``s the actor running a shard: Ray restarts it and the fleet hands
+actors of ``num_cpus=1``, ``producers`` of them). In a crash run the actor
+of shard 0 stops at batch ``cfg["hold"]["at"]`` (``_e2e_roles.hold_for_kill``)
+and the driver ``ray.kill``s it there: Ray restarts it and the fleet hands
 the shard back, which resumes at its last commit. The report (worker deaths,
 kill and resume times on the monotonic clock) goes to ``cfg["out"]``; each
 attempt's CPU seconds per step to ``cfg["reports"]``.
@@ -16,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ class FleetPipelines:
         import _e2e_roles
 
         report = Path(self.cfg["reports"]) / f"fleet-shard{shard}-pid{os.getpid()}-{time.monotonic_ns()}.json"
-        return _e2e_roles.TimedPipeline(_e2e_roles.build_pipeline(self.cfg, (shard, count)), str(report))
+        hold = self.cfg.get("hold") if shard == 0 else None
+        return _e2e_roles.TimedPipeline(_e2e_roles.build_pipeline(self.cfg, (shard, count)), str(report), hold)
 
 
 def _totals(fleet: Any) -> tuple[int, int]:
@@ -44,17 +44,24 @@ def _totals(fleet: Any) -> tuple[int, int]:
     return sum(s.attempts for s in stats), sum(s.commit_successes for s in stats)
 
 
-def _kill_one(fleet: Any, out: dict[str, Any]) -> tuple[int, int] | None:
-    """``ray.kill`` an actor running a shard (Ray restarts it); returns the (attempts, commits) before it."""
+def _kill_one(fleet: Any, out: dict[str, Any], pid: int) -> tuple[int, int] | None:
+    """``ray.kill`` the actor whose process ``pid`` holds at the kill point (Ray restarts it); returns the
+    (attempts, commits) before it."""
     import ray
 
     running = fleet.actors(running=True)
-    if not running:  # every shard already done (the producers outpaced the trainer): said, not faked
-        out["not_killed"] = "no actor was running a shard: every shard was done"
+    if not running:
+        out["not_killed"] = "no actor was running a shard"
         return None
+    target = running[0]
+    if len(running) > 1:  # several producers: find the one by its process
+        from ray.util.state import list_actors
+
+        ids = {a.actor_id: a.pid for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True)}
+        target = next((h for h in running if ids.get(h._actor_id.hex()) == pid), target)
     before = _totals(fleet)
     out["killed_t"] = time.monotonic()
-    ray.kill(running[0], no_restart=False)
+    ray.kill(target, no_restart=False)
     return before
 
 
@@ -67,11 +74,10 @@ def fleet(cfg: dict[str, Any]) -> None:
     # a new local cluster (never one found through RAY_ADDRESS or /tmp/ray), started from this process on P
     ray.init(address="local", num_cpus=cfg["producers"], include_dashboard=False, log_to_driver=False,
              object_store_memory=256 * 2**20)
-    kill = threading.Event()
-    signal.signal(signal.SIGUSR1, lambda *_: kill.set())
     driver = Fleet(cfg["ns"], FleetPipelines(cfg), num_producers=cfg["producers"], num_shards=cfg["shards"],
                    layout=img.layout(), commit_policy="dac", actor_options={"num_cpus": 1}, max_restarts=3,
                    progress=False, fleet=FleetConfig(poll_interval_s=0.1))
+    import _e2e_roles
     from _e2e_proc import ready
 
     if not ready():  # Ray is up; the actors start (and read) only after GO
@@ -82,8 +88,10 @@ def fleet(cfg: dict[str, Any]) -> None:
     try:
         driver.start()
         while driver.running:
-            if kill.is_set() and "killed_t" not in out and "not_killed" not in out:
-                before = _kill_one(driver, out)
+            held = _e2e_roles.read_hold(cfg["hold"]["file"]) if cfg.get("hold") else None
+            if held is not None and "held_t" not in out:
+                out["held_t"] = held["t"]
+                before = _kill_one(driver, out, held["pid"])
             if before is not None and "resumed_t" not in out:
                 attempts, commits = _totals(driver)
                 if attempts > before[0] and commits > before[1]:
@@ -97,6 +105,6 @@ def fleet(cfg: dict[str, Any]) -> None:
         driver.stop()
     finally:
         ray.shutdown()
-    if kill.is_set() and "killed_t" not in out and "not_killed" not in out:
-        out["not_killed"] = "the kill came after the fleet had finished"
+    if cfg.get("hold") and "held_t" not in out:
+        out["not_killed"] = "no actor reached the kill point"
     Path(cfg["out"]).write_text(json.dumps(out))

@@ -12,18 +12,21 @@ The orchestrator forks each on its node's cores (``_e2e_proc.Proc``);
   every row, and every ``check_every`` steps the first row's patch digest.
   CPU seconds on its node over the steady window (steps ``warmup`` .. end):
   its own and its DataLoader workers', and the node's cores' busy time. At
-  ``kill_at``: (a) SIGKILL of a worker; (b)/(c) it sends ``KILL`` and the
-  orchestrator kills a producer.
+  step ``kill_at`` of (a) it SIGKILLs one of its DataLoader workers.
 - ``producer``: ``tgb.produce`` of the pipeline (``TimedPipeline`` counts its
-  CPU seconds per step: the pipeline and the append of each batch).
+  CPU seconds per step: the pipeline and the append of each batch). In a
+  crash run of (b)/(c) it stops at batch ``hold["at"]`` until it is killed
+  (``hold_for_kill``).
 - ``calibrate``: S, the training step's CPU seconds on batches in memory,
   and S + R, the same steps fed by ``tgb.DataLoader`` from a namespace.
 """
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import signal
 import time
 import warnings
@@ -33,7 +36,7 @@ from typing import Any
 import _e2e_cpu as cpu
 import _e2e_images as img
 import torch
-from _e2e_proc import ready, send
+from _e2e_proc import ready
 from torchdata.nodes import BaseNode
 
 import torch_tgb as tgb
@@ -61,9 +64,9 @@ class TimedPipeline(BaseNode[dict[str, Any]]):
     caller's (``Producer.append``) for the one before. State: the pipeline's.
     """
 
-    def __init__(self, inner: BaseNode[Any], report: str) -> None:
+    def __init__(self, inner: BaseNode[Any], report: str, hold: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.inner, self.report = inner, report
+        self.inner, self.report, self.hold = inner, report, hold
         self.marks: list[float] = []  # CPU seconds of this process when each batch was handed on
         self.inside: list[float] = []  # of which the pipeline's own, for that batch
         self.bytes: list[int] = []
@@ -82,6 +85,8 @@ class TimedPipeline(BaseNode[dict[str, Any]]):
             raise
         self.marks.append(time.process_time())
         self.inside.append(self.marks[-1] - t)
+        if self.hold is not None and len(self.marks) == self.hold["at"] + 1:
+            hold_for_kill(self.hold)
         self.bytes.append(sum(v.numel() * v.element_size() for x in batch.values()
                               for v in (x if isinstance(x, list) else [x])))
         return batch
@@ -98,9 +103,31 @@ class TimedPipeline(BaseNode[dict[str, Any]]):
                                                  "bytes_per_step": sum(self.bytes) / n if n else None}))
 
 
+def hold_for_kill(hold: dict[str, Any]) -> None:
+    """A crash run's kill point: the first process to reach it (the file is created exclusively) says so in
+    ``hold["file"]`` (its pid, the time) and waits there, its batch made but not handed on, until it is killed
+    (``hold["max_s"]`` at most). Its replacement, or a restarted actor, finds the file and goes on: the kill
+    falls mid-production whatever the speeds of producer and trainer."""
+    try:
+        fd = os.open(hold["file"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "t": time.monotonic()}, f)
+    time.sleep(hold.get("max_s", 60))
+
+
+def read_hold(path: str) -> dict[str, Any] | None:
+    """The kill point's note (pid, time), once the process that holds there has written it whole."""
+    try:
+        return json.loads(Path(path).read_text())  # type: ignore[no-any-return]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
 def producer(cfg: dict[str, Any]) -> None:
     torch.set_num_threads(1)
-    node = TimedPipeline(build_pipeline(cfg, tuple(cfg["shard"])), cfg["out"])
+    node = TimedPipeline(build_pipeline(cfg, tuple(cfg["shard"])), cfg["out"], cfg.get("hold"))
     if cfg.get("go") and not ready():
         return
     try:
@@ -159,6 +186,8 @@ def trainer(cfg: dict[str, Any]) -> None:
     checks: dict[str, str] = {}
     first = last = None
     error = None
+    killed_t = None
+    profiler = cProfile.Profile() if cfg.get("profile") else None
     started = time.monotonic()
     try:
         for step in range(steps):
@@ -181,19 +210,57 @@ def trainer(cfg: dict[str, Any]) -> None:
                 checks.update(list(img.first_image_digests(batch).items())[:1])
             if step + 1 == warmup:
                 first = cpu.snapshot(pids)
-            if step == kill_at:
-                if worker_pids:  # (a): the trainer's own worker dies, as in seed 000 §2.2
-                    os.kill(worker_pids[0], signal.SIGKILL)
-                else:
-                    send(("KILL", time.monotonic()))
+                if profiler is not None:
+                    profiler.enable()
+            if step == kill_at and worker_pids:  # (a): the trainer's own worker dies, as in seed 000 §2.2
+                os.kill(worker_pids[0], signal.SIGKILL)
+                killed_t = time.monotonic()
     except Exception as exc:  # noqa: BLE001 - (a)'s death on a killed worker is the measurement
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     last = cpu.snapshot(pids)
+    if profiler is not None:
+        profiler.disable()
     window = cpu.window_cpu(first, last, cfg["trainer_cpus"]) if first else None
     Path(cfg["out"]).write_text(json.dumps({
         **rec, "started": started, "checks": checks, "error": error, "window_cpu": window,
-        "worker_pids": worker_pids, "pid": os.getpid(),
+        "worker_pids": worker_pids, "pid": os.getpid(), "killed_t": killed_t,
+        "profile": profile_rows(profiler) if profiler is not None else None,
     }))
+
+
+def profile_rows(profiler: cProfile.Profile, top: int = 15) -> dict[str, Any]:
+    """The profiled window's functions with the most time of their own (tottime), and the total."""
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (path, line, name), (_, calls, own, cum, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{Path(path).name}:{line}" if line else path
+        rows.append({"function": f"{where}({name})", "calls": calls, "own_s": own, "cumulative_s": cum})
+    rows.sort(key=lambda r: -r["own_s"])
+    return {"total_s": stats.total_tt, "top": rows[:top],  # type: ignore[attr-defined]
+            "groups": profile_groups(stats.stats)}  # type: ignore[attr-defined]
+
+
+#: (file name, function) whose cumulative time is one part of the trainer's loop
+PROFILE_GROUPS = {
+    "training step (forward, backward, AdamW)": [("_e2e_images.py", "step")],
+    "next batch (the wait for data and reading it)": [("dataloader.py", "__next__"), ("loader.py", "__next__")],
+    "sleeping in the wait (polls)": [("~", "<built-in method time.sleep>")],
+    "bookkeeping of this benchmark (digests, bytes)": [("_e2e_images.py", "row_digests"),
+                                                       ("_e2e_images.py", "batch_bytes"),
+                                                       ("_e2e_images.py", "first_image_digests")],
+}
+
+
+def profile_groups(raw: dict[tuple[str, int, str], Any]) -> dict[str, float]:
+    """Cumulative seconds of each part of ``PROFILE_GROUPS`` (the outermost call of a name counts once)."""
+    out = {}
+    for group, names in PROFILE_GROUPS.items():
+        total = 0.0
+        for file, func in names:
+            hits = [v[3] for (path, _, name), v in raw.items() if name == func and Path(path).name == file]
+            total += max(hits, default=0.0)
+        out[group] = total
+    return out
 
 
 def calibrate(cfg: dict[str, Any]) -> None:

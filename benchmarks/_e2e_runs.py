@@ -3,12 +3,14 @@ processes or (c) a Ray fleet on the producer node; its summary.
 
 ``Runner.run(setup, resolution, steps)`` forks the trainer (``_e2e_roles``)
 on the setup's trainer cores and the producers on theirs (``_e2e_proc``),
-waits until all are built, says ``GO`` to all, and relays a ``KILL`` from the
-trainer: (b) SIGKILL of producer 0, a replacement with the same
-producer id ``outage`` seconds later; (c) SIGUSR1 to the fleet driver, which
-``ray.kill``s an actor. Every run reads the first ``steps`` tar shards (one
-global batch each) to their end, so what it delivered is checked against
-exactly those samples.
+waits until all are built and says ``GO`` to all. A crash run (``hold_at``)
+stops producer 0 (or the fleet's actor of shard 0) at that batch
+(``_e2e_roles.hold_for_kill``): (b) the orchestrator SIGKILLs it there and
+starts a replacement with the same producer id ``outage`` seconds later; (c)
+the fleet driver ``ray.kill``s the actor and Ray restarts it. (a) kills its
+own worker at trainer step ``kill_at``. Every run reads the first ``steps``
+tar shards (one global batch each) to their end, so what it delivered is
+checked against exactly those samples.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import _e2e_cpu as cpu
 from _common import pct
 from _e2e_proc import Proc
+from _e2e_roles import read_hold
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,15 @@ class Runner:
     """Starts the processes of one run on their cores; see the module docstring."""
 
     def __init__(self, work: Path, *, t: list[int], p: list[int], data: dict[str, Any], batch: int, warmup: int,
-                 model: dict[str, Any], outage: float, timeout: float, quiet: float | None = None) -> None:
+                 model: dict[str, Any], outage: float, timeout: float, quiet: float | None = None,
+                 gate_budget_s: float = 0.0) -> None:
         self.work, self.t, self.p, self.data = work, t, p, data
         self.batch, self.warmup, self.model, self.outage, self.timeout = batch, warmup, model, outage, timeout
-        self.quiet = quiet  # before each run, wait until other jobs use at most this many cores (None: never)
+        # before each run, wait until other jobs use at most ``quiet`` cores (None: never), for at most
+        # ``gate_budget_s`` seconds over the whole benchmark (runs run again count too); once it is spent,
+        # runs start at once and the results say they were disturbed
+        self.quiet, self.gate_budget_s = quiet, gate_budget_s
+        self.gate_spent_s = 0.0
         self._n = 0
 
     def _path(self, stem: str) -> Path:
@@ -76,11 +84,26 @@ class Runner:
     def base(self, resolution: Any, seq: int, steps: int) -> dict[str, Any]:
         return {"urls": self.data["urls"][:steps], "resolution": resolution, "batch": self.batch, "seq": seq}
 
+    @property
+    def gate_left_s(self) -> float:
+        return max(0.0, self.gate_budget_s - self.gate_spent_s)
+
+    def charge(self, seconds: float) -> None:
+        """Time lost to other jobs outside the gate (a run run again) comes out of its budget."""
+        self.gate_spent_s += seconds
+
+    def gate(self) -> dict[str, Any] | None:
+        """Wait for a quiet machine (30 s at most per run, and only while the budget lasts)."""
+        if self.quiet is None:
+            return None
+        g = cpu.wait_quiet(max_cores=self.quiet, window=0.5, timeout=min(30.0, self.gate_left_s))
+        self.gate_spent_s += g["waited_s"]
+        return {**g, "quiet": g["busy_cores"] <= self.quiet, "budget_left_s": self.gate_left_s}
+
     # --- calibration: D on P alone, then S and S + R on T alone ----------------------------------------
 
     def calibrate(self, resolution: int, seq: int, steps: int) -> dict[str, Any]:
-        if self.quiet is not None:
-            cpu.wait_quiet(max_cores=self.quiet, window=1.0, timeout=120)
+        self.gate()
         ns = self._path("ns-cal")
         prod = self._path("producer").with_suffix(".json")
         cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "producer_id": "cal", "shard": [0, 1],
@@ -100,7 +123,7 @@ class Runner:
     # --- one run ---------------------------------------------------------------------------------------
 
     def run(self, setup: Setup, resolution: Any, seq: int, steps: int, *, kill_at: int | None = None,
-            check_every: int | None = None) -> dict[str, Any]:
+            hold_at: int | None = None, check_every: int | None = None, profile: bool = False) -> dict[str, Any]:
         both = sorted(self.t + self.p)
         t_cores = both if setup.shared else self.t
         p_cores = both if setup.shared else self.p
@@ -109,8 +132,10 @@ class Runner:
         cfg = {**self.base(resolution, seq, steps), "setup": "colocated" if setup.kind == "colocated" else "tgb",
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
-               "timeout": self.timeout}
-        gate = cpu.wait_quiet(max_cores=self.quiet, window=1.0, timeout=120) if self.quiet is not None else None
+               "timeout": self.timeout, "profile": profile}
+        if hold_at is not None:
+            cfg["hold"] = {"at": hold_at, "file": str(self._path("hold").with_suffix(".json")), "max_s": 60}
+        gate = self.gate()
         load_before = cpu.loadavg()
         ours0, busy0, wall0 = cpu.ours_s(), cpu.core_busy_s(), time.monotonic()
         trainer = self.start("trainer", cfg, t_cores)
@@ -155,8 +180,11 @@ class Runner:
                 break
 
     def _producer_cfg(self, cfg: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        return {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producer_id": f"p{index}",
-                "shard": [index, count], "out": str(self._path(f"producer-p{index}").with_suffix(".json"))}
+        out = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producer_id": f"p{index}",
+               "shard": [index, count], "out": str(self._path(f"producer-p{index}").with_suffix(".json"))}
+        if index == 0 and "hold" in cfg:
+            out["hold"] = cfg["hold"]
+        return out
 
     def _start_data(self, setup: Setup, cfg: dict[str, Any], cores: list[int]
                     ) -> tuple[list[Proc], list[Path], dict[str, Any]]:
@@ -172,32 +200,35 @@ class Runner:
             cfg["reports"] = str(self._path("fleet-reports"))
             Path(cfg["reports"]).mkdir()
             fc = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producers": len(self.p),
-                  "shards": len(self.p), "out": str(fleet_out), "reports": cfg["reports"]}
+                  "shards": len(self.p), "out": str(fleet_out), "reports": cfg["reports"], "hold": cfg.get("hold")}
             reports.append(fleet_out)
             procs.append(self.start("fleet", fc, cores, session=True))
         return procs, reports, {}
 
     def _relay(self, trainer: Proc, setup: Setup, cfg: dict[str, Any], cores: list[int], procs: list[Proc],
                reports: list[Path], events: dict[str, Any]) -> None:
-        """Act on the trainer's ``KILL``: kill producer 0 (and restart it) or have the fleet kill an actor."""
+        """(b) in a crash run: once producer 0 holds at its kill point, SIGKILL it and start its replacement."""
+        hold = cfg.get("hold")
+        if setup.kind != "processes" or hold is None:
+            return
         while trainer.poll() is None:
-            for message in trainer.messages(0.05):
-                if not (isinstance(message, tuple) and message[0] == "KILL") or not procs:
-                    continue
-                events["kill_requested_t"] = message[1]
-                if setup.kind == "fleet":
-                    procs[0].signal(signal.SIGUSR1)
-                    continue
-                events["producer_running_at_kill"] = procs[0].poll() is None
-                if not events["producer_running_at_kill"]:  # it had finished: nothing to kill, nothing to replace
-                    continue
-                procs[0].signal(signal.SIGKILL)
-                events["killed_t"] = time.monotonic()
-                time.sleep(self.outage)
-                pc = self._producer_cfg(cfg, 0, len(self.p))
-                reports.append(Path(pc["out"]))
-                procs.append(self.start("producer", pc, cores))
-                events["restarted_t"] = time.monotonic()
+            held = read_hold(hold["file"])
+            if held is None:
+                if procs[0].poll() is not None:  # it ended without reaching the kill point
+                    events["producer_running_at_kill"] = False
+                    return
+                time.sleep(0.005)
+                continue
+            events["held_t"] = held["t"]
+            events["producer_running_at_kill"] = procs[0].poll() is None and held["pid"] == procs[0].pid
+            procs[0].signal(signal.SIGKILL)
+            events["killed_t"] = time.monotonic()
+            time.sleep(self.outage)
+            pc = self._producer_cfg(cfg, 0, len(self.p))
+            reports.append(Path(pc["out"]))
+            procs.append(self.start("producer", pc, cores))
+            events["restarted_t"] = time.monotonic()
+            return
 
 
 def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:

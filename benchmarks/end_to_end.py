@@ -22,24 +22,29 @@ with the patches.
   (``a0``, ``a1``, ``a2``) running the pipeline on T, prefetch 4;
 - (b) ``tgb.produce`` processes on P (one per core), trainer on T reading
   with ``tgb.DataLoader``; (c) the same producers as a Ray fleet on P;
-- equal total CPU: ``a1_shared``, ``a2_shared``, ``b_shared``: trainer and
-  data both free to use T ∪ P.
+- equal total CPU: ``a1_shared`` (``a2_shared`` in ``--quick``), ``b_shared``:
+  trainer and data both free to use T ∪ P.
 
 The sweep is ``--resolutions`` plus the resolution where D = S (found from
-the first round's calibration). On a shared machine every run (and
-calibration) waits until other jobs use less than 0.1 core (2 minutes at
-most), and a run during which they took more than 0.05 core is run again
-(twice at most; counted in the results as ``attempts``, the other jobs' share
-as ``foreign_cores``). Reported per run: steps/s, step p50/p95, the
-wait for data per step, CPU seconds per step on T (the trainer and its
-workers, and the cores' busy time, which also counts strangers), bytes per
-step; every run's delivered samples are checked exactly once.
+the first round's calibration; a resolution of the sweep with D/S within
+1.25x of 1 counts as it). On a shared machine every run (and calibration)
+waits until other jobs use less than 0.1 core (30 s at most per run, 150
+s in all: then runs start at once), and a run during which they took
+more than 0.05 core is run again once while that budget lasts; the results
+count the runs disturbed (``gate``), and each run's other jobs' share
+(``foreign_cores``). Reported per run: steps/s, step p50/p95, the wait for
+data per step, CPU seconds per step on T (the trainer and its workers, and
+the cores' busy time, which also counts strangers), bytes per step; every
+run's delivered samples are checked exactly once.
 
 **Also:** a resolution schedule 224 -> 448 mid-run (``transforms.resolution_schedule``)
-for the best colocated setup and (b); a crash: SIGKILL of a DataLoader worker
-(a), of the producer (b, a replacement after ``--outage`` s) and ``ray.kill``
-of the fleet's actor (c) at a third of the run. The model and the goals are in
-``_e2e_analysis``.
+for the best colocated setup and (b); a crash: SIGKILL of a DataLoader
+worker (a) at a third of the trainer's steps, SIGKILL of the producer (b, a
+replacement after ``--outage`` s) and ``ray.kill`` of the fleet's actor (c)
+at a third of their batches (the producer waits there to be killed, so the
+kill falls mid-production whatever the speeds); one more (b) run with the
+trainer under ``cProfile`` (where its time goes). The model and the goals
+are in ``_e2e_analysis``.
 
 Usage: python benchmarks/end_to_end.py [--quick] [--rounds N] [--results-dir DIR]
        (also: tgb bench e2e [--quick])
@@ -54,6 +59,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +73,15 @@ from _common import add_results_arg, results_dir, save
 from _e2e_runs import SETUPS, Runner, summarise
 
 FULL = {"resolutions": [224, 448, 896], "batch": 8, "images": 48, "min_mp": 0.5, "max_mp": 2.0, "rounds": 3,
-        "run_seconds": 8.0, "min_steps": 20, "max_steps": 64, "warmup": 4, "cal_steps": 10, "schedule": [224, 448],
-        "schedule_steps": 30, "crash_steps": 48, "model": {"d_enc": 32, "d_model": 32, "layers": 1, "heads": 2},
-        "quiet": 0.1, "max_foreign": 0.05, "retries": 2}
+        "run_seconds": 4.5, "min_steps": 12, "max_steps": 36, "warmup": 3, "cal_steps": 8, "schedule": [224, 448],
+        "schedule_steps": 24, "crash_steps": 36, "model": {"d_enc": 32, "d_model": 32, "layers": 1, "heads": 2},
+        "shared": ["a1_shared", "b_shared"],  # a2_shared measured no better than a1_shared on two cores
+        "quiet": 0.1, "max_foreign": 0.05, "retries": 1, "gate_budget_s": 150.0}
 QUICK = {"resolutions": [56, 112], "batch": 2, "images": 4, "min_mp": 0.02, "max_mp": 0.05, "rounds": 1,
          "run_seconds": 1.0, "min_steps": 4, "max_steps": 6, "warmup": 2, "cal_steps": 3, "schedule": [56, 112],
          "schedule_steps": 3, "crash_steps": 9, "model": {"d_enc": 8, "d_model": 16, "layers": 1, "heads": 2},
-         "quiet": None, "max_foreign": None, "retries": 0}
+         "shared": ["a2_shared", "b_shared"],  # a1_shared is close to b_shared on two cores
+         "quiet": None, "max_foreign": None, "retries": 0, "gate_budget_s": 0.0}
 
 
 def rotate(items: list[Any], k: int) -> list[Any]:
@@ -110,7 +118,9 @@ class Sweep:
         if r == 0:
             self.crossover = model.crossover({res: self.cal[res][0]["D_s"] / self.cal[res][0]["S_s"]
                                               for res in resolutions}, img.PATCH * img.MERGE)
-            if self.crossover is not None and self.crossover not in self.cal:
+            if self.crossover in self.cal:
+                print(f"  D ≈ S at resolution {self.crossover} (of the sweep)", flush=True)
+            elif self.crossover is not None:
                 print(f"  D = S near resolution {self.crossover}: added to the sweep", flush=True)
                 self.calibrate(self.crossover)
             for res in self.cal:
@@ -119,11 +129,13 @@ class Sweep:
             for name in rotate(self.setups, r + i):
                 t0 = time.monotonic()
                 for attempt in range(1 + self.cfg["retries"]):  # again if other jobs took CPU during the run
+                    t1 = time.monotonic()
                     run = self.runner.run(SETUPS[name], res, img.seq_len(res), self.steps[res])
                     gate = run["quiet_gate"]
                     if self.cfg["max_foreign"] is None or run["foreign_cores"] <= self.cfg["max_foreign"] or \
-                            gate["busy_cores"] > self.cfg["quiet"]:  # never quiet (2 min): again would not help
+                            not gate["quiet"] or not self.runner.gate_left_s:  # again would not help
                         break
+                    self.runner.charge(time.monotonic() - t1)
                     print(f"  {name} at {res}: other jobs used {run['foreign_cores']:.2f} cores, again", flush=True)
                 self.wall[name] = self.wall.get(name, 0.0) + time.monotonic() - t0
                 row = summarise(run, self.cfg["warmup"])
@@ -168,7 +180,8 @@ def phases(run: dict[str, Any], hi: int, warmup: int) -> dict[str, Any]:
 
 def crash(runner: Runner, cfg: dict[str, Any], res: int, colocated: str, setups: list[str],
           digests: list[str], data: dict[str, Any]) -> dict[str, Any]:
-    """SIGKILL a producer (b), ``ray.kill`` an actor (c), SIGKILL a DataLoader worker (a), a third into the run."""
+    """SIGKILL a producer (b), ``ray.kill`` an actor (c) at a third of their batches; SIGKILL a DataLoader worker
+    (a) at a third of the trainer's steps."""
     steps = cfg["crash_steps"] + cfg["warmup"]
     kill_at = steps // 3
     expected = set(digests[: steps * cfg["batch"]])
@@ -180,17 +193,23 @@ def crash(runner: Runner, cfg: dict[str, Any], res: int, colocated: str, setups:
 
     out: dict[str, Any] = {"resolution": res, "steps": steps, "killed_at_step": kill_at, "outage_s": runner.outage}
     for name in [colocated, "b", *(["c"] if "c" in setups else [])]:
-        run = runner.run(SETUPS[name], res, img.seq_len(res), steps, kill_at=kill_at, check_every=4)
+        if name == colocated:
+            run = runner.run(SETUPS[name], res, img.seq_len(res), steps, kill_at=kill_at, check_every=4)
+        else:
+            run = runner.run(SETUPS[name], res, img.seq_len(res), steps, hold_at=kill_at, check_every=4)
         ends = run.get("end", [])
         ev = {**run["events"], **next((p for p in run["producers"] if "started_t" in p), {})}
-        killed = ev.get("killed_t")
+        killed = ev.get("killed_t") or run.get("killed_t")
         back = ev.get("restarted_t") or ev.get("resumed_t")
         row: dict[str, Any] = {
             "setup": name, "steps_done": len(ends), "error": run.get("error"),
             "survived": run.get("error") is None and len(ends) == steps, "steps_lost": steps - len(ends),
             "longest_stall_s": max((b - a for a, b in zip(ends, ends[1:])), default=None),
-            "producer_running_at_kill": ev.get("producer_running_at_kill"), "not_killed": ev.get("not_killed"),
-            "worker_deaths": ev.get("worker_deaths"), "fleet_error": ev.get("fleet_error"),
+            "killed": killed is not None,
+            "trainer_steps_at_kill": sum(1 for t in ends if t <= killed) if killed is not None else None,
+            "producer_running_at_kill": ev.get("producer_running_at_kill", killed is not None),
+            "not_killed": ev.get("not_killed"), "worker_deaths": ev.get("worker_deaths"),
+            "fleet_error": ev.get("fleet_error"),
         }
         if killed is not None and back is not None:
             row["outage_s"] = back - killed
@@ -213,8 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ray", action="store_true", help="leave out (c)")
     parser.add_argument("--no-shared", action="store_true", help="leave out the equal-total-CPU setups")
     parser.add_argument("--no-gate", action="store_true",
-                        help="start every run at once (default: wait until other jobs use < 0.1 core, and run again "
-                        "a run during which they used > 0.05, twice at most)")
+                        help="start every run at once (default: wait until other jobs use < 0.1 core, 30 s at most "
+                        "per run and 150 s in all, and run again once a run during which they used > 0.05)")
+    parser.add_argument("--gate-budget", type=float, default=None, help="seconds the quiet gate may wait in all")
+    parser.add_argument("--machine-note", default=None,
+                        help="what the machine is, for the results (default: its cores and whether a GPU is seen)")
     parser.add_argument("--workdir", type=Path, default=None, help="namespaces and shards (default: /dev/shm)")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
@@ -224,13 +246,29 @@ def main(argv: list[str] | None = None) -> int:
         import _e2e_roles
 
         return _e2e_roles.main(args.role, args.config)
+    try:
+        return measure(args)
+    except Exception as exc:  # a failure says what failed (a suite runs this as a subprocess and shows its output)
+        traceback.print_exc()
+        print(f"end_to_end: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def measure(args: argparse.Namespace) -> int:
     cfg = dict(QUICK if args.quick else FULL)
     cfg["rounds"] = args.rounds or cfg["rounds"]
     cfg["resolutions"] = args.resolutions or cfg["resolutions"]
+    if args.gate_budget is not None:
+        cfg["gate_budget_s"] = args.gate_budget
     if args.no_gate:
-        cfg.update(quiet=None, max_foreign=None, retries=0)
+        cfg.update(quiet=None, max_foreign=None, retries=0, gate_budget_s=0.0)
     out_dir = results_dir(args)
-    t, p = cpu.split_nodes(cpu.available_cpus(), args.trainer_cores)
+    cpus = cpu.available_cpus()
+    overlap = len(cpus) < 2 and args.quick  # one core: the quick check still runs, T and P being the same core
+    t, p = (cpus, cpus) if overlap else cpu.split_nodes(cpus, args.trainer_cores)
+    if overlap:
+        print(f"one core ({cpus}): T and P are the same core (quick mode checks the pipeline, not the speed)",
+              flush=True)
     torch.set_num_threads(1)  # before any torch op: the roles are forked from here (no OpenMP pool to inherit)
     setups = ["a0", "a1", "a2", "b"]
     ray_note = "measured"
@@ -241,9 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_ray and "c" in setups:
         setups.remove("c")
         ray_note = "left out (--no-ray)"
-    if not args.no_shared:  # quick: the two that matter (a1_shared is close to (b) on two cores)
-        setups += ["a2_shared", "b_shared"] if args.quick else ["a1_shared", "a2_shared", "b_shared"]
-    base = args.workdir or (Path("/dev/shm") if Path("/dev/shm").is_dir() else None)
+    if not args.no_shared:
+        setups += cfg["shared"]
+    base = args.workdir or (Path("/dev/shm") if _free_bytes(Path("/dev/shm")) > 2**30 else None)
     work = Path(tempfile.mkdtemp(prefix="tgb-e2e-", dir=base))
     started = time.monotonic()
     load_start = cpu.loadavg()
@@ -255,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         by_key = {k: d for d, k in data["keys"].items()}
         digests = [by_key[f"s{i:06d}"] for i in range(samples)]
         runner = Runner(work, t=t, p=p, data=data, batch=cfg["batch"], warmup=cfg["warmup"], model=cfg["model"],
-                        outage=args.outage, timeout=600, quiet=cfg["quiet"])
+                        outage=args.outage, timeout=600, quiet=cfg["quiet"], gate_budget_s=cfg["gate_budget_s"])
         print(f"nodes: T = {t}, P = {p}; setups {setups}; dataset {data['samples']} samples, "
               f"{data['image_mp_mean']:.2f} MP mean", flush=True)
         sweep = Sweep(runner, cfg, setups, digests)
@@ -272,26 +310,58 @@ def main(argv: list[str] | None = None) -> int:
         crash_res = min(ahead, key=lambda res: abs(ahead[res] - 0.6)) if ahead else min(summary)
         with_worker = max(("a1", "a2"), key=lambda a: summary[crash_res]["setups"][a]["steps_per_s"]["median"])
         crashed = crash(runner, cfg, crash_res, with_worker, setups, digests, data)
+        prof_res = sweep.crossover if sweep.crossover in summary else max(summary)
+        profiled = runner.run(SETUPS["b"], prof_res, img.seq_len(prof_res), sweep.steps[prof_res], profile=True)
+        profile = {"resolution": prof_res, "setup": "b", **(profiled.get("profile") or {}),
+                   "run": summarise(profiled, cfg["warmup"])}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    rows = [row for runs in sweep.runs.values() for rs in runs.values() for row in rs]
+    disturbed = [row for row in rows if cfg["max_foreign"] is not None and (row.get("foreign_cores") or 0) >
+                 cfg["max_foreign"]]
     result: dict[str, Any] = {
         "quick": args.quick, "config": {k: v for k, v in cfg.items()},
-        "nodes": {"T": t, "P": p, "pinning": {name: SETUPS[name].describe(t, p) for name in setups}},
+        "machine_note": args.machine_note or _machine_note(),
+        "gpu": "none lent to this run: the trainer steps on CPU core(s) T" if not torch.cuda.is_available()
+        else f"{torch.cuda.get_device_name(0)} seen, not used (the GPU variant is not implemented here)",
+        "nodes": {"T": t, "P": p, "overlap": overlap,
+                  "pinning": {name: SETUPS[name].describe(t, p) for name in setups}},
         "dataset": {k: v for k, v in data.items() if k not in ("urls", "keys", "jpegs")},
         "model": {**img.spec_dict(img.ModelSpec(**cfg["model"])),
                   "gflop_per_step": {res: img.flops_per_step(img.ModelSpec(**cfg["model"]), res, cfg["batch"]) / 1e9
                                      for res in summary}},
         "steps_per_run": sweep.steps, "crossover_resolution": sweep.crossover, "ray": ray_note,
         "calibration": sweep.cal, "runs": sweep.runs, "summary": summary, "schedule": sched, "crash": crashed,
+        "profile": profile,
         "projection": model.projection(summary, len(t)),
         "goals": model.goals(summary, sweep.crossover, crashed),
         "paper": {name: {"local": a, "batchweave": b, "ratio": g} for name, (a, b, g) in model.PAPER.items()},
+        "gate": {"quiet_cores": cfg["quiet"], "budget_s": cfg["gate_budget_s"], "waited_s": runner.gate_spent_s,
+                 "exhausted": cfg["quiet"] is not None and runner.gate_left_s == 0,
+                 "disturbed_runs": len(disturbed), "runs": len(rows),
+                 "disturbed": cfg["quiet"] is not None and (runner.gate_left_s == 0 or bool(disturbed))},
         "load": {"start": load_start, "end": cpu.loadavg()}, "seconds": time.monotonic() - started,
     }
     save(out_dir, "end_to_end", result)
     for name, g in result["goals"].items():
         print(f"goal {name}: {'met' if g['met'] else 'NOT met'} {g.get('values', g.get('value', ''))}", flush=True)
+    if result["gate"]["disturbed"]:
+        print(f"disturbed: other jobs used > {cfg['max_foreign']} core during {len(disturbed)} of {len(rows)} runs "
+              f"(gate waited {runner.gate_spent_s:.0f} s of {cfg['gate_budget_s']:.0f})", flush=True)
+    print(f"end_to_end: {result['seconds']:.0f} s", flush=True)
     return 0
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+def _machine_note() -> str:
+    gpu = "a GPU" if torch.cuda.is_available() else "no GPU"
+    return f"{os.cpu_count()} cores ({len(cpu.available_cpus())} usable by this process), {gpu}"
 
 
 if __name__ == "__main__":
