@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return _e2e_roles.main(args.role, args.config)
     try:
         return measure(args)
-    except Exception as exc:  # a failure says what failed (a suite runs this as a subprocess and shows its output)
+    except Exception as exc:  # noqa: BLE001 - a failure says what failed (a suite runs this as a subprocess and shows its output)
         traceback.print_exc()
         print(f"end_to_end: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
