@@ -111,6 +111,32 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
     return out
 
 
+def quiet_rounds(runs: dict[str, list[dict[str, Any]]], cal: list[dict[str, Any]], *, t: int, p: int,
+                 max_foreign: float) -> dict[str, Any]:
+    """The figures of (b) and (c) from the rounds in which no run of (a) or (b) had other jobs above
+    ``max_foreign`` cores: what this run says about a quiet machine (other jobs only ever slow a run down,
+    so a disturbed round is dropped whole, never one setup of it)."""
+    rounds = len(cal)
+    judged = [n for n in ("a0", "a1", "a2", "b") if n in runs]
+    quiet = [i for i in range(rounds) if all((runs[n][i].get("foreign_cores") or 0.0) <= max_foreign
+                                             for n in judged)]
+    out: dict[str, Any] = {"rounds": quiet, "max_foreign": max_foreign}
+    s = {i: cal[i]["S_s"] for i in range(rounds)}
+    d = {i: cal[i]["D_s"] for i in range(rounds)}
+    ratios = [runs["b"][i]["steps_per_s"] / max(runs[a][i]["steps_per_s"] for a in ("a0", "a1", "a2") if a in runs)
+              for i in quiet]
+    ideal = [disaggregated_bound(s[i], d[i], p) / colocated_bound(s[i], d[i], t) for i in quiet]
+    out["b_over_best_a"] = spread(ratios) if quiet else None
+    out["b_over_best_a_over_ideal"] = spread([x / y for x, y in zip(ratios, ideal)]) if quiet else None
+    for name in ("b", "c"):  # each on its own: its runs that other jobs left alone
+        if name in runs:
+            own = [i for i in range(rounds) if (runs[name][i].get("foreign_cores") or 0.0) <= max_foreign]
+            out[f"{name}_rounds"] = own
+            out[f"{name}_over_bound"] = spread([runs[name][i]["steps_per_s"] / disaggregated_bound(s[i], d[i], p)
+                                                for i in own]) if own else None
+    return out
+
+
 def _nan(x: Any) -> bool:
     return isinstance(x, float) and math.isnan(x)
 

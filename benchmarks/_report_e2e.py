@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import _e2e_analysis as model
+
 SETUP_LABELS = {"a0": "(a) colocated, 0 workers", "a1": "(a) colocated, 1 worker", "a2": "(a) colocated, 2 workers",
                 "b": "(b) tgb.produce processes on P", "c": "(c) Ray fleet on P",
                 "a1_shared": "(a) 1 worker, T ∪ P", "a2_shared": "(a) 2 workers, T ∪ P",
@@ -55,7 +57,8 @@ def e2e_section(r: dict[str, Any], plots: Path) -> list[str]:
                                                                            key=lambda kv: int(kv[0]))) + ".",
            "", _quiet_line(r, mach), "", _machine_line(r), ""]
     out += ["**S, D and the model** (`_e2e_analysis.py`; per round, medians (min–max)): S = the training step's CPU "
-            "seconds on batches in memory, alone on T; S+R = the same fed by `tgb.DataLoader` (reading, checksums); "
+            "seconds on batches in memory, alone on T (or S+R where that is smaller: then the step in memory was "
+            "disturbed); S+R = the same fed by `tgb.DataLoader` (reading, checksums); "
             "D = a producer's CPU seconds per step alone on P (pipeline + `append`), of which the pipeline alone in "
             "brackets. Colocated at |T| = 1: at most 1/(S+D) steps/s (with |T| cores: min(1/S, |T|/(S+D)), the step "
             "being one thread); disaggregated: min(1/S, |P|/D); equal total CPU (both on T ∪ P): "
@@ -71,7 +74,7 @@ def e2e_section(r: dict[str, Any], plots: Path) -> list[str]:
                    f"{rng(s['D_s'], 1e3, 0)}{pipe_txt} | {rng(s['D_over_S'])} | "
                    f"{med(s['setups'].get('b', s['setups'].get('a0', {})).get('bytes_per_step')) / 1e6:.1f} | "
                    f"{rng(s['bound_colocated'])} | {rng(s['bound_disaggregated'])} | {rng(s['ideal_ratio'])} |")
-    out += ["", *_steps_table(summ, res), "", *_detail_table(summ, res), ""]
+    out += ["", *_steps_table(summ, res), "", *_quiet_table(r, res), *_detail_table(summ, res), ""]
     out += _shared_table(summ, res)
     plot(r, plots / "end_to_end.png")
     out += ["![end to end](benchmarks/end_to_end.png)", "",
@@ -115,29 +118,34 @@ def _profile(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _parts(s: dict[str, Any]) -> dict[str, float] | None:
+    """(b)'s step (ms, medians) cut into the model's S and what exceeds it: the wait for data, the time the
+    trainer was off its core during the step (other processes ran), the step's own CPU beyond S, the loop."""
+    b = s["setups"].get("b")
+    if not b or not med(b["steps_per_s"]):
+        return None
+    step = 1e3 / med(b["steps_per_s"])
+    wall, cpu = med(b["compute_ms_per_step"]), med(b["compute_cpu_ms_per_step"])
+    wait = med(b["wait_ms_per_step"])
+    return {"step": step, "bound": 1e3 / med(s["bound_disaggregated"]), "S": med(s["S_s"]) * 1e3,
+            "D": med(s["D_s"]) * 1e3, "D_run": med(b.get("D_run_s")) * 1e3, "wait": wait, "wall": wall,
+            "cpu": cpu, "preempted": max(0.0, wall - cpu), "slower": max(0.0, cpu - med(s["S_s"]) * 1e3),
+            "loop": max(0.0, step - wait - wall)}
+
+
 def _where_time_goes(r: dict[str, Any], summ: dict[int, Any], res: list[int]) -> list[str]:
     """Where (b)'s step goes against its bound max(S, D/|P|), from the trainer's own per-step timings."""
     lines = ["**Where the time goes** (the trainer process on T in (b), medians per step, against its bound "
              "max(S, D/|P|)):", ""]
-    worst = {"wait": 0.0, "step": 0.0, "loop": 0.0}
     for x in res:
-        s = summ[x]
-        b = s["setups"].get("b")
-        if not b or not med(b["steps_per_s"]):
+        v = _parts(summ[x])
+        if v is None:
             continue
-        step = 1e3 / med(b["steps_per_s"])
-        bound = 1e3 / med(s["bound_disaggregated"])
-        wait, compute = med(b["wait_ms_per_step"]), med(b["compute_ms_per_step"])
-        s_ms, d_ms = med(s["S_s"]) * 1e3, med(s["D_s"]) * 1e3
-        d_run = med(b.get("D_run_s")) * 1e3
-        loop = max(0.0, step - wait - compute)
-        parts = {"wait": wait, "step": max(0.0, compute - s_ms), "loop": loop}
-        for k, v in parts.items():
-            worst[k] = max(worst[k], v / step)
-        lines.append(f"- {x}: step {step:.0f} ms against a bound of {bound:.0f} ms (S {s_ms:.0f}, D {d_ms:.0f}; the "
-                     f"producer's D during the run {d_run:.0f}) = waiting {wait:.0f} ms + the training step "
-                     f"{compute:.0f} ms ({compute - s_ms:+.0f} against S alone) + the rest of the loop (reading the "
-                     f"slice, this benchmark's checks) {loop:.0f} ms.")
+        lines.append(f"- {x}: step {v['step']:.0f} ms against a bound of {v['bound']:.0f} ms (S {v['S']:.0f}, D "
+                     f"{v['D']:.0f}; the producer's D during the run {v['D_run']:.0f}) = waiting {v['wait']:.0f} ms "
+                     f"+ the training step {v['wall']:.0f} ms (its own CPU {v['cpu']:.0f} ms, {v['cpu'] - v['S']:+.0f} "
+                     f"against S alone; off the core {v['preempted']:.0f} ms) + the rest of the loop (reading the "
+                     f"slice, this benchmark's checks) {v['loop']:.0f} ms.")
     return [*lines, ""] if len(lines) > 2 else []
 
 
@@ -147,14 +155,19 @@ ADVICE = {
             "publishes too late (commit cadence, poll interval). Next step: compare D during the run with D "
             "alone per resolution, and publish each batch as soon as it is appended (a commit per step) where D "
             "is close to S.",
-    "step": "the training step itself runs slower than S measured alone on T: the producer's core and the "
-            "trainer's share the L3 and memory bandwidth (on a VM perhaps one physical core), and other jobs take "
-            "cycles. A machine with separate physical cores, or the GPU machine, removes this. Next step: measure "
-            "S with a producer busy on P (S under load), feed the model that, and run on dedicated cores.",
+    "preempted": "the trainer was off its core during its step: in (b) nothing of the run's own shares T with it, "
+                 "so other jobs on this shared machine ran there (the table of rounds other jobs left alone shows "
+                 "the figures without them). Next step: run on a machine (or at a time) where nothing else runs, "
+                 "or on the lent GPU machine with T and P apart.",
+    "slower": "the training step's own CPU exceeds S measured alone on T: the producer's core and the trainer's "
+              "share the L3 and memory bandwidth (on a VM perhaps one physical core). Next step: measure S with a "
+              "producer busy on P (S under load), feed the model that, and run on dedicated physical cores.",
     "loop": "the loop around the step costs: reading the slice (checksums, copies into tensors) and this "
             "benchmark's bookkeeping (digests of every row). Next step: take the digests off the timed loop and "
             "profile the read path at this resolution's batch size.",
 }
+NAMES = {"wait": "the wait for data", "preempted": "time off the core during the step",
+         "slower": "the step's CPU beyond S", "loop": "the loop around the step"}
 
 
 def _verdict(r: dict[str, Any]) -> list[str]:
@@ -166,22 +179,17 @@ def _verdict(r: dict[str, Any]) -> list[str]:
     if not missed:
         return ["**Verdict.** Every goal of issue 29 that this machine can test is met (the GPU variant was not "
                 "run).", ""]
-    summ = {int(k): v for k, v in r["summary"].items()}
-    worst = {"wait": 0.0, "step": 0.0, "loop": 0.0}
-    for s in summ.values():
-        b = s["setups"].get("b")
-        if not b or not med(b["steps_per_s"]):
+    worst = dict.fromkeys(ADVICE, 0.0)
+    for s in r["summary"].values():
+        v = _parts(s)
+        if v is None:
             continue
-        step = 1e3 / med(b["steps_per_s"])
-        compute = med(b["compute_ms_per_step"])
-        parts = {"wait": med(b["wait_ms_per_step"]), "step": max(0.0, compute - med(s["S_s"]) * 1e3),
-                 "loop": max(0.0, step - med(b["wait_ms_per_step"]) - compute)}
-        for k, v in parts.items():
-            worst[k] = max(worst[k], v / step)
+        for k in worst:
+            worst[k] = max(worst[k], v[k] / v["step"])
     main = max(worst, key=lambda k: worst[k])
-    return [f"**Verdict.** Not met: {'; '.join(m.replace('_', ' ') for m in missed)}. Of (b)'s step, the largest "
-            f"part beyond the model is {'the wait' if main == 'wait' else 'the ' + main} (up to {worst[main]:.0%} of "
-            f"a step): {ADVICE[main]}", ""]
+    return [f"**Verdict.** Not met (all rounds): {'; '.join(m.replace('_', ' ') for m in missed)}. Of (b)'s step, "
+            f"the largest part beyond the model is {NAMES[main]} (up to {worst[main]:.0%} of a step): "
+            f"{ADVICE[main]}", ""]
 
 
 def _machine_line(r: dict[str, Any]) -> str:
@@ -222,13 +230,13 @@ def _quiet_line(r: dict[str, Any], mach: dict[str, Any]) -> str:
         foreign.sort()
         text += (f". CPU time on T not spent by the run's own processes (other jobs on the machine): median "
                  f"{foreign[len(foreign) // 2]:.1%}, worst {foreign[-1]:.1%} of T's busy time")
-    rows = [row for runs in r["runs"].values() for rows in runs.values() for row in rows]
+    rows = [row for runs in r["runs"].values() for name, rows in runs.items() for row in rows if name != "c"]
     others = sorted(row["foreign_cores"] for row in rows if row.get("foreign_cores") is not None)
     if others:
         again = sum(1 for row in rows if row.get("attempts", 1) > 1)
         gate = r["config"].get("quiet")
-        text += (f"; other jobs' CPU on the whole machine during a kept run: median {others[len(others) // 2]:.3f}, "
-                 f"worst {others[-1]:.3f} cores"
+        text += (f"; other jobs' CPU on the whole machine during a kept run of (a) and (b): median "
+                 f"{others[len(others) // 2]:.3f}, worst {others[-1]:.3f} cores"
                  + (f" (each run waited until they used < {gate} core, within the gate's budget; {again} of "
                     f"{len(rows)} runs were run again because they took > {r['config']['max_foreign']} core during "
                     "it)" if gate is not None else ""))
@@ -247,6 +255,40 @@ def _steps_table(summ: dict[int, Any], res: list[int]) -> list[str]:
                    + f" | {rng(rt.get('b_over_best_a'))} | {rng(s['ideal_ratio'])} | "
                    f"{rng(rt.get('b_over_best_a_over_ideal'))} | {rng(rt.get('c_over_best_a'))} |")
     return out
+
+
+def quiet_rounds(r: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Per resolution, the figures of the rounds other jobs left alone (computed here for older result files)."""
+    if r.get("quiet_rounds"):
+        return {int(k): v for k, v in r["quiet_rounds"].items()}
+    limit = r["config"].get("max_foreign")
+    if limit is None:
+        return {}
+    t, p = len(r["nodes"]["T"]), len(r["nodes"]["P"])
+    return {int(x): model.quiet_rounds(r["runs"][x], r["calibration"][x], t=t, p=p, max_foreign=limit)
+            for x in r["runs"]}
+
+
+def _quiet_table(r: dict[str, Any], res: list[int]) -> list[str]:
+    q = quiet_rounds(r)
+    if not q or r.get("quick"):
+        return []
+    limit = r["config"]["max_foreign"]
+    out = [f"**The rounds other jobs left alone** (other jobs ≤ {limit} core during the run: for (b)/(a), every "
+           "run of (a) and (b) in that round; for × bound, that setup's own run; Ray's own processes, which the "
+           "fleet driver does not reap, count as other jobs, so (c) is seldom kept). Other jobs only slow a run, "
+           "so these are this machine's figures without them; the tables around it have every round:", "",
+           "| resolution | rounds kept for (b)/(a) | (b) / best (a) | ÷ ideal | (b) × bound (runs) | "
+           "(c) × bound (runs) |", "|---|---|---|---|---|---|"]
+    for x in res:
+        v = q.get(x)
+        if v is None:
+            continue
+        kept = ", ".join(str(i) for i in v["rounds"]) or "none"
+        out.append(f"| {x} | {kept} | {rng(v.get('b_over_best_a'))} | {rng(v.get('b_over_best_a_over_ideal'))} | "
+                   f"{rng(v.get('b_over_bound'))} ({len(v.get('b_rounds', []))}) | {rng(v.get('c_over_bound'))} "
+                   f"({len(v.get('c_rounds', []))}) |")
+    return [*out, ""]
 
 
 def _detail_table(summ: dict[int, Any], res: list[int]) -> list[str]:

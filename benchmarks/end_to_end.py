@@ -132,8 +132,9 @@ class Sweep:
                     t1 = time.monotonic()
                     run = self.runner.run(SETUPS[name], res, img.seq_len(res), self.steps[res])
                     gate = run["quiet_gate"]
+                    # (c) is never run again: Ray's processes, which its driver does not reap, count as other jobs
                     if self.cfg["max_foreign"] is None or run["foreign_cores"] <= self.cfg["max_foreign"] or \
-                            not gate["quiet"] or not self.runner.gate_left_s:  # again would not help
+                            not gate["quiet"] or not self.runner.gate_left_s or SETUPS[name].kind == "fleet":
                         break
                     self.runner.charge(time.monotonic() - t1)
                     print(f"  {name} at {res}: other jobs used {run['foreign_cores']:.2f} cores, again", flush=True)
@@ -316,7 +317,8 @@ def measure(args: argparse.Namespace) -> int:
                    "run": summarise(profiled, cfg["warmup"])}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows = [row for runs in sweep.runs.values() for rs in runs.values() for row in rs]
+    rows = [row for runs in sweep.runs.values() for name, rs in runs.items() for row in rs
+            if SETUPS[name].kind != "fleet"]  # (c)'s own Ray processes count as other jobs: left out
     disturbed = [row for row in rows if cfg["max_foreign"] is not None and (row.get("foreign_cores") or 0) >
                  cfg["max_foreign"]]
     result: dict[str, Any] = {
@@ -333,6 +335,9 @@ def measure(args: argparse.Namespace) -> int:
         "steps_per_run": sweep.steps, "crossover_resolution": sweep.crossover, "ray": ray_note,
         "calibration": sweep.cal, "runs": sweep.runs, "summary": summary, "schedule": sched, "crash": crashed,
         "profile": profile,
+        "quiet_rounds": {res: model.quiet_rounds(sweep.runs[res], sweep.cal[res], t=len(t), p=len(p),
+                                                 max_foreign=cfg["max_foreign"]) for res in summary}
+        if cfg["max_foreign"] is not None else None,
         "projection": model.projection(summary, len(t)),
         "goals": model.goals(summary, sweep.crossover, crashed),
         "paper": {name: {"local": a, "batchweave": b, "ratio": g} for name, (a, b, g) in model.PAPER.items()},
