@@ -11,6 +11,11 @@ CPU seconds per second. So:
 
 The ideal ratio disaggregated/colocated at |T| = 1 is ``(S + D)·min(1/S, |P|/D)``:
 at most ``1 + D/S``, and ``(S + D)/max(S, D)`` at |P| = 1, largest (2) where D = S.
+The goals are judged on this one-D model, as issue 29 states it. D is a
+producer's whole cost (pipeline + ``append``), which (a)'s workers do not
+pay in full: they skip the TGB write (and pass the batch through the
+DataLoader's queue instead). So the results also carry the per-side model,
+(a) charged the pipeline alone (``D_pipeline``): ``(S + D_pipeline)·min(1/S, |P|/D)``.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
     rounds = len(cal)
     s = [c["S_s"] for c in cal]
     d = [c["D_s"] for c in cal]
+    d_pipe = [c.get("D_pipeline_s") or c["D_s"] for c in cal]
     out: dict[str, Any] = {
         "S_s": spread(s), "S_read_s": spread([c["S_read_s"] for c in cal]), "D_s": spread(d),
         "D_over_S": spread([di / si for si, di in zip(s, d)]),
@@ -75,6 +81,10 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
         "bound_disaggregated": spread([disaggregated_bound(si, di, p) for si, di in zip(s, d)]),
         "bound_equal_total": spread([colocated_bound(si, di, t + p) for si, di in zip(s, d)]),
         "ideal_ratio": spread([disaggregated_bound(si, di, p) / colocated_bound(si, di, t) for si, di in zip(s, d)]),
+        # each side charged what it runs: (a)'s workers the pipeline alone (no TGB write), (b) the pipeline + append
+        "bound_colocated_pipeline": spread([colocated_bound(si, dp, t) for si, dp in zip(s, d_pipe)]),
+        "ideal_ratio_per_side": spread([disaggregated_bound(si, di, p) / colocated_bound(si, dp, t)
+                                        for si, di, dp in zip(s, d, d_pipe)]),
         "setups": {},
     }
     bounds = {"colocated": [colocated_bound(si, di, t) for si, di in zip(s, d)],
@@ -98,6 +108,8 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
             ideal = [disaggregated_bound(si, di, p) / colocated_bound(si, di, t) for si, di in zip(s, d)]
             ratios[f"{name}_over_best_a"] = spread(r)
             ratios[f"{name}_over_best_a_over_ideal"] = spread([x / y for x, y in zip(r, ideal)])
+            per_side = [disaggregated_bound(si, di, p) / colocated_bound(si, dp, t) for si, di, dp in zip(s, d, d_pipe)]
+            ratios[f"{name}_over_best_a_over_ideal_per_side"] = spread([x / y for x, y in zip(r, per_side)])
             for a in ("a0", "a1", "a2"):
                 if a in runs:
                     ratios[f"{name}_over_{a}"] = spread([runs[name][i]["steps_per_s"] / runs[a][i]["steps_per_s"]
@@ -153,12 +165,15 @@ def goals(summary: dict[int, dict[str, Any]], crossover_res: int | None,
     waits = {f"{name}@{r}": med(s["setups"][name]["wait_fraction"]) for r, s in s_dominated.items()
              for name in ("b", "c") if name in s["setups"]}
     ideal = {f"b@{r}": med(s["ratios"].get("b_over_best_a_over_ideal", {})) for r, s in summary.items()}
+    per_side = {f"b@{r}": med(s["ratios"].get("b_over_best_a_over_ideal_per_side", {})) for r, s in summary.items()}
     out: dict[str, Any] = {
         "disaggregated_at_least_0.9_of_bound": {"values": bound, "met": all(v >= 0.9 for v in bound.values())},
         "wait_at_most_5pct_where_S_dominates": {"values": waits, "met": bool(waits) and all(v <= 0.05 for v in
                                                                                           waits.values()),
                                                 "where": f"D/S < {S_DOMINATES}"},
-        "b_over_a_at_least_0.9_of_ideal": {"values": ideal, "met": all(v >= 0.9 for v in ideal.values())},
+        "b_over_a_at_least_0.9_of_ideal": {"values": ideal, "met": all(v >= 0.9 for v in ideal.values()),
+                                           "per_side_model": per_side,
+                                           "per_side_met": all(v >= 0.9 for v in per_side.values())},
     }
     if crossover_res is not None and crossover_res in summary:
         x = med(summary[crossover_res]["ratios"].get("b_over_best_a", {}))
@@ -196,8 +211,11 @@ def med_of(x: dict[str, Any]) -> float:
 
 
 def exactly_once(captions: list[list[str]], expected: set[str], checks: dict[str, str],
-                 recompute: Any = None) -> dict[str, Any]:
-    """Every expected sample delivered once (by caption), and sampled patches equal to a recomputation."""
+                 recompute: Any = None, *, complete: bool = True) -> dict[str, Any]:
+    """Every expected sample delivered once (by caption), and sampled patches equal to a recomputation.
+
+    ``complete=False`` (a run that stops before its data ends: (a)'s workers have shards the trainer never
+    takes): no sample twice and none from outside ``expected``, but not all of them."""
     seen = [c for step in captions for c in step]
     unique = set(seen)
     out = {"delivered": len(seen), "unique": len(unique), "expected": len(expected),
@@ -205,6 +223,8 @@ def exactly_once(captions: list[list[str]], expected: set[str], checks: dict[str
     if recompute is not None and checks:
         out["checked_images"] = len(checks)
         out["images_match_recomputation"] = all(recompute(cap) == dig for cap, dig in checks.items())
-    out["ok"] = (out["delivered"] == out["unique"] == out["expected"] and not out["missing"]
+    out["complete_expected"] = complete
+    whole = out["delivered"] == out["expected"] and not out["missing"] if complete else True
+    out["ok"] = (out["delivered"] == out["unique"] and not out["unexpected"] and whole
                  and out.get("images_match_recomputation", True))
     return out

@@ -8,9 +8,11 @@ stops producer 0 (or the fleet's actor of shard 0) at that batch
 (``_e2e_roles.hold_for_kill``): (b) the orchestrator SIGKILLs it there and
 starts a replacement with the same producer id ``outage`` seconds later; (c)
 the fleet driver ``ray.kill``s the actor and Ray restarts it. (a) kills its
-own worker at trainer step ``kill_at``. Every run reads the first ``steps``
-tar shards (one global batch each) to their end, so what it delivered is
-checked against exactly those samples.
+own worker at trainer step ``kill_at``. Every run's trainer takes the first
+``steps`` tar shards (one global batch each), so what it delivered is checked
+against exactly those samples; (a)'s workers are given ``PREFETCH`` more
+shards each, which the trainer never takes, so that they are still working
+when it ends.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ import _e2e_cpu as cpu
 from _common import pct
 from _e2e_proc import Proc
 from _e2e_roles import read_hold
+
+
+#: batches each colocated DataLoader worker makes ahead (``prefetch_factor``)
+PREFETCH = 4
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,11 @@ class Runner:
         p_cores = both if setup.shared else self.p
         ns = self._path("ns")
         out = self._path("trainer").with_suffix(".json")
-        cfg = {**self.base(resolution, seq, steps), "setup": "colocated" if setup.kind == "colocated" else "tgb",
+        base = self.base(resolution, seq, steps)
+        if setup.kind == "colocated":  # workers never run dry within the run: they prefetch PREFETCH batches each,
+            # and a run whose last batches were made in advance would take its last steps at 1/S
+            base["urls"] = self.data["urls"][:steps + PREFETCH * setup.workers]
+        cfg = {**base, "setup": "colocated" if setup.kind == "colocated" else "tgb", "prefetch": PREFETCH,
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
                "timeout": self.timeout, "profile": profile}
