@@ -101,6 +101,7 @@ def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path,
             for row in rows:  # every run finished and delivered each of its samples exactly once
                 assert row["error"] is None and row["steps_per_s"] > 0, (res, name, row)
                 assert row["exactly_once"]["ok"], (res, name, row["exactly_once"])
+                assert row["exactly_once"]["complete_expected"] or name.startswith("a"), (res, name)
                 assert row["cpu_T_s_per_step"] > 0 and row["bytes_per_step"] > 0
         s = r["summary"][res]
         assert {"b_over_best_a", "b_over_best_a_over_ideal"} <= set(s["ratios"])
@@ -118,6 +119,8 @@ def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path,
     assert all({"P4", "P16", "P32", "ratio_P32"} <= set(row) for row in r["projection"])
     assert {"disaggregated_at_least_0.9_of_bound", "b_over_a_at_least_0.9_of_ideal",
             "crossover_ratio_at_least_1.7", "killed_producer_loses_nothing"} <= set(r["goals"])
+    assert set(r["goals"]["b_over_a_at_least_0.9_of_ideal"]["per_side_model"]) == {f"b@{x}" for x in resolutions}
+    assert "quiet_rounds" in r  # None in quick mode: no quiet gate
     assert r["goals"]["killed_producer_loses_nothing"]["met"]
     page = tmp_path / "docs" / "benchmarks.md"
     assert cli_main.main(["bench", "--dir", str(bench_dir), "report", "--results-dir", str(out), "--out",
