@@ -1,368 +1,377 @@
-"""End to end (seed 000 §7.2 analogue): a CPU-heavy transform feeding a training step, colocated vs disaggregated.
+"""End to end (seed 000 §7.2 analogue): disaggregated producers vs colocated loading at equal trainer-node CPU, images.
 
-Each sample is generated text tokenised with a BPE tokenizer trained here
-with the ``tokenizers`` library (CPU-heavy, deterministic per offset); a
-small torch model (embedding + MLP + LM head) trains on 8x256 batches.
+**Nodes.** Cores are split into the trainer's node T (``--trainer-cores``,
+default the first core) and a producer node P (the rest); with 2 cores T =
+{0}, P = {1}. Every process is pinned (``_e2e_proc``): the trainer and its
+DataLoader workers on T; producer processes, and the whole Ray cluster of the
+fleet (started by a driver process pinned to P), on P.
 
-(a) colocated: ``torch.utils.data.DataLoader`` with ``--workers`` worker
-    processes doing the transform, in the trainer's process group;
-(b) disaggregated: ``--workers`` producer process(es) run the same
-    transform and write TGBs with ``tgb.Producer``; the trainer reads them
-    with ``tgb.DataLoader``;
-(c) Ray fleet: the same producers as ``--workers`` Ray actors
-    (``torch_tgb.integrations.ray.Fleet``, one shard per actor, offsets
-    dealt as in (b)); the trainer reads as in (b). Without Ray: recorded as
-    not installed.
-Equal total CPU: one trainer process (1 torch thread) + ``--workers`` data
-processes in all three (Ray adds its own GCS and raylet processes, said in
-the results). Reported: steps/s and step latency p50/p95 (wall time between
-the trainer's steps, waiting included) and the first step's wait.
+**Workload** (``_e2e_images``): a WebDataset of real-size JPEGs (0.5-2 MP, q90)
+with 140-150-word captions; producers decode, resize to the training
+resolution (a square side), patchify (14 px, 2x2 merge), splice image tokens
+and pack one sample per row, ``--batch`` rows per global batch; the trainer
+steps a tiny VLM (patch encoder + one-layer GPT, one thread) whose cost grows
+with the patches.
 
-Crash: at a third of the run one data process gets SIGKILL (the crash runs
-use a transform of about 0.6 trainer step, ``crash_setup``, so that the
-producers are still producing at the kill and a backlog exists). (a) the
-DataLoader raises in the trainer (the run dies; steps until then are
-reported). (b) the trainer keeps stepping on what is committed while a
-replacement producer starts after ``--outage`` seconds and resumes at its
-``resume_offset``; reported: steps during the outage, the longest wait
-between steps, an exactly-once check (offsets 0..N-1 each delivered once,
-contents equal to a recomputation), and whether the producer was still running when killed
-(when it outpaces the trainer it may have finished). (c) ``ray.kill`` of the
-actor running a shard at the same step: Ray restarts it and the fleet gives
-it the shard back, which resumes at its last commit; reported as (b), the
-outage running from the kill until the fleet shows a new attempt of the
-shard committing.
+**Per resolution and round** (rounds interleaved, setups in rotated order):
 
-Usage: python benchmarks/end_to_end.py [--quick] [--results-dir DIR]
+- calibration: D, the producer's CPU seconds per step (alone on P), then S,
+  the training step's CPU seconds on batches in memory (alone on T), and
+  S + R, the same fed by ``tgb.DataLoader``;
+- (a) colocated: ``torch.utils.data.DataLoader`` with 0 / 1 / 2 workers
+  (``a0``, ``a1``, ``a2``) running the pipeline on T, prefetch 4 (their
+  data runs 4 batches per worker past the run's last step, so that a run
+  does not end on batches made in advance);
+- (b) ``tgb.produce`` processes on P (one per core), trainer on T reading
+  with ``tgb.DataLoader``; (c) the same producers as a Ray fleet on P;
+- equal total CPU: ``a1_shared`` (``a2_shared`` in ``--quick``), ``b_shared``:
+  trainer and data both free to use T ∪ P.
+
+The sweep is ``--resolutions`` plus the resolution where D = S (found from
+the first round's calibration; a resolution of the sweep with D/S within
+1.25x of 1 counts as it). On a shared machine every run (and calibration)
+waits until other jobs use less than 0.1 core (30 s at most per run, 150
+s in all: then runs start at once), and a run during which they took
+more than 0.05 core is run again once while that budget lasts; the results
+count the runs disturbed (``gate``), and each run's other jobs' share
+(``foreign_cores``). Reported per run: steps/s, step p50/p95, the wait for
+data per step, CPU seconds per step on T (the trainer and its workers, and
+the cores' busy time, which also counts strangers), bytes per step; every
+run's delivered samples are checked exactly once.
+
+**Also:** a resolution schedule 224 -> 448 mid-run (``transforms.resolution_schedule``)
+for the best colocated setup and (b); a crash: SIGKILL of a DataLoader
+worker (a) at a third of the trainer's steps, SIGKILL of the producer (b, a
+replacement after ``--outage`` s) and ``ray.kill`` of the fleet's actor (c)
+at a third of their batches (the producer waits there to be killed, so the
+kill falls mid-production whatever the speeds); one more (b) run with the
+trainer under ``cProfile`` (where its time goes). The model and the goals
+are in ``_e2e_analysis``.
+
+Usage: python benchmarks/end_to_end.py [--quick] [--rounds N] [--results-dir DIR]
+       (also: tgb bench e2e [--quick])
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
-import hashlib
-import multiprocessing as mp
+import importlib.util
 import os
-import signal
-import subprocess
+import shutil
 import sys
 import tempfile
-import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _e2e_ray
-from _common import add_results_arg, pct, results_dir, save
+import _e2e_analysis as model
+import _e2e_cpu as cpu
+import _e2e_images as img
+from _common import add_results_arg, results_dir, save
+from _e2e_runs import PREFETCH, SETUPS, Runner, summarise
 
-import torch_tgb as tgb
-
-ROWS, SEQ, VOCAB = 8, 256, 2000
-CRASH_RATIO = 0.6  # the crash runs' transform, as a fraction of the trainer's step (see crash_setup)
-WORDS = [f"w{chr(97 + i % 26)}{chr(97 + (i // 26) % 26)}{i % 7}" for i in range(3000)]
-
-
-def train_tokenizer(path: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    rng = np.random.default_rng(0)
-    lines = [" ".join(rng.choice(WORDS, 50)) for _ in range(2000)]
-    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["[UNK]"]))
-    tok.save(str(path))
+FULL = {"resolutions": [224, 448, 896], "batch": 8, "images": 48, "min_mp": 0.5, "max_mp": 2.0, "rounds": 3,
+        "run_seconds": 4.5, "min_steps": 12, "max_steps": 36, "warmup": 3, "cal_steps": 8, "schedule": [224, 448],
+        "schedule_steps": 24, "crash_steps": 36, "model": {"d_enc": 32, "d_model": 32, "layers": 1, "heads": 2},
+        "shared": ["a1_shared", "b_shared"],  # a2_shared measured no better than a1_shared on two cores
+        "quiet": 0.1, "max_foreign": 0.05, "retries": 1, "gate_budget_s": 150.0}
+QUICK = {"resolutions": [56, 112], "batch": 2, "images": 4, "min_mp": 0.02, "max_mp": 0.05, "rounds": 1,
+         "run_seconds": 1.0, "min_steps": 4, "max_steps": 6, "warmup": 2, "cal_steps": 3, "schedule": [56, 112],
+         "schedule_steps": 3, "crash_steps": 9, "model": {"d_enc": 8, "d_model": 16, "layers": 1, "heads": 2},
+         "shared": ["a2_shared", "b_shared"],  # a1_shared is close to b_shared on two cores
+         "quiet": None, "max_foreign": None, "retries": 0, "gate_budget_s": 0.0}
 
 
-class Transform:
-    """offset -> {input_ids [ROWS, SEQ], offset [1]}: generate text, tokenise ``repeat`` times (the CPU cost)."""
-
-    def __init__(self, tokenizer_path: str, words: int):
-        self.path, self.words, self.tok = tokenizer_path, words, None
-
-    def __call__(self, offset: int) -> dict[str, torch.Tensor]:
-        if self.tok is None:
-            from tokenizers import Tokenizer
-
-            self.tok = Tokenizer.from_file(self.path)
-        rows = []
-        for r in range(ROWS):
-            rng = np.random.default_rng(offset * ROWS + r)
-            text = " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), self.words))
-            ids = self.tok.encode(text).ids[:SEQ]
-            rows.append(ids + [0] * (SEQ - len(ids)))
-        return {"input_ids": torch.tensor(rows, dtype=torch.int64), "offset": torch.full((ROWS,), offset)}
+def rotate(items: list[Any], k: int) -> list[Any]:
+    k %= max(1, len(items))
+    return items[k:] + items[:k]
 
 
-class OffsetDataset(torch.utils.data.Dataset):
-    def __init__(self, transform: Transform, n: int):
-        self.transform, self.n = transform, n
+class Sweep:
+    """Calibrations and runs of every setup at every resolution, interleaved over rounds."""
 
-    def __len__(self) -> int:
-        return self.n
+    def __init__(self, runner: Runner, cfg: dict[str, Any], setups: list[str], index_digests: list[str]) -> None:
+        self.runner, self.cfg, self.setups, self.digests = runner, cfg, setups, index_digests
+        self.cal: dict[int, list[dict[str, Any]]] = {}
+        self.runs: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        self.steps: dict[int, int] = {}
+        self.crossover: int | None = None
+        self.wall: dict[str, float] = {}  # seconds each setup's runs took, start-up included
 
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return self.transform(i)
+    def calibrate(self, res: int) -> None:
+        c = self.runner.calibrate(res, img.seq_len(res), self.cfg["cal_steps"])
+        self.cal.setdefault(res, []).append(c)
+        print(f"  calibrate {res}: S {c['S_s'] * 1e3:.0f} ms, S+R {c['S_read_s'] * 1e3:.0f} ms, "
+              f"D {c['D_s'] * 1e3:.0f} ms per step", flush=True)
 
+    def plan(self, res: int) -> None:
+        c = self.cal[res][0]
+        steps = round(self.cfg["run_seconds"] / (c["S_s"] + c["D_s"]))
+        self.steps[res] = max(self.cfg["min_steps"], min(self.cfg["max_steps"], steps)) + self.cfg["warmup"]
 
-def make_model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 128), torch.nn.Linear(128, 256), torch.nn.GELU(),
-                                torch.nn.Linear(256, VOCAB))
-    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+    def round(self, r: int) -> None:
+        resolutions = sorted(self.cal) if self.cal else list(self.cfg["resolutions"])
+        for res in resolutions:
+            self.calibrate(res)
+        if r == 0:
+            self.crossover = model.crossover({res: self.cal[res][0]["D_s"] / self.cal[res][0]["S_s"]
+                                              for res in resolutions}, img.PATCH * img.MERGE)
+            if self.crossover in self.cal:
+                print(f"  D ≈ S at resolution {self.crossover} (of the sweep)", flush=True)
+            elif self.crossover is not None:
+                print(f"  D = S near resolution {self.crossover}: added to the sweep", flush=True)
+                self.calibrate(self.crossover)
+            for res in self.cal:
+                self.plan(res)
+        for i, res in enumerate(rotate(sorted(self.cal), r)):
+            for name in rotate(self.setups, r + i):
+                t0 = time.monotonic()
+                for attempt in range(1 + self.cfg["retries"]):  # again if other jobs took CPU during the run
+                    t1 = time.monotonic()
+                    run = self.runner.run(SETUPS[name], res, img.seq_len(res), self.steps[res])
+                    gate = run["quiet_gate"]
+                    # (c) is never run again: Ray's processes, which its driver does not reap, count as other jobs
+                    if self.cfg["max_foreign"] is None or run["foreign_cores"] <= self.cfg["max_foreign"] or \
+                            not gate["quiet"] or not self.runner.gate_left_s or SETUPS[name].kind == "fleet":
+                        break
+                    self.runner.charge(time.monotonic() - t1)
+                    print(f"  {name} at {res}: other jobs used {run['foreign_cores']:.2f} cores, again", flush=True)
+                self.wall[name] = self.wall.get(name, 0.0) + time.monotonic() - t0
+                row = summarise(run, self.cfg["warmup"])
+                row["attempts"] = attempt + 1
+                extra = PREFETCH * SETUPS[name].workers if SETUPS[name].kind == "colocated" else 0
+                row["exactly_once"] = model.exactly_once(run.get("captions", []),
+                                                         self.expected(self.steps[res] + extra), {},
+                                                         complete=not extra)
+                self.runs.setdefault(res, {}).setdefault(name, []).append(row)
+            line = ", ".join(f"{n} {self.runs[res][n][-1]['steps_per_s']:.2f}" for n in self.setups)
+            print(f"round {r} res {res}: {line} steps/s (load {os.getloadavg()[0]:.2f}; wall so far "
+                  f"{ {k: round(v) for k, v in self.wall.items()} })", flush=True)
 
-
-def train(batches, n: int, *, on_step=None) -> dict[str, Any]:
-    """Step the model on ``n`` batches; returns per-step wall times and the offsets seen."""
-    model, opt = make_model()
-    times, offsets, digests = [], [], []
-    error = None
-    last = time.perf_counter()
-    try:
-        for step, batch in enumerate(batches):
-            ids = batch["input_ids"].reshape(-1, SEQ)
-            logits = model(ids[:, :-1])
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            now = time.perf_counter()
-            times.append(now - last)
-            last = now
-            offsets.append(int(batch["offset"].reshape(-1)[0]))
-            digests.append(hashlib.blake2b(ids.numpy().tobytes(), digest_size=8).hexdigest())
-            if on_step is not None:
-                on_step(step)
-            if step + 1 >= n:
-                break
-    except Exception as exc:  # noqa: BLE001 - (a)'s crash behaviour is the measurement
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-    return {"times": times, "offsets": offsets, "digests": digests, "error": error}
-
-
-def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:
-    t = run["times"][warmup:]
-    return {"steps": len(run["times"]), "steps_per_s": len(t) / sum(t) if t else 0.0,
-            "step_p50_ms": pct(t, 50) * 1e3, "step_p95_ms": pct(t, 95) * 1e3, "error": run["error"],
-            "first_step_s": run["times"][0] if run["times"] else None}
-
-
-def colocated(args, transform: Transform, crash_at: int | None) -> dict[str, Any]:
-    loader = torch.utils.data.DataLoader(OffsetDataset(transform, args.steps), batch_size=None,
-                                         num_workers=args.workers, prefetch_factor=4)
-
-    def on_step(step: int) -> None:
-        if step == crash_at:
-            os.kill(mp.active_children()[0].pid, signal.SIGKILL)
-
-    return train(loader, args.steps, on_step=on_step)
-
-
-def _producer_cmd(args, ns: str, index: int) -> list[str]:
-    return [sys.executable, __file__, "--produce", ns, "--tokenizer", str(args.tokenizer), "--steps",
-            str(args.steps), "--words", str(args.words), "--workers", str(args.workers), "--index", str(index)]
+    def expected(self, steps: int) -> set[str]:
+        return set(self.digests[: steps * self.cfg["batch"]])
 
 
-def produce(args) -> None:
-    """Producer process ``index`` of ``workers``: offsets index, index+workers, ... (one producer_id each)."""
-    torch.set_num_threads(1)
-    transform = Transform(str(args.tokenizer), args.words)
-    with tgb.Producer(args.produce, producer_id=f"p{args.index}", layout=tgb.Layout(dp=1),
-                      commit_policy="fixed:2") as p:
-        start = p.resume_offset
-        for offset in range(start, args.steps):
-            if offset % args.workers == args.index:
-                p.append(transform(offset), offset=offset)
-        p.flush()
+def schedule(runner: Runner, cfg: dict[str, Any], colocated: str, rounds: int) -> dict[str, Any]:
+    """224 -> 448 at step N (``transforms.resolution_schedule``): steps/s before and after, (a) and (b)."""
+    lo, hi = cfg["schedule"]
+    n = cfg["schedule_steps"]
+    warmup = cfg["warmup"]
+    spec = {"boundaries": [warmup + n], "values": [lo, hi]}
+    out: dict[str, Any] = {"values": [lo, hi], "switch_at_step": warmup + n, "colocated_setup": colocated,
+                           "seq_len": img.seq_len(hi), "runs": {colocated: [], "b": []}}
+    for r in range(rounds):
+        for name in rotate([colocated, "b"], r):
+            run = runner.run(SETUPS[name], spec, img.seq_len(hi), warmup + 2 * n)
+            out["runs"][name].append(phases(run, hi, warmup))
+            print(f"schedule {name}: {out['runs'][name][-1]}", flush=True)
+    return out
 
 
-def disaggregated(args, ns: str, crash_at: int | None) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen(_producer_cmd(args, ns, i), env=env) for i in range(args.workers)]
-    outage: dict[str, Any] = {}
-
-    def restart() -> None:
-        time.sleep(args.outage)
-        outage["restarted_at_step"] = outage["step_now"]
-        outage["restarted_t"] = time.perf_counter()
-        procs.append(subprocess.Popen(_producer_cmd(args, ns, 0), env=env))
-
-    def on_step(step: int) -> None:
-        outage["step_now"] = step
-        if step == crash_at:
-            outage["producer_running_at_kill"] = procs[0].poll() is None  # else it had finished: nothing lost
-            procs[0].send_signal(signal.SIGKILL)
-            outage["killed_at_step"] = step
-            outage["killed_t"] = time.perf_counter()
-            threading.Thread(target=restart, daemon=True).start()
-
-    loader = tgb.DataLoader(ns, mesh=tgb.Mesh(dp_rank=0, dp_size=1), num_workers=0, timeout=120)
-    try:
-        run = train(loader, args.steps, on_step=on_step)
-    finally:
-        for p in procs:
-            try:
-                p.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    run["outage"] = outage
-    return run
+def phases(run: dict[str, Any], hi: int, warmup: int) -> dict[str, Any]:
+    """Steps/s before the first batch at ``hi`` and after it (its own step left out: the transition)."""
+    ends, res = run.get("end", []), run.get("res", [])
+    switch = next((i for i, x in enumerate(res) if x == hi), None)
+    if switch is None or switch < warmup + 2 or len(ends) < switch + 3:
+        return {"switch_step": switch, "error": run.get("error") or "the run did not reach both phases"}
+    before = (switch - warmup) / (ends[switch - 1] - ends[warmup - 1])
+    after = (len(ends) - switch - 1) / (ends[-1] - ends[switch])
+    return {"switch_step": switch, "before_steps_per_s": before, "after_steps_per_s": after,
+            "bytes_before": run["bytes"][switch - 1], "bytes_after": run["bytes"][-1], "error": run.get("error")}
 
 
-def ray_fleet(args, ns: str, crash_at: int | None) -> dict[str, Any]:
-    """(c): the producers of (b) as a Ray fleet, read as in (b); at ``crash_at`` one actor is killed."""
-    return _e2e_ray.ray_fleet(ns, make_transform=functools.partial(Transform, str(args.tokenizer), args.words),
-                              steps=args.steps, workers=args.workers, train=train, crash_at=crash_at)
+def crash(runner: Runner, cfg: dict[str, Any], res: int, colocated: str, setups: list[str],
+          digests: list[str], data: dict[str, Any]) -> dict[str, Any]:
+    """SIGKILL a producer (b), ``ray.kill`` an actor (c) at a third of their batches; SIGKILL a DataLoader worker
+    (a) at a third of the trainer's steps."""
+    steps = cfg["crash_steps"] + cfg["warmup"]
+    kill_at = steps // 3
+    expected = set(digests[: steps * cfg["batch"]])
+    key_of = data["keys"]
+    jpeg = img.jpeg_reader(data)
 
+    def recompute(caption: str) -> str:
+        return img.image_digest(img.recompute_patches(jpeg(key_of[caption]), res))
 
-def exactly_once(run: dict[str, Any], transform: Transform, n: int, checks: int) -> dict[str, Any]:
-    offsets = run["offsets"]
-    by_offset = dict(zip(offsets, run["digests"]))
-    sample = sorted(np.random.default_rng(1).choice(n, min(checks, n), replace=False).tolist())
-    same = all(hashlib.blake2b(transform(o)["input_ids"].numpy().tobytes(), digest_size=8).hexdigest()
-               == by_offset.get(o) for o in sample)
-    return {"delivered": len(offsets), "unique": len(set(offsets)), "in_order": offsets == sorted(offsets),
-            "complete": sorted(offsets) == list(range(n)), "contents_match_recomputation": same,
-            "checked_offsets": len(sample)}
-
-
-def warm_ms(transform: Transform, reps: int = 3) -> float:
-    """Median ms of ``transform`` on a few offsets after one untimed call (which loads the tokenizer)."""
-    transform(0)
-    times = []
-    for offset in range(1, reps + 1):
-        t = time.perf_counter()
-        transform(offset)
-        times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[reps // 2]
-
-
-def crash_setup(args, colocated_runs: list[dict[str, Any]]) -> tuple[argparse.Namespace, Transform]:
-    """The crash runs' settings: a transform heavier than the steady one unless ``--crash-words`` is given.
-
-    A producer much faster than the trainer finishes before the kill at step N/3 and the crash tests nothing;
-    one slower than the trainer leaves no backlog to step on during the outage. So the crash runs scale the
-    words per row for a transform of about ``CRASH_RATIO`` of the trainer's step p50 measured in the steady (a)
-    rounds (scaled twice, timing the transform each time); all three setups use it.
-    """
-    step_ms = sorted(r["step_p50_ms"] for r in colocated_runs)[len(colocated_runs) // 2]
-    words = args.crash_words or args.words
-    for _ in range(0 if args.crash_words else 2):
-        ms = warm_ms(Transform(str(args.tokenizer), words))
-        words = max(args.words, round(words * CRASH_RATIO * step_ms / ms))
-    crash = argparse.Namespace(**{**vars(args), "words": words})
-    heavier = Transform(str(args.tokenizer), words)
-    crash.transform_ms = warm_ms(heavier)
-    return crash, heavier
+    out: dict[str, Any] = {"resolution": res, "steps": steps, "killed_at_step": kill_at, "outage_s": runner.outage}
+    for name in [colocated, "b", *(["c"] if "c" in setups else [])]:
+        if name == colocated:
+            run = runner.run(SETUPS[name], res, img.seq_len(res), steps, kill_at=kill_at, check_every=4)
+        else:
+            run = runner.run(SETUPS[name], res, img.seq_len(res), steps, hold_at=kill_at, check_every=4)
+        ends = run.get("end", [])
+        ev = {**run["events"], **next((p for p in run["producers"] if "started_t" in p), {})}
+        killed = ev.get("killed_t") or run.get("killed_t")
+        back = ev.get("restarted_t") or ev.get("resumed_t")
+        row: dict[str, Any] = {
+            "setup": name, "steps_done": len(ends), "error": run.get("error"),
+            "survived": run.get("error") is None and len(ends) == steps, "steps_lost": steps - len(ends),
+            "longest_stall_s": max((b - a for a, b in zip(ends, ends[1:])), default=None),
+            "killed": killed is not None,
+            "trainer_steps_at_kill": sum(1 for t in ends if t <= killed) if killed is not None else None,
+            "producer_running_at_kill": ev.get("producer_running_at_kill", killed is not None),
+            "not_killed": ev.get("not_killed"), "worker_deaths": ev.get("worker_deaths"),
+            "fleet_error": ev.get("fleet_error"),
+        }
+        if killed is not None and back is not None:
+            row["outage_s"] = back - killed
+            row["steps_during_outage"] = sum(1 for t in ends if killed <= t <= back)
+        if name != colocated:
+            row["exactly_once"] = model.exactly_once(run.get("captions", []), expected, run.get("checks", {}),
+                                                     recompute)
+        out["a" if name == colocated else name] = row
+        print(f"crash {name}: {row}", flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="40 steps, lighter transform")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--words", type=int, default=None, help="words of generated text per row (the CPU cost)")
-    parser.add_argument("--workers", type=int, default=1, help="data processes in both setups")
-    parser.add_argument("--outage", type=float, default=2.0, help="seconds before the killed producer restarts")
-    parser.add_argument("--crash-words", type=int, default=None,
-                        help=f"words per row in the crash runs (default: a transform of ~{CRASH_RATIO} trainer step)")
-    parser.add_argument("--produce", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--tokenizer", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="tiny images and model, one round (seconds, not minutes)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--resolutions", type=int, nargs="+", default=None)
+    parser.add_argument("--trainer-cores", type=int, default=1, help="cores of the trainer's node T (the rest: P)")
+    parser.add_argument("--outage", type=float, default=2.0, help="seconds before a killed producer is replaced")
+    parser.add_argument("--no-ray", action="store_true", help="leave out (c)")
+    parser.add_argument("--no-shared", action="store_true", help="leave out the equal-total-CPU setups")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="start every run at once (default: wait until other jobs use < 0.1 core, 30 s at most "
+                        "per run and 150 s in all, and run again once a run during which they used > 0.05)")
+    parser.add_argument("--gate-budget", type=float, default=None, help="seconds the quiet gate may wait in all")
+    parser.add_argument("--machine-note", default=None,
+                        help="what the machine is, for the results (default: its cores and whether a GPU is seen)")
+    parser.add_argument("--workdir", type=Path, default=None, help="namespaces and shards (default: /dev/shm)")
+    parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     add_results_arg(parser)
     args = parser.parse_args(argv)
-    args.steps = args.steps or (40 if args.quick else 150)
-    args.words = args.words or (600 if args.quick else 1000)
-    if args.produce:
-        produce(args)
-        return 0
-    torch.set_num_threads(1)
-    out = results_dir(args)
-    warmup = 5
-    try:
-        import ray
+    if args.role:
+        import _e2e_roles
 
-        import torch_tgb.integrations.ray  # noqa: F401 - the fleet; fails here, not in the first (c) run
-        ray_ok = True
-    except ImportError as e:
-        ray_ok, ray_missing = False, f"ray not installed ({e}): pip install 'torch-tgb[ray]'"
-        print(f"(c) ray fleet: {ray_missing}", flush=True)
-    with contextlib.ExitStack() as stack:
-        if ray_ok:
-            # started once for the whole run: its own processes (GCS, raylet) idle beside (a) and (b) too
-            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
-            stack.callback(ray.shutdown)
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="tgb-e2e-"))
-        args.tokenizer = Path(tmp) / "bpe.json"
-        train_tokenizer(args.tokenizer)
-        transform = Transform(str(args.tokenizer), args.words)
-        t = time.perf_counter()
-        transform(0)
-        transform_ms = (time.perf_counter() - t) * 1e3
-        result: dict[str, Any] = {
-            "quick": args.quick, "steps": args.steps, "batch": [ROWS, SEQ], "transform_ms_per_batch": transform_ms,
-            "cpu_split": f"trainer: 1 process, 1 torch thread; data: {args.workers} process(es) "
-            f"(DataLoader workers in (a), tgb.Producer processes in (b), Ray actors of num_cpus=1 in a Ray started "
-            f"with num_cpus={args.workers} in (c)); machine has {os.cpu_count()} cores",
-            "ray": "measured" if ray_ok else ray_missing,
-            "ray_overhead": "(c) also runs Ray's own processes (GCS, raylet; up for the whole script, so beside (a) "
-            "and (b) too) and the fleet's driver thread in the trainer process (polls every 0.1 s)",
-            "paper": "seed 000 §7.2: disaggregated producers keep the trainer stepping; the colocated loader "
-            "shares the trainer's failure domain",
-        }
-        runs: dict[str, list] = {"colocated": [], "disaggregated": [], **({"ray_fleet": []} if ray_ok else {})}
-        for r in range(2 if args.quick else 3):  # interleaved A B C A B C
-            runs["colocated"].append(summarise(colocated(args, transform, None), warmup))
-            runs["disaggregated"].append(
-                summarise(disaggregated(args, str(Path(tmp) / f"ns{r}"), None), warmup))
-            if ray_ok:
-                c = ray_fleet(args, str(Path(tmp) / f"ray{r}"), None)
-                runs["ray_fleet"].append({**summarise(c, warmup), **c["outage"]})  # worker deaths without a kill
-            print(f"round {r}: " + ", ".join(f"{k} {v[-1]['steps_per_s']:.2f}" for k, v in runs.items())
-                  + " steps/s", flush=True)
-        result["steady"] = runs
-        crash, crash_transform = crash_setup(args, runs["colocated"])
-        crash_at = args.steps // 3
-        a = colocated(crash, crash_transform, crash_at)
-        b = disaggregated(crash, str(Path(tmp) / "ns_crash"), crash_at)
-        o = b["outage"]
-        outage_steps = (o.get("restarted_at_step", 0) - o.get("killed_at_step", 0)) if o else None
-        checks = 10 if args.quick else 30
-        result["crash"] = {
-            "killed_at_step": crash_at, "outage_s": args.outage, "words": crash.words,
-            "target_ratio_to_step": CRASH_RATIO, "transform_ms_per_batch": crash.transform_ms,
-            "colocated": {**summarise(a, warmup), "survived": a["error"] is None and len(a["times"]) == args.steps},
-            "disaggregated": {**summarise(b, warmup), "survived": b["error"] is None and len(b["times"]) == args.steps,
-                              "steps_during_outage": outage_steps,
-                              "producer_running_at_kill": o.get("producer_running_at_kill"),
-                              "longest_wait_s": max(b["times"][1:], default=None),
-                              "exactly_once": exactly_once(b, crash_transform, args.steps, checks)},
-        }
-        if ray_ok:
-            c = ray_fleet(crash, str(Path(tmp) / "ray_crash"), crash_at)
-            o = c["outage"]
-            result["crash"]["ray_fleet"] = {
-                **summarise(c, warmup), "survived": c["error"] is None and len(c["times"]) == args.steps,
-                **o, "steps_during_outage": (o["resumed_at_step"] - o["killed_at_step"]
-                                             if o.get("resumed_at_step") is not None else None),
-                "longest_wait_s": max(c["times"][1:], default=None),
-                "exactly_once": exactly_once(c, crash_transform, args.steps, checks)}
-        print(f"crash: colocated survived={result['crash']['colocated']['survived']} "
-              f"({result['crash']['colocated']['error']}); disaggregated survived="
-              f"{result['crash']['disaggregated']['survived']}, steps during outage {outage_steps}, producer running "
-              f"at the kill {result['crash']['disaggregated']['producer_running_at_kill']}, "
-              f"exactly once {result['crash']['disaggregated']['exactly_once']}", flush=True)
-        if ray_ok:
-            f = result["crash"]["ray_fleet"]
-            print(f"crash: ray fleet survived={f['survived']}, actor killed at trainer step {f.get('killed_at_step')} "
-                  f"({f.get('not_killed', 'killed')}), "
-                  f"resumed after {f.get('resumed_after_s')} s, steps during outage {f['steps_during_outage']}, "
-                  f"worker deaths {f.get('worker_deaths')}, exactly once {f['exactly_once']}", flush=True)
-    save(out, "end_to_end", result)
+        return _e2e_roles.main(args.role, args.config)
+    try:
+        return measure(args)
+    except Exception as exc:  # noqa: BLE001 - a failure says what failed (a suite runs this as a subprocess and shows its output)
+        traceback.print_exc()
+        print(f"end_to_end: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def measure(args: argparse.Namespace) -> int:
+    cfg = dict(QUICK if args.quick else FULL)
+    cfg["rounds"] = args.rounds or cfg["rounds"]
+    cfg["resolutions"] = args.resolutions or cfg["resolutions"]
+    if args.gate_budget is not None:
+        cfg["gate_budget_s"] = args.gate_budget
+    if args.no_gate:
+        cfg.update(quiet=None, max_foreign=None, retries=0, gate_budget_s=0.0)
+    out_dir = results_dir(args)
+    cpus = cpu.available_cpus()
+    overlap = len(cpus) < 2 and args.quick  # one core: the quick check still runs, T and P being the same core
+    t, p = (cpus, cpus) if overlap else cpu.split_nodes(cpus, args.trainer_cores)
+    if overlap:
+        print(f"one core ({cpus}): T and P are the same core (quick mode checks the pipeline, not the speed)",
+              flush=True)
+    torch.set_num_threads(1)  # before any torch op: the roles are forked from here (no OpenMP pool to inherit)
+    setups = ["a0", "a1", "a2", "b"]
+    ray_note = "measured"
+    if importlib.util.find_spec("ray") is not None:  # found, not imported: a forked fleet driver starts Ray itself
+        setups.append("c")
+    else:
+        ray_note = "ray not installed: pip install 'torch-tgb[ray]'"
+    if args.no_ray and "c" in setups:
+        setups.remove("c")
+        ray_note = "left out (--no-ray)"
+    if not args.no_shared:
+        setups += cfg["shared"]
+    base = args.workdir or (Path("/dev/shm") if _free_bytes(Path("/dev/shm")) > 2**30 else None)
+    work = Path(tempfile.mkdtemp(prefix="tgb-e2e-", dir=base))
+    started = time.monotonic()
+    load_start = cpu.loadavg()
+    try:
+        samples = (cfg["max_steps"] + cfg["warmup"] + 2 * PREFETCH) * cfg["batch"]  # (a)'s workers run past the end
+        samples = max(samples, (max(cfg["crash_steps"], 2 * cfg["schedule_steps"]) + cfg["warmup"]) * cfg["batch"])
+        data = img.write_dataset(work / "wds", samples=samples, images=cfg["images"], per_tar=cfg["batch"],
+                                 min_mp=cfg["min_mp"], max_mp=cfg["max_mp"])
+        by_key = {k: d for d, k in data["keys"].items()}
+        digests = [by_key[f"s{i:06d}"] for i in range(samples)]
+        runner = Runner(work, t=t, p=p, data=data, batch=cfg["batch"], warmup=cfg["warmup"], model=cfg["model"],
+                        outage=args.outage, timeout=600, quiet=cfg["quiet"], gate_budget_s=cfg["gate_budget_s"])
+        print(f"nodes: T = {t}, P = {p}; setups {setups}; dataset {data['samples']} samples, "
+              f"{data['image_mp_mean']:.2f} MP mean", flush=True)
+        sweep = Sweep(runner, cfg, setups, digests)
+        for r in range(cfg["rounds"]):
+            sweep.round(r)
+        summary = {res: model.per_resolution(sweep.cal[res], sweep.runs[res], t=len(t), p=len(p))
+                   for res in sorted(sweep.cal)}
+        mid = cfg["schedule"][1]
+        # a0 or a1: with two workers each counts its own steps, so a schedule at step N switches at 2N
+        best = max(("a0", "a1"), key=lambda a: summary.get(mid, summary[max(summary)])["setups"][a]
+                   ["steps_per_s"]["median"])
+        sched = schedule(runner, cfg, best, max(1, cfg["rounds"] - 1))
+        ahead = {res: s["D_over_S"]["median"] for res, s in summary.items() if s["D_over_S"]["median"] < 1}
+        crash_res = min(ahead, key=lambda res: abs(ahead[res] - 0.6)) if ahead else min(summary)
+        with_worker = max(("a1", "a2"), key=lambda a: summary[crash_res]["setups"][a]["steps_per_s"]["median"])
+        crashed = crash(runner, cfg, crash_res, with_worker, setups, digests, data)
+        prof_res = sweep.crossover if sweep.crossover in summary else max(summary)
+        profiled = runner.run(SETUPS["b"], prof_res, img.seq_len(prof_res), sweep.steps[prof_res], profile=True)
+        profile = {"resolution": prof_res, "setup": "b", **(profiled.get("profile") or {}),
+                   "run": summarise(profiled, cfg["warmup"])}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [row for runs in sweep.runs.values() for name, rs in runs.items() for row in rs
+            if SETUPS[name].kind != "fleet"]  # (c)'s own Ray processes count as other jobs: left out
+    disturbed = [row for row in rows if cfg["max_foreign"] is not None and (row.get("foreign_cores") or 0) >
+                 cfg["max_foreign"]]
+    result: dict[str, Any] = {
+        "quick": args.quick, "config": {k: v for k, v in cfg.items()},
+        "machine_note": args.machine_note or _machine_note(),
+        "gpu": "none lent to this run: the trainer steps on CPU core(s) T" if not torch.cuda.is_available()
+        else f"{torch.cuda.get_device_name(0)} seen, not used (the GPU variant is not implemented here)",
+        "nodes": {"T": t, "P": p, "overlap": overlap,
+                  "pinning": {name: SETUPS[name].describe(t, p) for name in setups}},
+        "dataset": {k: v for k, v in data.items() if k not in ("urls", "keys", "jpegs")},
+        "model": {**img.spec_dict(img.ModelSpec(**cfg["model"])),
+                  "gflop_per_step": {res: img.flops_per_step(img.ModelSpec(**cfg["model"]), res, cfg["batch"]) / 1e9
+                                     for res in summary}},
+        "steps_per_run": sweep.steps, "crossover_resolution": sweep.crossover, "ray": ray_note,
+        "calibration": sweep.cal, "runs": sweep.runs, "summary": summary, "schedule": sched, "crash": crashed,
+        "profile": profile,
+        "quiet_rounds": {res: model.quiet_rounds(sweep.runs[res], sweep.cal[res], t=len(t), p=len(p),
+                                                 max_foreign=cfg["max_foreign"]) for res in summary}
+        if cfg["max_foreign"] is not None else None,
+        "projection": model.projection(summary, len(t)),
+        "goals": model.goals(summary, sweep.crossover, crashed),
+        "paper": {name: {"local": a, "batchweave": b, "ratio": g} for name, (a, b, g) in model.PAPER.items()},
+        "gate": {"quiet_cores": cfg["quiet"], "budget_s": cfg["gate_budget_s"], "waited_s": runner.gate_spent_s,
+                 "exhausted": cfg["quiet"] is not None and runner.gate_left_s == 0,
+                 "disturbed_runs": len(disturbed), "runs": len(rows),
+                 "disturbed": cfg["quiet"] is not None and (runner.gate_left_s == 0 or bool(disturbed))},
+        "load": {"start": load_start, "end": cpu.loadavg()}, "seconds": time.monotonic() - started,
+    }
+    save(out_dir, "end_to_end", result)
+    for name, g in result["goals"].items():
+        print(f"goal {name}: {'met' if g['met'] else 'NOT met'} {g.get('values', g.get('value', ''))}", flush=True)
+    if result["gate"]["disturbed"]:
+        print(f"disturbed: other jobs used > {cfg['max_foreign']} core during {len(disturbed)} of {len(rows)} runs "
+              f"(gate waited {runner.gate_spent_s:.0f} s of {cfg['gate_budget_s']:.0f})", flush=True)
+    print(f"end_to_end: {result['seconds']:.0f} s", flush=True)
     return 0
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+def _machine_note() -> str:
+    gpu = "a GPU" if torch.cuda.is_available() else "no GPU"
+    return f"{os.cpu_count()} cores ({len(cpu.available_cpus())} usable by this process), {gpu}"
 
 
 if __name__ == "__main__":

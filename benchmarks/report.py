@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import COMMITTED
+from _report_e2e import e2e_section
 
 ROOT = Path(__file__).resolve().parents[1]
 # issue 15 "Measured": one process, warm cache, 16M uint32 tokens, quiet 16-core machine (not this run)
@@ -243,114 +244,6 @@ def getbatch_section(r: dict[str, Any], plots: Path) -> list[str]:
             "`get_ranges` overlaps round trips, not that we match AIStore's server-side batching. On moto the "
             "server is the bottleneck (one Python process), so the ratio there is about 1×.", ""]
     return out
-
-
-def e2e_section(r: dict[str, Any]) -> list[str]:
-    def agg(runs: list[dict[str, Any]], key: str) -> str:
-        vals = sorted(x[key] for x in runs)
-        return f"{vals[len(vals) // 2]:.2f} ({vals[0]:.2f}–{vals[-1]:.2f})"
-
-    st, cr = r["steady"], r["crash"]
-    d = cr["disaggregated"]
-    setups = [("colocated", "(a) colocated DataLoader workers"),
-              ("disaggregated", "(b) producer processes → TGBs → tgb.DataLoader"),
-              ("ray_fleet", "(c) Ray fleet of producer actors → TGBs → tgb.DataLoader")]
-    out = ["## 3. End to end (seed 000 §7.2 analogue) (`end_to_end.py`)", "",
-           f"Per batch {r['batch'][0]}×{r['batch'][1]} tokens: generated text tokenised with a locally trained BPE "
-           f"({r['transform_ms_per_batch']:.0f} ms of CPU per batch), a small torch model's training step. CPU split: "
-           f"{r['cpu_split']}.{' ' + r['ray_overhead'] + '.' if 'ray_overhead' in r else ''}", "",
-           "| setup | steps/s | step p50 ms | step p95 ms | first step s |", "|---|---|---|---|---|"]
-    for key, label in setups:
-        if key in st:
-            first = (agg(st[key], "first_step_s") if all(x.get("first_step_s") is not None for x in st[key])
-                     else "–")
-            out.append(f"| {label} | {agg(st[key], 'steps_per_s')} | {agg(st[key], 'step_p50_ms')} | "
-                       f"{agg(st[key], 'step_p95_ms')} | {first} |")
-        elif key == "ray_fleet":
-            why = r.get("ray") or "not in these results (measured before the Ray variant was added)"
-            out.append(f"| {label} | {why} | | | |")
-    deaths = sum(x.get("worker_deaths") or 0 for x in st.get("ray_fleet", []))
-    out += ["", "Paper (GR00T, 8 nodes): BatchWeave 3.09 steps/s vs Local 1.15 (2.68×), P50/P95 172/367 ms vs "
-            "457/4,113 ms. Their gain comes from moving preprocessing onto other nodes; here all setups share the "
-            "same 2 cores, so (b) and (c) can at best match (a), and pay serialisation and a file-system round trip."
-            + " The first step of (b) and (c) includes starting the producer (a Python process, or a Ray actor)."
-            + (f" In the steady rounds (no kill) the fleet saw {deaths} actor death(s) and requeued the shard each "
-               "time." if deaths else ""), "",
-            _e2e_bound(r), ""]
-    heavier = (f" The crash runs use {cr['words']} words per row ({cr['transform_ms_per_batch']:.0f} ms per batch, "
-               f"aimed at {cr.get('target_ratio_to_step', '?')} of a trainer step) so that the producers are still "
-               "producing at the kill and have a backlog committed." if "words" in cr else "")
-    running = d.get("producer_running_at_kill")
-    out.append(f"**Producer crash** (SIGKILL one data process at step {cr['killed_at_step']}, replacement after "
-               f"{cr['outage_s']} s):{heavier} (a) survived: {cr['colocated']['survived']} — "
-               f"{cr['colocated']['error'] or 'no error'} after {cr['colocated']['steps']} steps. (b) survived: "
-               f"{d['survived']}, {d['steps']} steps, {d['steps_during_outage']} steps taken during the outage, "
-               f"longest wait between steps {d['longest_wait_s']:.2f} s"
-               + ("" if running is None else f", producer still running when killed: {running}")
-               + f"; exactly once: {d['exactly_once']}.")
-    c = cr.get("ray_fleet")
-    if c is not None:
-        if "killed_at_step" not in c:
-            out.append(f"(c): no actor was killed — {c.get('not_killed', 'unknown')}; exactly once: "
-                       f"{c['exactly_once']}.")
-        else:
-            resumed = (f"a new attempt committed {c['resumed_after_s']:.2f} s after the kill, "
-                       f"{c['steps_during_outage']} trainer steps in between"
-                       if c.get("resumed_after_s") is not None else "no new attempt was seen committing")
-            out.append(f"(c) `ray.kill` of the actor running the shard at step {c['killed_at_step']} (Ray restarts it "
-                       f"and the fleet hands the shard back; no scripted delay): survived: {c['survived']}, "
-                       f"{c['steps']} steps, {resumed}, longest wait between steps {c['longest_wait_s']:.2f} s, "
-                       f"worker deaths {c.get('worker_deaths')}{', fleet error: ' + c['fleet_error'] if c.get('fleet_error') else ''}"
-                       f"; exactly once: {c['exactly_once']}.")
-        out.append("")
-        out.append(_e2e_ray_reading(st, cr))
-    return [*out, ""]
-
-
-def _e2e_ray_reading(st: dict[str, Any], cr: dict[str, Any]) -> str:
-    """(c) against (b): the same producers, so any gap is Ray's start-up, scheduling and recovery."""
-    def med(key: str, field: str) -> float:
-        vals = sorted(x[field] for x in st[key])
-        return vals[len(vals) // 2]
-
-    b, c = med("disaggregated", "steps_per_s"), med("ray_fleet", "steps_per_s")
-    lo_b, hi_b = min(x["steps_per_s"] for x in st["disaggregated"]), max(x["steps_per_s"] for x in st["disaggregated"])
-    lo_c, hi_c = min(x["steps_per_s"] for x in st["ray_fleet"]), max(x["steps_per_s"] for x in st["ray_fleet"])
-    text = (f"**Reading (c).** Steady state, the Ray fleet steps at {c / b:.2f}× the rate of plain producer "
-            f"processes ({c:.2f} vs {b:.2f} steps/s, medians). The trainer reads the same namespace the same way, "
-            "so Ray changes who runs the producers, not the data path; "
-            + ("the rounds' ranges overlap, so this run does not resolve a difference."
-               if lo_c <= hi_b and lo_b <= hi_c else
-               "the ranges do not overlap: on 2 cores Ray's own processes and the fleet's driver thread take CPU "
-               "from the trainer and the producer (a likely cause, not measured apart)."))
-    rc, rb = cr["ray_fleet"], cr["disaggregated"]
-
-    def once(x: dict[str, Any]) -> bool:
-        e = x["exactly_once"]
-        return e["complete"] and e["unique"] == e["delivered"] and e["contents_match_recomputation"]
-
-    if rc.get("resumed_after_s") is not None:
-        text += (f" On a kill, Ray and the fleet bring the shard back by themselves: a new attempt committed "
-                 f"{rc['resumed_after_s']:.1f} s after it. In (b) the script launches a replacement after a fixed "
-                 f"{cr['outage_s']} s, and its \"steps during the outage\" stop at that launch, while (c)'s run until "
-                 "the new attempt's first commit: the two step counts are not the same measure.")
-    failed = [name for name, x in (("(b)", rb), ("(c)", rc)) if not once(x)]
-    text += (" Both crash runs delivered every offset exactly once, with contents equal to a recomputation."
-             if not failed else f" Exactly once FAILED for {', '.join(failed)}.")
-    return text
-
-
-def _e2e_bound(r: dict[str, Any]) -> str:
-    """Say which side limits the run: a transform cheaper than the step means the data path is not tested hard."""
-    steps = sorted(x["step_p50_ms"] for x in r["steady"]["colocated"])
-    step = steps[len(steps) // 2]
-    if r["transform_ms_per_batch"] < step:
-        return (f"**Reading.** The transform ({r['transform_ms_per_batch']:.0f} ms per batch) is cheaper than the "
-                f"trainer's step (p50 {step:.0f} ms): this configuration is bound by the training step, not the "
-                "data path, so the steady-state rows compare two loaders that both keep up; the crash run is the "
-                "informative part. A heavier transform (`--words`) moves the bound to the data side.")
-    return (f"**Reading.** The transform ({r['transform_ms_per_batch']:.0f} ms per batch) costs more than the "
-            f"trainer's step (p50 {step:.0f} ms): the data path is the bound.")
 
 
 def redis_section(r: dict[str, Any], amp: list[dict[str, Any]] | None) -> list[str]:
@@ -722,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
              "(interleaved rounds).", ""]
     sections = [("peers", lambda r: peers_section(r, plots)), ("peers_s3", peers_s3_section),
                 ("getbatch", lambda r: getbatch_section(r, plots)),
-                ("end_to_end", e2e_section),
+                ("end_to_end", lambda r: e2e_section(r, plots)),
                 ("redis_queue", lambda r: redis_section(r, (results.get("consumer_read") or {}).get("amplification")))]
     for name, fn in sections:
         if name in results:

@@ -19,7 +19,10 @@ from pathlib import Path
 
 from torch_tgb.cli._common import CommandError, add_storage_option_flag
 
-__all__ = ["SUITES", "add_parser", "find_benchmarks", "run"]
+__all__ = ["ALIASES", "SUITES", "add_parser", "find_benchmarks", "run"]
+
+#: short names for scripts: ``tgb bench e2e`` runs ``benchmarks/end_to_end.py``
+ALIASES = {"e2e": "end_to_end"}
 
 # (script, arguments) in run order. "quick" needs no peer installs and no
 # redis-server and finishes in a few minutes on 2 cores (peers' loopback S3
@@ -117,11 +120,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"benchmarks in {directory}:")
         for name, path in scripts.items():
             print(f"  {name:<{width}}  {_summary(path)}")
-        print("suites: quick (no peer installs, no redis; a few minutes), all (the report's full set)")
+        print("suites: quick (no peer installs, no redis; a few minutes), all (the report's full set); aliases: "
+              + ", ".join(f"{a} = {n}" for a, n in ALIASES.items()))
         print("run one with: tgb bench NAME [ARGS...]; tgb bench quick|all [--results-dir DIR]; "
               "tgb bench report [--results-dir DIR]")
         return 0
     name = args.name[:-3] if args.name.endswith(".py") else args.name
+    name = ALIASES.get(name, name)
     if name in SUITES:
         return _run_suite(name, scripts, directory, _passthrough(args))
     if name not in scripts:
