@@ -33,8 +33,13 @@ TOPOLOGIES = [(dp, cp) for dp in (1, 2, 4) for cp in (1, 2, 4)]
 
 
 def batch(offset: int) -> dict[str, torch.Tensor]:
-    """make_batch, with fewer samples in steps 5..6: a change of shape inside a segment ends a run."""
-    return make_batch(offset, batch=4 if offset in (5, 6) else 8)
+    """make_batch, with fewer samples in steps 5..6: a change of shape inside a segment ends a run.
+
+    ``sample_id`` is stored as int32, so an int64 read widens it as the slice is read (``SliceRun.cast_with``)
+    while an int32 read narrows ``input_ids`` (the step's cast, which looks at the values).
+    """
+    out = make_batch(offset, batch=4 if offset in (5, 6) else 8)
+    return {**out, "sample_id": out["sample_id"].to(torch.int32)}
 
 
 def produce(ns: str, segment_tgbs: int, n: int = N_STEPS, *, seal: bool = True, start: int = 0) -> None:
@@ -97,7 +102,7 @@ def without_stats(states: list[dict]) -> list[dict]:
     rank=st.integers(0, 15),
     fraction=st.floats(0, 1),
     shuffle=st.booleans(),
-    dtype=st.sampled_from([None, torch.int32]),
+    dtype=st.sampled_from([None, torch.int32, torch.int64]),
 )
 def test_the_run_path_reads_and_resumes_exactly_as_the_step_path(namespaces, segment, topology, split, rank,
                                                                   fraction, shuffle, dtype) -> None:

@@ -134,7 +134,9 @@ class ReadPath(ABC):
         self._cast = None if dtype is None else IntegerCast(dtype, uncast)
         #: a step as read -> the step handed out (:meth:`finish_step`, or just its cast where that is all it does)
         self.finish: Callable[[Batch], Batch] = self.finish_step
-        if not self._derives and keys.deliver is None and self._cast is not None:
+        #: nothing derived or dropped: a step as read needs only the cast
+        self.plain = not self._derives and keys.deliver is None
+        if self.plain and self._cast is not None:
             self.finish = self._cast
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._last_ignored: tuple[tuple[int, bytes, bytes], np.ndarray] | None = None
@@ -258,6 +260,8 @@ class RunPath(ReadPath):
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
                               start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
         super().__init__(project, options.dtype, keys, [*sources, self.runs.stats])
+        if self.plain:
+            self.runs.cast = self._cast  # a run of one whole slice casts as it reads
         self._run: StepRun | None = None
         self._done = 0
         self.runs.reset(None)
@@ -279,9 +283,10 @@ class RunPath(ReadPath):
                 delivered.delivered(clock() - started, steps=0)
                 return
             read, step = run.read, run.first_step
+            fin = None if run.cast or (self.plain and self._cast is None) else finish
             for i in range(len(run)):
                 try:
-                    tensors = finish(read(i))
+                    tensors = read(i) if fin is None else fin(read(i))
                 except CorruptObject as e:  # the format names object/slice/tensor; add the step
                     raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
                 # only once step i is in hand: a failed read leaves the position after the last delivered step

@@ -113,13 +113,17 @@ class IntegerCast:
         self.dtype, self.skip = dtype, skip
         self._rules: dict[str, tuple[torch.dtype, int]] = {}  # key -> (the dtype it came as, its rule)
 
+    def rule(self, name: str, source: torch.dtype) -> int:
+        """How key ``name``, read as ``source``, is cast: :data:`KEEP`, :data:`WIDEN` or :data:`CHECK`."""
+        return KEEP if name in self.skip else cast_rule(source, self.dtype)
+
     def __call__(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         dtype, rules, out = self.dtype, self._rules, {}
         for name, t in tensors.items():
             source = t.dtype
             known = rules.get(name)
             if known is None or known[0] is not source:
-                known = rules[name] = (source, KEEP if name in self.skip else cast_rule(source, dtype))
+                known = rules[name] = (source, self.rule(name, source))
             rule = known[1]
             out[name] = t if rule == KEEP else t.to(dtype) if rule == WIDEN else cast_tensor(name, t, dtype)
         return out

@@ -22,6 +22,7 @@ import torch
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._decode import ByteSource, check_ragged_slice, crc_mismatch, decode_slice, writable
+from torch_tgb.format._dtypes import CHECK, WIDEN, IntegerCast
 from torch_tgb.format._footer import TRAILER_SIZE, parse_footer, parse_trailer
 from torch_tgb.format._footer_view import Footer, SliceInfo
 from torch_tgb.format._run import parse_footer_run
@@ -338,14 +339,30 @@ class SliceRun:
         self._first = reader.verify == "first"
         self._never = not (self._always or self._first)
         self._ragged = bool(info.ragged)
-        self._plan = tuple((name, np_dtype, count, offset, shape, view)
-                           for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
+        self._plan: tuple[tuple[str, np.dtype, int, int, tuple[int, ...], torch.dtype | None, torch.dtype | None],
+                          ...] = tuple((name, np_dtype, count, offset, shape, view, None)
+                                       for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
+
+    def cast_with(self, cast: IntegerCast) -> bool:
+        """Cast each tensor as it is read, by ``cast``'s rules (the run path's single slice: no second pass).
+
+        False, and nothing changes, where a tensor's cast narrows (it must look
+        at the values: the caller casts the step as a whole).
+        """
+        targets = []
+        for row, tensor in zip(self._plan, self.info.tensors):
+            rule = cast.rule(row[0], tensor._dt.torch_dtype)
+            if rule == CHECK:
+                return False
+            targets.append(cast.dtype if rule == WIDEN else None)
+        self._plan = tuple((*row[:6], target) for row, target in zip(self._plan, targets))
+        return True
 
     def __len__(self) -> int:
         return len(self.shifts)
 
     def read(self, i: int) -> dict[str, torch.Tensor]:
-        """TGB ``i``'s tensors of this slice (views of the mapping)."""
+        """TGB ``i``'s tensors of this slice (views of the mapping, unless :meth:`cast_with` casts them)."""
         d = self.shifts[i]
         start = self.info.start + d
         check = self._always or (self._first and (self.key, start) not in self._reader._verified)
@@ -353,7 +370,7 @@ class SliceRun:
         buffer = self.buffer
         out = {}
         j = 0
-        for name, np_dtype, count, offset, shape, view in self._plan:
+        for name, np_dtype, count, offset, shape, view, cast in self._plan:
             arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
             if check and google_crc32c.value(arr) != crcs[j]:
                 raise crc_mismatch(self.key, self.info, name, crcs[j])
@@ -361,7 +378,7 @@ class SliceRun:
             tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
             if view is not None:
                 tensor = tensor.view(view)
-            out[name] = tensor
+            out[name] = tensor if cast is None else tensor.to(cast)
         if self._ragged and (check or self._never):  # a verified range was checked when it was verified
             check_ragged_slice(out, self.info, self.key)
         if check and self._first:

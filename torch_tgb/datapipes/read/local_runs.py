@@ -44,7 +44,7 @@ from torch_tgb.datapipes.read.footer_index import check_footer_location, footer_
 from torch_tgb.datapipes.read._types import RunSource, StepEntry
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import SliceReader, SliceRun
+from torch_tgb.format import IntegerCast, SliceReader, SliceRun
 from torch_tgb.layout import StepReads
 from torch_tgb.manifest import TGBEntry
 
@@ -62,12 +62,15 @@ class StepRun:
     read, or the slices joined by ``reads.assemble``.
     """
 
-    __slots__ = ("first_step", "read", "slices", "version")
+    __slots__ = ("cast", "first_step", "read", "slices", "version")
 
     def __init__(
-        self, first_step: int, version: int, slices: tuple[SliceRun, ...], join: StepReads | None = None
+        self, first_step: int, version: int, slices: tuple[SliceRun, ...], join: StepReads | None = None,
+        *, cast: bool = False,
     ) -> None:
         self.first_step, self.version, self.slices = first_step, version, slices
+        #: whether ``read`` already casts (the one slice cast as read, :meth:`SliceRun.cast_with`)
+        self.cast = cast
         self.read: Callable[[int], dict[str, torch.Tensor]] = slices[0].read
         if join is not None:
             def joined(i: int) -> dict[str, torch.Tensor]:
@@ -124,6 +127,8 @@ class LocalRuns(BaseNode[StepRun]):
         self.start_step, self.start_version = start_step, version
         self.max_run = max_run
         self.stats = ReadStats()  # this node's own counters (the reader merges them)
+        #: the reader's cast, applied as a whole step's one slice is read (None: the reader casts, or nothing)
+        self.cast: IntegerCast | None = None
         # steps taken from the poller but not yet in a run: (step, version, entries, index of that step)
         self._left: tuple[int, int, list[TGBEntry], int] | None = None
         self._state: dict[str, Any] | None = None
@@ -175,5 +180,5 @@ class LocalRuns(BaseNode[StepRun]):
         self.stats.add(footer_requests=n, data_requests=n * len(runs), bytes_read=n * length + footer_bytes,
                        useful_bytes=n * useful)
         if self._whole:
-            return StepRun(step, version, runs)
+            return StepRun(step, version, runs, cast=self.cast is not None and runs[0].cast_with(self.cast))
         return StepRun(step, version, runs, join=self.reads)
