@@ -65,3 +65,29 @@ class StepCount:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
+
+
+#: the last barrier's work of :func:`barrier_then_destroy`, freed at interpreter exit
+_LAST_BARRIER: list[Any] = []
+
+
+def barrier_then_destroy() -> None:
+    """Wait for every rank, then destroy the default process group, without gloo's teardown hang.
+
+    A plain ``dist.barrier(); dist.destroy_process_group()`` can hang a rank
+    on a busy machine (seen here about once in ten runs with the cores
+    loaded): gloo's worker thread drops the barrier's work after the caller
+    has returned, and that drop needs the GIL (the work holds Python
+    thread-local state), while the main thread, holding the GIL, joins the
+    same worker in ``~ProcessGroupGloo`` as the last owner of the group (a
+    DDP model's reducer) is freed. Holding the barrier's work to the end
+    means the worker never frees it; the group is destroyed first, the
+    training objects after.
+    """
+    import torch.distributed as dist
+
+    work = dist.barrier(async_op=True)
+    assert work is not None
+    work.wait()
+    _LAST_BARRIER.append(work)
+    dist.destroy_process_group()

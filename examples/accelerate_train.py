@@ -27,7 +27,14 @@ from accelerate import Accelerator
 import torch_tgb as tgb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _regression import StepCount, example_parser, log_batch, make_model, write_namespace  # noqa: E402
+from _regression import (  # noqa: E402
+    StepCount,
+    barrier_then_destroy,
+    example_parser,
+    log_batch,
+    make_model,
+    write_namespace,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         print(f"trained to step {progress.step}; checkpoints: {sorted(os.listdir(workdir / 'ckpt'))}")
+    if accelerator.num_processes > 1:
+        barrier_then_destroy()  # accelerator.end_training() would destroy the group after a plain barrier
     accelerator.end_training()
     return 0
 

@@ -24,7 +24,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 import torch_tgb as tgb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _regression import example_parser, log_batch, make_model, write_namespace  # noqa: E402
+from _regression import barrier_then_destroy, example_parser, log_batch, make_model, write_namespace  # noqa: E402
 
 NAMESPACE = "/data/run1"  # set from --ns / --workdir in main()
 
@@ -88,11 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         trainer.add_callback(StopAfter(args.stop_after))
     trainer.train(resume_from_checkpoint=args.resume)
     if torch.distributed.is_initialized():
-        torch.distributed.barrier()
         # drop DDP's reducer (held by the trainer) before its process group: a gloo group left to the
         # interpreter's exit can abort it ("terminate called without an active exception")
         del trainer, model
-        torch.distributed.destroy_process_group()
+        barrier_then_destroy()
     return 0
 
 

@@ -28,7 +28,15 @@ from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
 from torch_tgb.integrations.torchtitan import TGBDataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _regression import GLOBAL_BATCH, StepCount, example_parser, log_batch, make_model, write_namespace  # noqa: E402
+from _regression import (  # noqa: E402
+    GLOBAL_BATCH,
+    StepCount,
+    barrier_then_destroy,
+    example_parser,
+    log_batch,
+    make_model,
+    write_namespace,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         saved = sorted(p.name for p in (workdir / "checkpoint").iterdir())
         print(f"trained to step {train_state.step}; checkpoints: {saved}")
-    dist.barrier()
-    dist.destroy_process_group()
+    barrier_then_destroy()
     return 0
 
 
