@@ -13,6 +13,10 @@ deliver the same tensors: global batches of ``ROWS`` x ``SEQ``, one rank.
 * ``tgb``: ``TGBDataset(dtype=torch.int64)`` (run path, each slice's CRC32C
   checked once per reader, labels derived from ``seq_lens``);
 * ``tgb_loader``: the same through ``tgb.DataLoader(num_workers=0)``;
+* ``tgb_views`` / ``tgb_loader_views``: ``derive=()``, the bare shift: the
+  rows cast to int64 once and ``input_ids`` and ``labels`` handed out as two
+  views of that copy, as the floor does (the -100 then comes from a device-side
+  ``mask_labels`` in the training step, not measured here);
 * ``tgb_arrays``: the per-token arrays older namespaces store
   (``rows="arrays"``: ``input_ids``, ``labels``, ``document_ids``,
   ``position_ids``) read the same way with ``keys=("input_ids", "labels")``.
@@ -62,9 +66,10 @@ def _floor(corpus: dict[str, Any]) -> Iterator[dict[str, torch.Tensor]]:
         yield {"input_ids": chunk[:-1].view(ROWS, SEQ), "labels": chunk[1:].view(ROWS, SEQ)}
 
 
-def _tgb(corpus: dict[str, Any], rows: str, loader: bool) -> Iterator[dict[str, torch.Tensor]]:
-    keys = ("input_ids", "labels") if rows == "arrays" else None
-    ds = tgb.TGBDataset(corpus[rows], mesh=tgb.Mesh(0, 1), dtype=torch.int64, keys=keys)
+def _tgb(corpus: dict[str, Any], rows: str, loader: bool, *, views: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+    keys = ("input_ids", "labels") if rows == "arrays" or views else None
+    ds = tgb.TGBDataset(corpus[rows], mesh=tgb.Mesh(0, 1), dtype=torch.int64, keys=keys,
+                        derive=() if views else ("labels",))
     return iter(tgb.DataLoader(ds) if loader else ds)
 
 
@@ -79,6 +84,11 @@ def labels_read(*, quick: bool, rounds: int, tmp: str, log: Callable[[str], None
     corpus = build(tmp, steps)
     first = next(_tgb(corpus, "tokens", False))
     floor = next(_floor(corpus))
+    views = next(_tgb(corpus, "tokens", True, views=True))
+    if not (torch.equal(views["input_ids"], floor["input_ids"])
+            and torch.equal(views["labels"][:, :-1], floor["labels"][:, :-1])
+            and views["labels"].untyped_storage().data_ptr() == views["input_ids"].untyped_storage().data_ptr()):
+        raise AssertionError("derive=() does not deliver the floor's tensors as two views of one copy")
     # the same tensors, but for the label of each row's last token: -100 in the namespace (a row ends its
     # sequence), the next row's first token in the floor
     if not (torch.equal(first["input_ids"], floor["input_ids"])
@@ -90,6 +100,8 @@ def labels_read(*, quick: bool, rounds: int, tmp: str, log: Callable[[str], None
         "floor": (lambda: _floor(corpus), _tokens),
         "tgb": (lambda: _tgb(corpus, "tokens", False), _tokens),
         "tgb_loader": (lambda: _tgb(corpus, "tokens", True), _tokens),
+        "tgb_views": (lambda: _tgb(corpus, "tokens", False, views=True), _tokens),
+        "tgb_loader_views": (lambda: _tgb(corpus, "tokens", True, views=True), _tokens),
         "tgb_arrays": (lambda: _tgb(corpus, "arrays", False), _tokens),
     }
     rows = compare(readers, baseline="floor", rounds=rounds, passes=2 if quick else 5, log=log, unit="tokens")

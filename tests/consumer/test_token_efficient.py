@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torch_tgb import Layout, Mesh, TGBDataset
+from torch_tgb import Layout, Mesh, TGBDataset, write_dataset
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import MemoryStore
@@ -113,6 +113,33 @@ def test_labels_are_two_views_of_the_stored_tokens_without_a_cast(pairs) -> None
     b = next(iter(TGBDataset(ns, mesh=Mesh(0, 1), derive=())))
     assert b["input_ids"].untyped_storage().data_ptr() == b["labels"].untyped_storage().data_ptr()
     assert torch.equal(b["labels"][:, :-1], b["input_ids"][:, 1:])
+
+
+@pytest.mark.parametrize("keys", [None, ("input_ids", "labels")])
+def test_a_widening_cast_casts_the_rows_once_for_both_views(tmp_path, keys) -> None:
+    """uint16 rows read as int64 with derive=(): one copy of the rows, input_ids and labels two views of it.
+
+    The run path (a local namespace) casts the rows as it reads them; the step
+    path delivers the same values. The default (masked labels) never shares
+    memory between the two: writing -100 into labels must not touch input_ids.
+    """
+    tokens = (np.arange(6 * 4 * SEQ) % 50_000).astype(np.uint16)
+    ns = str(tmp_path / "ns")
+    write_dataset(ns, tokens, layout=Layout(dp=1), seq_len=SEQ, global_batch_size=4, packing="none", progress=False)
+    kw = {"mesh": Mesh(0, 1), "dtype": torch.int64, "derive": (), "keys": keys}
+    by_run = list(TGBDataset(ns, **kw))
+    by_step = list(TGBDataset(ns, runs=False, prefetch=0, **kw))
+    assert len(by_run) == len(by_step) == 6
+    for a, b in zip(by_run, by_step):
+        assert a.keys() == b.keys() and (keys is None or set(a) == set(keys))
+        assert a["input_ids"].dtype == a["labels"].dtype == torch.int64
+        assert a["input_ids"].untyped_storage().data_ptr() == a["labels"].untyped_storage().data_ptr()
+        assert torch.equal(a["labels"][:, :-1], a["input_ids"][:, 1:])
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    masked = next(iter(TGBDataset(ns, mesh=Mesh(0, 1), dtype=torch.int64)))
+    assert masked["input_ids"].untyped_storage().data_ptr() != masked["labels"].untyped_storage().data_ptr()
+    assert bool((masked["labels"][:, -1] == -100).all())
 
 
 def test_keys_reads_only_what_it_delivers(pairs) -> None:

@@ -199,7 +199,7 @@ def test_whole_token_rows_take_the_short_way_to_the_same_batch(rows, width, extr
         piece["position_ids"] = torch.arange(rows * (width - 1)).view(rows, width - 1)
     reads = StepReads(pieces=(Piece(0, 0, 0),), parts=((Segment(0, Fraction(0), Fraction(1)),),),
                       seq_keys=("input_ids", "position_ids"), labels_from="input_ids")
-    assert reads._whole_rows
+    assert reads.whole_rows
     fast, general = reads.assemble([piece]), reads._part(reads.parts[0], [piece])
     assert fast.keys() == general.keys()
     for name in general:

@@ -134,8 +134,10 @@ class ReadPath(ABC):
         self._cast = None if dtype is None else IntegerCast(dtype, uncast)
         #: a step as read -> the step handed out (:meth:`finish_step`, or just its cast where that is all it does)
         self.finish: Callable[[Batch], Batch] = self.finish_step
+        #: nothing derived: a step needs the cast and the keys asked for only, so a run path casts as it reads
+        self.cast_only = not self._derives
         #: nothing derived or dropped: a step as read needs only the cast
-        self.plain = not self._derives and keys.deliver is None
+        self.plain = self.cast_only and keys.deliver is None
         if self.plain and self._cast is not None:
             self.finish = self._cast
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
@@ -145,10 +147,14 @@ class ReadPath(ABC):
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
         if self._derives:
             tensors = self.derive(tensors)
-        deliver = self.keys.deliver
-        if deliver is not None:
-            tensors = {k: v for k, v in tensors.items() if k in deliver}
+        if self.keys.deliver is not None:
+            tensors = self.select(tensors)
         return tensors if self._cast is None else self._cast(tensors)
+
+    def select(self, tensors: Batch) -> Batch:
+        """Only the keys asked for (``ReaderOptions(keys=)``)."""
+        deliver = self.keys.deliver
+        return tensors if deliver is None else {k: v for k, v in tensors.items() if k in deliver}
 
     def derive(self, tensors: Batch) -> Batch:
         """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`)."""
@@ -260,8 +266,8 @@ class RunPath(ReadPath):
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
                               start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
         super().__init__(project, options.dtype, keys, [*sources, self.runs.stats])
-        if self.plain:
-            self.runs.cast = self._cast  # a run of one whole slice casts as it reads
+        if self.cast_only:
+            self.runs.cast = self._cast  # a run of one whole slice (or its rows' two views) casts as it reads
         self._run: StepRun | None = None
         self._done = 0
         self.runs.reset(None)
@@ -283,7 +289,11 @@ class RunPath(ReadPath):
                 delivered.delivered(clock() - started, steps=0)
                 return
             read, step = run.read, run.first_step
-            fin = None if run.cast or (self.plain and self._cast is None) else finish
+            fin: Callable[[Batch], Batch] | None
+            if run.cast:  # cast as read: what is left is choosing the keys
+                fin = None if self.keys.deliver is None else self.select
+            else:
+                fin = None if self.plain and self._cast is None else finish
             for i in range(len(run)):
                 try:
                     tensors = read(i) if fin is None else fin(read(i))

@@ -83,7 +83,7 @@ class StepReads:
         """
         if len(tensors) != len(self.pieces):
             raise LayoutError(f"assemble needs {len(self.pieces)} pieces, got {len(tensors)}")
-        if self._whole_rows:
+        if self.whole_rows:
             return self._rows(tensors[0])
         parts = [self._part(segments, tensors) for segments in self.parts]
         if len(parts) == 1:
@@ -97,15 +97,20 @@ class StepReads:
         return out
 
     @functools.cached_property
-    def _whole_rows(self) -> bool:
-        """One piece read whole, of a ``labels_from`` layout with one chunk: the common token-rows step."""
+    def whole_rows(self) -> bool:
+        """One piece read whole, of a ``labels_from`` layout with one chunk: the common token-rows step.
+
+        Its batch is the piece's tensors with the rows split into two views
+        (:meth:`_rows`): a reader that casts the rows as it reads them casts
+        once for both.
+        """
         return (self.labels_from is not None and self.chunks == 1 and len(self.parts) == 1
                 and self.parts[0] == (Segment(0, Fraction(0), Fraction(1)),))
 
     def _rows(self, piece: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """:meth:`_part` of a :attr:`_whole_rows` step: the rows' tokens and their shift, two views."""
+        """:meth:`_part` of a :attr:`whole_rows` step: the rows' tokens and their shift, two views."""
         name = self.labels_from
-        assert name is not None  # _whole_rows
+        assert name is not None  # whole_rows
         rows = piece.get(name)
         if rows is None or rows.dim() < 2 or rows.shape[1] < 2:
             return self._part(self.parts[0], [piece])  # it names the problem

@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.read.footer_index import check_footer_location, footer_location_ok
 from torch_tgb.datapipes.read._types import RunSource, StepEntry
+from torch_tgb.datapipes.read.footer_index import check_footer_location, footer_location_ok
 from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import IntegerCast, SliceReader, SliceRun
@@ -119,9 +119,11 @@ class LocalRuns(BaseNode[StepRun]):
         self.namespace = namespace
         self.reader = reader
         self.reads = reads
-        # a step of one whole slice is delivered as read; else its slices are joined (and a labels_from key split)
+        # a step of one whole slice is delivered as read, or as its rows split in two views (reads.whole_rows);
+        # else its slices are joined (and a labels_from key split). Either of the first two casts as it reads.
         self._whole = (len(reads.parts) == 1 and [(s.lo, s.hi) for s in reads.parts[0]] == [(0, 1)]
                        and reads.labels_from is None)
+        self._one_slice = self._whole or reads.whole_rows
         self.names = names
         self._slices = tuple((p.dp, p.cp) for p in reads.pieces)
         self.start_step, self.start_version = start_step, version
@@ -179,6 +181,5 @@ class LocalRuns(BaseNode[StepRun]):
         self.stats.fetch_latency(time.perf_counter() - started)
         self.stats.add(footer_requests=n, data_requests=n * len(runs), bytes_read=n * length + footer_bytes,
                        useful_bytes=n * useful)
-        if self._whole:
-            return StepRun(step, version, runs, cast=self.cast is not None and runs[0].cast_with(self.cast))
-        return StepRun(step, version, runs, join=self.reads)
+        cast = self._one_slice and self.cast is not None and runs[0].cast_with(self.cast)
+        return StepRun(step, version, runs, None if self._whole else self.reads, cast=cast)
