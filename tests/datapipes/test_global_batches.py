@@ -7,6 +7,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torchdata.nodes import IterableWrapper
 
 import torch_tgb as tgb
@@ -145,3 +147,49 @@ def test_token_rows_batches_carry_seq_lens_and_cost_by_them() -> None:
         assert isinstance(lens, list) and len(lens) == 8 and all(t.dtype == torch.int32 for t in lens)
         want = [float((x.long() ** 2).sum() + 4.0 * x.long().sum()) for x in lens]
         assert np.allclose(batch["row_cost"].numpy(), want)
+
+
+class _RowByRow(Pack):
+    """Pack without its block path: GlobalBatches then takes rows one ``next()`` at a time."""
+
+    take_rows = None  # type: ignore[assignment]
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 70), min_size=1, max_size=60), method=st.sampled_from(["bfd", "concat", "none"]),
+       balance=st.sampled_from([None, "greedy", "kk"]), dp=st.sampled_from([1, 2]), micro=st.sampled_from([1, 2]),
+       window=st.integers(1, 9), stop=st.integers(0, 6))
+def test_rows_taken_in_blocks_make_the_batches_and_states_of_rows_taken_one_by_one(
+    lengths, method, balance, dp, micro, window, stop
+) -> None:
+    """Pack.take_rows (blocks of views) and next() (a dict per row) give equal batches, states and resumes."""
+
+    def node(pack: type[Pack]) -> GlobalBatches:
+        docs = IterableWrapper(documents(7, lengths))
+        packed = pack(docs, 16, window=window, method=method, token_dtype=torch.uint16)
+        return GlobalBatches(packed, global_batch_size=4 * dp, layout=tgb.Layout.token_rows(dp), balance=balance,
+                             alpha=2.0, micro_batches=micro)
+
+    def run(n: GlobalBatches, state: dict | None = None) -> list[tuple[dict, dict]]:
+        n.reset(state)
+        out = []
+        for batch in n:
+            out.append((batch, n.state_dict()))
+        return out
+
+    blocks, rows = run(node(Pack)), run(node(_RowByRow))
+    assert len(blocks) == len(rows)
+    if not blocks:  # empty documents only: no rows
+        return
+    for (a, sa), (b, sb) in zip(blocks, rows):
+        assert list(a) == list(b) and sa == sb
+        for key in a:
+            if isinstance(a[key], list):
+                assert len(a[key]) == len(b[key]) and all(torch.equal(x, y) for x, y in zip(a[key], b[key])), key
+            else:
+                assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+    at = min(stop, len(blocks) - 1)
+    resumed = run(node(Pack), blocks[at][1])  # a resume through blocks goes on as the uninterrupted run
+    assert len(resumed) == len(blocks) - at - 1
+    for (a, _), (b, _) in zip(resumed, blocks[at + 1 :]):
+        assert all(torch.equal(x, y) for x, y in zip(a["input_ids"], b["input_ids"]))

@@ -214,3 +214,41 @@ def test_token_file_pieces_fall_back_per_document(tmp_path: Any) -> None:
         got += [flat[a:b].astype(np.int64) for a, b in zip(offs[:-1], offs[1:])]
     assert [g.tolist() for g in got] == [e.tolist() for e in expected]
     assert bulk > len(expected) // 4  # the bulk path took over again after the long documents
+
+
+@pytest.mark.parametrize("options", [{}, {"epochs": 2, "seed": 3}])
+def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
+    corpus: dict[str, Callable[..., Any]], options: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every byte the bulk path reads was advised (POSIX_FADV_WILLNEED) before its read, once per epoch,
+    and the advised bytes not yet read stay within READ_AHEAD_BYTES plus one call's documents."""
+    import os
+
+    from torch_tgb.sources import token_file
+
+    events: list[tuple[str, int, int]] = []  # ("advise" | "read", offset, length) in call order
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: events.append(("advise", offset, length)),
+                        raising=False)
+    monkeypatch.setattr(token_file, "READ_AHEAD_BYTES", 64)  # a small budget: the read-ahead runs in steps
+    real = token_file._TokenReader._read_into
+
+    def read_into(self: Any, view: memoryview, start: int, stop: int) -> None:
+        size = self.dtype.itemsize
+        events.append(("read", self._base + start * size, (stop - start) * size))
+        real(self, view, start, stop)
+
+    monkeypatch.setattr(token_file._TokenReader, "_read_into", read_into)
+    source = corpus["token_file"](**options)
+    docs, _ = _take_all(source, [3, 1, 5])
+    assert docs and sum(1 for kind, _, _ in events if kind == "read") >= 2
+    pending: dict[int, int] = {}  # byte -> times advised and not yet read
+    largest = max(len(d) for d in docs) * source.token_dtype.itemsize * 5  # one call's documents at most
+    for kind, offset, length in events:
+        for byte in range(offset, offset + length):
+            if kind == "advise":
+                pending[byte] = pending.get(byte, 0) + 1
+            else:
+                assert pending.get(byte, 0) >= 1, f"byte {byte} read before it was advised"
+                pending[byte] -= 1
+        assert sum(pending.values()) <= 64 + 2 * largest
+    assert not any(pending.values())  # each document advised once per epoch, and all of it read

@@ -259,33 +259,118 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
     def next(self) -> dict[str, torch.Tensor]:
         if self._done:
             raise StopIteration
-        rows: list[Mapping[str, torch.Tensor]] = []
-        while len(rows) < self.global_batch_size:
+        blocks = self._take_blocks()
+        if blocks and (sum(b.rows for b in blocks) == self.global_batch_size or self._done):
+            return self._from_blocks(blocks)
+        rows: list[Mapping[str, torch.Tensor]] = [b.row(i) for b in blocks for i in range(b.rows)]
+        while len(rows) < self.global_batch_size and not self._done:
             try:
                 rows.append(next(self.source))
             except StopIteration:
-                self._done = True
-                self._final = self.source.state_dict()
-                break
+                self._end()
         if not rows:
             raise StopIteration
         real = len(rows)
         ragged = self._ragged_keys()
         parts, tokens = self._costs(rows)
         rows.extend(_pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
-        costs = parts[:, 0]
-        dp = self.layout.dp
-        plan = micro_batch_plan(costs, dp, self.micro_batches, self.balance, encoder=parts[:, 1], backbone=parts[:, 2])
-        partition = [[i for micro in rank for i in micro] for rank in plan]
-        order = [i for part in partition for i in part]
-        names = list(rows[0]) if self.keys is None else self.keys
-        missing = [k for k in names if k not in rows[0]]
-        if missing:
-            raise LayoutError(f"GlobalBatches(keys=): rows have no {missing} (they have {sorted(rows[0])})")
+        plan = self._plan(parts)
+        order = [i for rank in plan for micro in rank for i in micro]
+        names = self._names(list(rows[0]))
         batch: dict[str, Any] = {
             name: [rows[i][name] for i in order] if name in ragged else torch.stack([rows[i][name] for i in order])
             for name in names
         }
+        return self._finish(batch, parts, plan, real, tokens)
+
+    def _end(self) -> None:
+        self._done = True
+        self._final = self.source.state_dict()
+
+    def _take_blocks(self) -> list[Any]:
+        """This batch's rows as blocks, where the source hands out rows in blocks (``Pack.take_rows``).
+
+        Only for the default cost (priced from ``seq_lens`` at once). Empty
+        where the source keeps rows one by one; then, or where a block source
+        stops handing out blocks mid-batch, the rows taken so far go the
+        row-by-row way.
+        """
+        take = getattr(self.source, "take_rows", None)
+        if take is None or self.cost != "attention":
+            return []
+        blocks: list[Any] = []
+        have = 0
+        while have < self.global_batch_size:
+            block = take(self.global_batch_size - have)
+            if block is None:
+                break
+            if block.rows == 0:
+                self._end()
+                break
+            if SEQ_LENS_KEY not in block.ragged or set(block.ragged) - set(self._ragged_keys()):
+                blocks.append(block)  # not priceable at once, or a ragged field the batch would stack
+                break
+            blocks.append(block)
+            have += block.rows
+        return blocks
+
+    def _from_blocks(self, blocks: list[Any]) -> dict[str, Any]:
+        """The batch of rows held as blocks: one gather per dense field, one split per ragged field."""
+        size = self.global_batch_size
+        real = sum(b.rows for b in blocks)
+        first = blocks[0]
+        ragged_names = list(first.ragged)
+        pad = _pad_row(first.row(0), self.pad_id, ragged_names) if real < size else {}
+        dense: dict[str, torch.Tensor] = {}
+        for name in first.dense:
+            parts = [b.dense[name] for b in blocks]
+            if real < size:
+                parts.append(pad[name].unsqueeze(0).expand(size - real, *pad[name].shape))
+            dense[name] = parts[0] if len(parts) == 1 else torch.cat(parts)
+        values: dict[str, torch.Tensor] = {}
+        lengths: dict[str, np.ndarray] = {}
+        for name in ragged_names:
+            vals = [b.ragged[name][0] for b in blocks]
+            values[name] = vals[0] if len(vals) == 1 else torch.cat(vals)
+            lens = np.concatenate([np.diff(b.ragged[name][1]) for b in blocks])
+            lengths[name] = np.concatenate([lens, np.zeros(size - real, dtype=lens.dtype)])
+        seq_lens = values[SEQ_LENS_KEY].numpy().astype(np.float64)
+        row_of = np.repeat(np.arange(size), lengths[SEQ_LENS_KEY])
+        parts_costs = np.zeros((size, 3), dtype=np.float64)
+        parts_costs[:, 0] = parts_costs[:, 2] = np.bincount(row_of, weights=seq_lens * seq_lens + self.alpha * seq_lens,
+                                                            minlength=size)
+        plan = self._plan(parts_costs)
+        order = [i for rank in plan for micro in rank for i in micro]
+        index = None if order == list(range(size)) else torch.tensor(order, dtype=torch.int64)
+        batch: dict[str, Any] = {}
+        for name in self._names([*first.dense, *ragged_names]):
+            if name in dense:
+                batch[name] = dense[name] if index is None else dense[name].index_select(0, index)
+            else:
+                rows = values[name].split(lengths[name].tolist())
+                batch[name] = list(rows) if index is None else [rows[i] for i in order]
+        return self._finish(batch, parts_costs, plan, real, int(seq_lens.sum()))
+
+    def _plan(self, parts: np.ndarray) -> list[list[list[int]]]:
+        """Each dp slice's micro-batches of rows (row indices) for rows priced ``parts`` (cost, encoder, backbone)."""
+        return micro_batch_plan(parts[:, 0], self.layout.dp, self.micro_batches, self.balance, encoder=parts[:, 1],
+                                backbone=parts[:, 2])
+
+    def _names(self, fields: list[str]) -> list[str]:
+        """The fields that go into the batch (``keys``, default all of the rows')."""
+        if self.keys is None:
+            return fields
+        missing = [k for k in self.keys if k not in fields]
+        if missing:
+            raise LayoutError(f"GlobalBatches(keys=): rows have no {missing} (they have {sorted(fields)})")
+        return list(self.keys)
+
+    def _finish(self, batch: dict[str, Any], parts: np.ndarray, plan: list[list[list[int]]], real: int,
+                tokens: int) -> dict[str, Any]:
+        """``batch`` (rows in ``plan``'s order) with the balance's ``row_index``/``row_cost``; counters updated."""
+        costs = parts[:, 0]
+        partition = [[i for micro in rank for i in micro] for rank in plan]
+        order = [i for part in partition for i in part]
         if self.balance is not None:
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
             batch["row_cost"] = torch.from_numpy(costs[order])

@@ -29,6 +29,11 @@ Rows (``rows=``):
   ``attention_metadata`` (default), ``cu_seqlens`` ``[seq_len + 1]`` and
   ``max_seqlen`` ``[1]`` (int32; see ``transforms.packing``).
 
+Token rows are kept as one block per window (:class:`RowBlock`): ``next()``
+hands out one row (a dict of views), :meth:`Pack.take_rows` up to ``n`` rows
+at once (views of the block, no dict per row), which ``GlobalBatches`` reads
+through.
+
 State: the source's state at the start of the current window and the number
 of rows of it already yielded. Packing is deterministic, so a restore
 re-reads the window, packs it again and skips the rows already delivered;
@@ -53,7 +58,7 @@ from torch_tgb.transforms import PACKERS, pack, pack_rows
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
 from torch_tgb.transforms.token_rows import Spans, chunk_spans, concat_spans, spans_from_bins, token_rows
 
-__all__ = ["METHODS", "ROW_FORMATS", "Pack", "PackStats"]
+__all__ = ["METHODS", "ROW_FORMATS", "Pack", "PackStats", "RowBlock"]
 
 #: Pack(method=): the packers, and concat-and-chunk
 METHODS = (*sorted(PACKERS), "none")
@@ -77,6 +82,34 @@ class PackStats:
     splits: int = 0
     #: tokens / (rows * seq_len) over the windows packed so far (1.0 before any)
     packing_efficiency: float = 1.0
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """``rows`` consecutive rows: dense fields ``[rows, ...]`` and ragged fields as values plus int64 offsets.
+
+    Ragged field ``name``'s row ``r`` is ``values[offsets[r]:offsets[r + 1]]``
+    (``offsets`` numpy int64 ``[rows + 1]`` from 0).
+    """
+
+    rows: int
+    dense: dict[str, torch.Tensor]
+    ragged: dict[str, tuple[torch.Tensor, np.ndarray]]
+
+    def row(self, r: int) -> dict[str, torch.Tensor]:
+        """Row ``r`` as ``next()`` yields it: a dict of views."""
+        out = {name: t[r] for name, t in self.dense.items()}
+        for name, (values, offsets) in self.ragged.items():
+            out[name] = values[int(offsets[r]) : int(offsets[r + 1])]
+        return out
+
+    def take(self, start: int, count: int) -> RowBlock:
+        """Rows ``[start, start + count)`` as a block of views."""
+        ragged = {}
+        for name, (values, offsets) in self.ragged.items():
+            a, b = int(offsets[start]), int(offsets[start + count])
+            ragged[name] = (values[a:b], offsets[start : start + count + 1] - a)
+        return RowBlock(count, {n: t[start : start + count] for n, t in self.dense.items()}, ragged)
 
 
 class Pack(BaseNode[dict[str, torch.Tensor]]):
@@ -123,12 +156,16 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         self.attention_metadata = attention_metadata
         self._window_state: dict[str, Any] | None = None
         self._done = 0
+        # the current window's rows not yet handed out: a block (token rows) from row _at on, or row dicts
         self._rows: deque[dict[str, torch.Tensor]] = deque()
+        self._block: RowBlock | None = None
+        self._at = 0
         self._counts = {"rows": 0, "documents": 0, "tokens": 0, "splits": 0}
 
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
         self._rows.clear()
+        self._block, self._at = None, 0
         self._counts = dict.fromkeys(self._counts, 0)
         if initial_state is None:
             self.source.reset(None)
@@ -141,20 +178,52 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         self._fill()
         for _ in range(min(skip, len(self._rows))):
             self._rows.popleft()
+        if self._block is not None:
+            self._at = min(skip, self._block.rows)
         self._done = skip
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self._window_state, self.DONE_KEY: self._done}
 
     def next(self) -> dict[str, torch.Tensor]:
-        if not self._rows:
-            self._window_state = self.source.state_dict()
-            self._done = 0
-            self._fill()
-            if not self._rows:
-                raise StopIteration
+        if not self._left() and not self._next_window():
+            raise StopIteration
         self._done += 1
+        if self._block is not None:
+            self._at += 1
+            return self._block.row(self._at - 1)
         return self._rows.popleft()
+
+    def take_rows(self, limit: int) -> RowBlock | None:
+        """Up to ``limit`` next rows at once (at most the rest of the window), as :meth:`next` would yield them.
+
+        The same state after it as that many ``next()`` calls. None where rows
+        are not kept as a block (``rows="arrays"``, ``PackSamples``), with
+        nothing taken; an empty block at the end of the stream.
+        """
+        if self._rows:
+            return None
+        if not self._left() and not self._next_window():
+            return RowBlock(0, {}, {})
+        if self._block is None:
+            return None
+        count = min(limit, self._block.rows - self._at)
+        out = self._block.take(self._at, count)
+        self._at += count
+        self._done += count
+        return out
+
+    def _left(self) -> int:
+        """Rows of the current window not yet handed out."""
+        return len(self._rows) + (self._block.rows - self._at if self._block is not None else 0)
+
+    def _next_window(self) -> bool:
+        """Pack the next window; False at the end of the stream."""
+        self._window_state = self.source.state_dict()
+        self._done = 0
+        self._block, self._at = None, 0
+        self._fill()
+        return self._left() > 0
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
@@ -237,9 +306,9 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
     def _token_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
         dtype = self._row_dtype(tokens)
         rows, lens, row_first = token_rows(tokens, offsets, spans, self.seq_len, pad_id=self.pad_id, dtype=dtype)
-        ids, seq_lens = torch.from_numpy(rows), torch.from_numpy(lens)
-        for r, (a, b) in enumerate(zip(row_first[:-1].tolist(), row_first[1:].tolist())):
-            self._rows.append({"input_ids": ids[r], SEQ_LENS_KEY: seq_lens[a:b]})
+        self._block = RowBlock(len(rows), {"input_ids": torch.from_numpy(rows)},
+                               {SEQ_LENS_KEY: (torch.from_numpy(lens), row_first)})
+        self._at = 0
 
     def _array_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
         bins = [[] for _ in range(spans.rows)]  # type: list[list[tuple[int, int, int]]]
