@@ -564,34 +564,44 @@ def ingest_reading(points: list[dict[str, Any]]) -> str:
                      f"library's read from the cache (goal ≥ 0.3×: {verdict(worst >= 0.3)}), "
                      f"{min(p['ratio_to_disk_read'] for p in arrow):.2f}× or more of their read from the disk.")
     parts.append(
-        "Where the time goes (cProfile of `tgb.produce` over the token file): the source is a bulk read (one "
-        "`pread` per run of adjacent documents; the Arrow sources a record batch at a time, no tensor or dict per "
-        "document) and the packers are numpy over a window; what is left is Python per row and per batch (a dict "
-        "and two tensor views per row, GlobalBatches' stack and costs, `Producer.append`'s checks and slicing), one "
-        "copy into the segment, its CRC32C, the write and its fsync; a full segment is written by a background "
-        "thread while the next fills. A token file's own read is a memory copy (GB/s from the page cache), so a "
-        "ratio to it is bounded by how fast Python hands over rows; the next step is a row-block path from `Pack` "
-        "to `Producer.append` without a dict per row. The issue's baseline (303 M tok/s) matches numpy reading a "
-        "file just written, whose pages were still being written back; both reads here are stated.")
+        "Where the time goes (cProfile of `tgb.produce` over the token file): the source reads a window's "
+        "documents in one bulk call (one `pread` per run of adjacent documents, into one array) and keeps the "
+        "kernel reading up to 32 MiB ahead of it (`POSIX_FADV_WILLNEED`): a shuffled order reads the file at "
+        "random places, so from a cold page cache the disk would otherwise serve one document at a time. The packers are numpy over a window and "
+        "hand `GlobalBatches` a batch of rows at once (`Pack.take_rows`: one gather per field, no dict per row). "
+        "What is left: the advice and read syscalls (one per document), `Producer.append`'s checks and slicing (a "
+        "tensor per row for the ragged `seq_lens`), one copy into the segment, its CRC32C, the write and its fsync "
+        "(a full segment is written by a background thread while the next fills). A token file's own read is one "
+        "sequential copy (GB/s from the page cache"
+        + (f", {min(disk) * 2 / 1e9:.1f}–{max(disk) * 2 / 1e9:.1f} GB/s from this machine's disk in this run"
+           if (disk := [p["library_read_disk_tok_per_s"] for p in points if p["source"] in ("token-file", "write_dataset")])
+           else "")
+        + "), so a ratio to it is bounded by the per-document and per-batch Python above. The issue's baseline "
+        "(303 M tok/s) matches numpy reading a file just written, whose pages were still being written back; both "
+        "reads here are stated.")
     return " ".join(parts)
 
 
 def labels_reading(labels: dict[str, Any]) -> str:
     by = {r["reader"]: r for r in labels["results"]}
-    loader = by.get("tgb_loader")
+    goal = labels["goal_ratio"]
     text = "**Reading.**"
+    views, loader = by.get("tgb_loader_views"), by.get("tgb_loader")
+    if views:
+        text += (f" The floor's tensors (a slice and its shift of one int64 copy) through `tgb.DataLoader`: "
+                 f"{views['ratio_to_baseline']:.2f}× the floor (`derive=()`, goal ≥ {goal}×: "
+                 f"{verdict(views['ratio_to_baseline'] >= goal)}). The reader maps the slice, checks its CRC32C and "
+                 "casts the rows to int64 once as it views them; `input_ids` and `labels` are two views of that "
+                 "copy, as the floor's are, and the -100 at sequence ends is the training step's "
+                 "(`transforms.derive.mask_labels` on the device).")
     if loader:
-        text += (f" Through `tgb.DataLoader`: {loader['ratio_to_baseline']:.2f}× the floor (goal ≥ "
-                 f"{labels['goal_ratio']}×: {verdict(loader['ratio_to_baseline'] >= labels['goal_ratio'])}).")
-    return text + (
-        " Per step the reader maps the slice, checks its CRC32C, casts `input_ids` to int64 and copies `labels` "
-        "to int64 with -100 written where a sequence ends (numpy over the row lengths, remembered while they "
-        "repeat). The floor makes one int64 copy and hands out two views of it, so writing into its `labels` "
-        "changes its `input_ids`: a reader cannot hand out shared memory safely (a training loop that masks a "
-        "prompt in place would corrupt its inputs), so it makes two copies, which alone bounds it near 0.5× the "
-        "floor at this size. The rest is Python per step (the run path's iteration, the slice's views, the "
-        "derive): about 30 µs against the floor's 10–12 µs step at 32×512, and it amortises over larger steps. "
-        "The next step is a compiled per-step kernel (cast + shift + mask in one pass over the slice).")
+        text += (f" With the labels masked on read (the default): {loader['ratio_to_baseline']:.2f}× the floor. "
+                 "Masked labels are written into, so they get their own copy (two int64 copies per step where "
+                 "the floor makes one: about 0.5× at this size at best), and the rows' lengths are read, "
+                 "checked and turned into the -100 positions on the CPU.")
+    return text + (" What separates the views from the floor is Python per step (the run path's iteration, the "
+                   "slice's views, the loader's own step): a few microseconds against the floor's 10–12 µs step at "
+                   "32×512, less on larger steps.")
 
 
 def copy_plots(src: Path, plots: Path) -> None:
