@@ -17,9 +17,10 @@ Rows (``rows=``):
   (default uint32; pass uint16 for a vocabulary that fits) and ``seq_lens``, the
   int32 lengths of the sequences packed into the row (a ragged key:
   :attr:`ragged_keys`). Written with ``Layout.token_rows(dp, cp)``
-  (``labels_from="input_ids"``); readers deliver ``input_ids`` and ``labels``
-  as two views of the same bytes and derive ``-100`` labels, ``position_ids``,
-  ``document_ids`` and ``cu_seqlens`` from ``seq_lens`` (``transforms.derive``).
+  (``labels_from="input_ids"``); readers derive ``labels`` (the one-token
+  shift, ``-100`` where a sequence ends; ``derive=()``: the bare shift, two
+  views of the same bytes) and ``position_ids``, ``document_ids`` and
+  ``cu_seqlens`` from ``seq_lens`` (``transforms.derive``).
   About ``token_dtype``'s size per token at rest, where ``"arrays"`` takes
   20-28 bytes. An id ``token_dtype`` cannot hold is an error, never wrapped.
 - ``"arrays"``: the per-token arrays older namespaces store
