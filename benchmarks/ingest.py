@@ -11,7 +11,10 @@ and from the page cache (best of 3), then, after a tiny warm-up write,
 drops the pages again and times ``tgb.produce`` over ``document_batches``
 (token rows, uint16, segments of 64 MiB) into a fresh local namespace, from
 the first read to the sealed manifest (every segment fsynced).
-``write_dataset`` over the token file (its defaults) is one more point.
+``write_dataset`` over the token file (its defaults) is one more point, and
+``token-file-units`` the token file read in units of ``UNIT_DOCS`` adjacent
+documents (``TokenFile(docs_per_unit=...)``: the order is shuffled by unit, a
+unit read as one span) where the default shuffles document by document.
 Printed and saved per point: tokens/s, the ratios to both reads, and bytes at
 rest per real token (every byte under the namespace's ``data/``). Issue 28's
 goals: >= 50 M tok/s for the token file and >= 0.25x numpy's read of it
@@ -44,6 +47,8 @@ PACKINGS = ("none", "concat", "bfd")
 SEQ_LEN = 2048
 GLOBAL_BATCH = 64
 SEGMENT_BYTES = 64 << 20
+#: documents per unit of the ``token-file-units`` point
+UNIT_DOCS = 64
 
 
 def make_corpus(root: Path, num_tokens: int, seed: int = 0) -> dict[str, Any]:
@@ -137,6 +142,8 @@ def source(kind: str, root: Path) -> Any:
 
     if kind == "token-file":
         return sources.TokenFile(root / "corpus.npy", offsets=root / "corpus.idx")
+    if kind == "token-file-units":
+        return sources.TokenFile(root / "corpus.npy", offsets=root / "corpus.idx", docs_per_unit=UNIT_DOCS)
     if kind == "parquet":
         return sources.Parquet(root / "parquet", column="input_ids")
     if kind == "lance":
@@ -166,10 +173,11 @@ def worker(args: argparse.Namespace) -> None:
     from torch_tgb.producer import ProducerConfig
 
     root = Path(args.root)
-    reads = timed_reads(args.kind, root)
+    files = "token-file" if args.kind == "token-file-units" else args.kind  # the same file, read by units
+    reads = timed_reads(files, root)
     warm_up(args.work)
     ns = Path(tempfile.mkdtemp(prefix="tgb-ingest-ns-", dir=args.work))
-    evict(args.kind, root)
+    evict(files, root)
     started = time.perf_counter()
     docs = source(args.kind, root)
     batches = document_batches(docs, seq_len=SEQ_LEN, global_batch_size=GLOBAL_BATCH, packing=args.packing,
@@ -235,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus = make_corpus(work / "corpus", num_tokens)
         plan = [(k, p) for k in kinds for p in packings]
         if "token-file" in kinds:
+            plan += [("token-file-units", p) for p in packings if p != "concat"]
             plan += [("write_dataset", p) for p in packings if p != "concat"]
         for kind, packing in plan:
             point = run_point(kind, packing, work / "corpus", work, args.commit_every)

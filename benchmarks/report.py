@@ -557,6 +557,13 @@ def ingest_reading(points: list[dict[str, Any]]) -> str:
                      f"{max(p['ratio_to_disk_read'] for p in tf):.3f}× numpy's read from the disk and "
                      f"{max(p['ratio_to_cached_read'] for p in tf):.3f}× at most of its read from the page cache "
                      f"(goal ≥ 0.25×: {verdict(min(p['ratio_to_disk_read'] for p in tf) >= 0.25)} against the disk).")
+    units = [p for p in points if p["source"] == "token-file-units"]
+    if units:
+        parts.append(f"Read by units of adjacent documents (`TokenFile(docs_per_unit=64)`: the order shuffled by "
+                     f"unit, each unit one span): {min(p['tgb_tok_per_s'] for p in units) / 1e6:.0f}–"
+                     f"{max(p['tgb_tok_per_s'] for p in units) / 1e6:.0f} M tok/s, "
+                     f"{min(p['ratio_to_disk_read'] for p in units):.3f}–"
+                     f"{max(p['ratio_to_disk_read'] for p in units):.3f}× numpy's read from the disk.")
     arrow = [p for p in points if p["source"] in ("parquet", "lance")]
     if arrow:
         worst = min(p["ratio_to_cached_read"] for p in arrow)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from torch_tgb.errors import SourceError
 
-BULK_KINDS = ["token_file", "parquet", "lance"]
+BULK_KINDS = ["token_file", "token_file_grouped", "parquet", "lance"]
 
 
 def _per_doc(source: Any, state: dict | None = None) -> list[np.ndarray]:
@@ -216,9 +216,10 @@ def test_token_file_pieces_fall_back_per_document(tmp_path: Any) -> None:
     assert bulk > len(expected) // 4  # the bulk path took over again after the long documents
 
 
+@pytest.mark.parametrize("kind", ["token_file", "token_file_grouped"])
 @pytest.mark.parametrize("options", [{}, {"epochs": 2, "seed": 3}])
 def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
-    corpus: dict[str, Callable[..., Any]], options: dict, monkeypatch: pytest.MonkeyPatch
+    corpus: dict[str, Callable[..., Any]], kind: str, options: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every byte the bulk path reads was advised (POSIX_FADV_WILLNEED) before its read, once per epoch,
     and the advised bytes not yet read stay within READ_AHEAD_BYTES plus one call's documents."""
@@ -238,7 +239,7 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
         real(self, view, start, stop)
 
     monkeypatch.setattr(token_file._TokenReader, "_read_into", read_into)
-    source = corpus["token_file"](**options)
+    source = corpus[kind](**options)
     docs, _ = _take_all(source, [3, 1, 5])
     assert docs and sum(1 for kind, _, _ in events if kind == "read") >= 2
     pending: dict[int, int] = {}  # byte -> times advised and not yet read

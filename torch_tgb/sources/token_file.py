@@ -127,36 +127,36 @@ class TokenFile(UnitSource):
 
         What ``limit`` calls of ``next()`` would yield, and the same state after
         it, without a tensor, a dict or a node call per document: the bulk path
-        a packer reads through (``datapipes.Pack``). None where it does not
-        apply (a shuffle window, several documents per unit, errors skipped, a
-        document longer than ``piece_tokens``, or a position inside one): the
-        caller then iterates.
-        ``(empty, [0])`` at the end of the stream.
+        a packer reads through (``datapipes.Pack``). Several documents per unit
+        are read as one span per unit (the unit's documents are adjacent in the
+        file). None where it does not apply (a shuffle window, errors skipped,
+        a document longer than ``piece_tokens``, or a position inside one): the
+        caller then iterates. ``(empty, [0])`` at the end of the stream.
         """
-        if self.shuffle_buffer or self.docs_per_unit != 1 or self.on_error != "raise" or not self._between_windows():
+        if self.shuffle_buffer or self.on_error != "raise" or not self._between_windows():
             return None
-        if self._window_start or self._it is not None:  # inside a document read in pieces
+        if self._it is not None:  # inside a document read in pieces
             return None
         self._after_fork()
-        saved = (self._epoch, self._pos, self._order)
+        saved = (self._epoch, self._pos, self._order, self._window_start)
         flats: list[np.ndarray] = []
         counts: list[np.ndarray] = []
         need = limit
         while need > 0 and self._ensure_unit():  # across an epoch's end, as next() reads
-            units = np.asarray(self._assignment()[self._pos : self._pos + need], dtype=np.int64)
-            starts, stops = self._spans(units)
-            self._read_ahead(len(units), int((stops - starts).sum()))
+            docs, units, pos, record = self._next_docs(need)
+            starts, stops = self._spans(docs)
+            self._read_ahead(units, int((stops - starts).sum()))
             if self.piece_tokens is not None and bool((stops - starts > self.piece_tokens).any()):
-                self._epoch, self._pos, self._order = saved
+                self._epoch, self._pos, self._order, self._window_start = saved
                 return None  # a document read in pieces: the per-record path
             flat = self._read_spans(starts, stops)
             if token_ids_problem(flat) is not None:  # the rule every source applies (one pass)
-                self._epoch, self._pos, self._order = saved
+                self._epoch, self._pos, self._order, self._window_start = saved
                 return None  # the per-document path names the document (and applies on_error)
             flats.append(flat)
             counts.append(stops - starts)
-            self._pos += len(units)
-            need -= len(units)
+            self._pos, self._window_start = pos, record
+            need -= len(docs)
         lengths = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
@@ -166,6 +166,30 @@ class TokenFile(UnitSource):
             return flats[0], offsets
         return (np.concatenate(flats) if flats else np.zeros(0, dtype=self._tokens().dtype)), offsets
 
+    def _next_docs(self, need: int) -> tuple[np.ndarray, int, int, int]:
+        """The next documents of this epoch, at most ``need``: ``(documents, units touched, position, record after)``.
+
+        From record ``_window_start`` of the unit at ``_pos``: the rest of that
+        unit, then whole units, the last one possibly in part.
+        """
+        order = self._assignment()
+        k = self.docs_per_unit
+        if k == 1:
+            units = np.asarray(order[self._pos : self._pos + need], dtype=np.int64)
+            return units, len(units), self._pos + len(units), 0
+        parts: list[np.ndarray] = []
+        pos, record, taken = self._pos, self._window_start, 0
+        while taken < need and pos < len(order):
+            first = int(order[pos]) * k
+            docs = np.arange(first + record, min(first + k, self.num_docs), dtype=np.int64)[: need - taken]
+            parts.append(docs)
+            taken += len(docs)
+            record += len(docs)
+            if first + record >= min(first + k, self.num_docs):  # the unit is read through
+                pos, record = pos + 1, 0
+        units = pos - self._pos + (record > 0)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), units, pos, record
+
     def _spans(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(starts, stops)`` of documents ``docs``, int64, vectorised :meth:`_span`."""
         bounds = self._bounds()
@@ -173,6 +197,12 @@ class TokenFile(UnitSource):
             return bounds[docs].astype(np.int64), bounds[docs + 1].astype(np.int64)
         starts = docs * self.chunk_tokens
         return starts, np.minimum(starts + self.chunk_tokens, len(self._tokens()))
+
+    def _unit_spans(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, stops)`` of units ``units``: a unit's documents are adjacent, so one span each."""
+        first = units * self.docs_per_unit
+        last = np.minimum(first + self.docs_per_unit, self.num_docs) - 1
+        return self._spans(first)[0], self._spans(last)[1]
 
     def _read_spans(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         """The tokens of spans ``[starts[i], stops[i])`` concatenated: one read per run of adjacent spans."""
@@ -185,13 +215,13 @@ class TokenFile(UnitSource):
         return reader.read_runs(starts[firsts], stops[lasts])
 
     def _read_ahead(self, count: int, tokens: int) -> None:
-        """Before reading the next ``count`` documents (``tokens`` tokens): keep the kernel reading ahead of them.
+        """Before reading from the next ``count`` units (``tokens`` tokens): keep the kernel reading ahead of them.
 
-        A shuffled order reads the file one document at a time at random
-        places: from a cold page cache each read would wait for the disk in
-        turn. Advised ahead (``POSIX_FADV_WILLNEED``, in steps of ``count``
-        documents, up to :data:`READ_AHEAD_BYTES` beyond this read), the disk
-        reads them together while the documents before them are packed.
+        A shuffled order reads the file one unit at a time at random places:
+        from a cold page cache each read would wait for the disk in turn.
+        Advised ahead (``POSIX_FADV_WILLNEED``, in steps of ``count`` units, up
+        to :data:`READ_AHEAD_BYTES` beyond this read), the disk reads them
+        together while the documents before them are packed.
         """
         epoch, done, ahead = self._advised
         if epoch != self._epoch or done < self._pos:
@@ -200,7 +230,7 @@ class TokenFile(UnitSource):
         budget = READ_AHEAD_BYTES // self._tokens().dtype.itemsize + tokens
         reader = self._tokens()
         while ahead < budget and done < len(order):
-            starts, stops = self._spans(np.asarray(order[done : done + count], dtype=np.int64))
+            starts, stops = self._unit_spans(np.asarray(order[done : done + max(1, count)], dtype=np.int64))
             reader.advise(starts, stops)
             done += len(starts)
             ahead += int((stops - starts).sum())
