@@ -149,9 +149,9 @@ def test_token_file_reads_adjacent_documents_at_once(tmp_path: Any) -> None:
 @pytest.mark.parametrize("kind", BULK_KINDS)
 def test_pack_packs_the_same_rows_either_way(corpus: dict[str, Callable[..., Any]], kind: str, method: str) -> None:
     """Pack over a source's bulk path and over its documents one by one: the same rows, the same states."""
-    from torch_tgb.datapipes import Pack
-
     from torchdata.nodes import BaseNode
+
+    from torch_tgb.datapipes import Pack
 
     class PerDoc(BaseNode[Any]):  # the same source without take_tokens
         def __init__(self, inner: Any) -> None:
@@ -226,19 +226,20 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
     import os
 
     from torch_tgb.sources import token_file
+    from torch_tgb.sources._token_reader import TokenReader
 
     events: list[tuple[str, int, int]] = []  # ("advise" | "read", offset, length) in call order
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: events.append(("advise", offset, length)),
                         raising=False)
     monkeypatch.setattr(token_file, "READ_AHEAD_BYTES", 64)  # a small budget: the read-ahead runs in steps
-    real = token_file._TokenReader._read_into
+    real = TokenReader._read_into
 
     def read_into(self: Any, view: memoryview, start: int, stop: int) -> None:
         size = self.dtype.itemsize
         events.append(("read", self._base + start * size, (stop - start) * size))
         real(self, view, start, stop)
 
-    monkeypatch.setattr(token_file._TokenReader, "_read_into", read_into)
+    monkeypatch.setattr(TokenReader, "_read_into", read_into)
     source = corpus[kind](**options)
     docs, _ = _take_all(source, [3, 1, 5])
     assert docs and sum(1 for kind, _, _ in events if kind == "read") >= 2

@@ -30,7 +30,6 @@ and each document is copied out as it is yielded.
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -41,8 +40,8 @@ import torch
 
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
-from torch_tgb.transforms.tokens import token_ids_problem
-from torch_tgb.transforms.tokens import offsets_problem
+from torch_tgb.sources._token_reader import TokenReader
+from torch_tgb.transforms.tokens import offsets_problem, token_ids_problem
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -102,11 +101,11 @@ class TokenFile(UnitSource):
         arg = self._offsets_arg
         return os.fspath(arg) if isinstance(arg, (str, os.PathLike)) else f"offsets of {self.path}"
 
-    def _tokens(self) -> _TokenReader:
+    def _tokens(self) -> TokenReader:
         if "tokens" not in self._handles:
             array = self._array if self._array is not None else _open_tokens(self.path, self.dtype)
-            self._handles["tokens"] = _TokenReader(array, self.path)
-        reader: _TokenReader = self._handles["tokens"]
+            self._handles["tokens"] = TokenReader(array, self.path)
+        reader: TokenReader = self._handles["tokens"]
         return reader
 
     def _bounds(self) -> np.ndarray | None:
@@ -187,8 +186,8 @@ class TokenFile(UnitSource):
             record += len(docs)
             if first + record >= min(first + k, self.num_docs):  # the unit is read through
                 pos, record = pos + 1, 0
-        units = pos - self._pos + (record > 0)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), units, pos, record
+        touched = pos - self._pos + (record > 0)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64), touched, pos, record
 
     def _spans(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(starts, stops)`` of documents ``docs``, int64, vectorised :meth:`_span`."""
@@ -339,82 +338,3 @@ def _as_array(tokens: np.ndarray | torch.Tensor) -> np.ndarray:
 
 #: how far a token file's bulk reads keep the kernel reading ahead of them (:meth:`TokenFile._read_ahead`)
 READ_AHEAD_BYTES = 32 << 20
-
-
-class _TokenReader:
-    """``tokens[start:stop]`` as a fresh array; a file-backed memmap is read with ``pread``.
-
-    Slicing a memory map leaves every page it touched (and the pages the kernel
-    maps around each fault) in this process's resident set, so a pass over a
-    file-backed corpus would grow the RSS to the file's size.
-    """
-
-    def __init__(self, array: np.ndarray, where: str) -> None:
-        self.array = array
-        self.dtype = array.dtype
-        self.where = where
-        self._fd: int | None = None
-        self._base = 0
-        filename = getattr(array, "filename", None)
-        mapping = getattr(array, "_mmap", None)
-        if isinstance(array, np.memmap) and filename and mapping is not None and array.flags.c_contiguous:
-            # where the array starts in the file: the mapping starts at the offset rounded down to the
-            # allocation granularity; a slice of a memmap keeps its parent's ``offset``
-            mapped_at = int(array.offset) - int(array.offset) % mmap.ALLOCATIONGRANULARITY
-            map_address = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
-            self._base = mapped_at + array.ctypes.data - map_address
-            self._fd = os.open(filename, os.O_RDONLY)
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def __getitem__(self, span: slice) -> np.ndarray:
-        if self._fd is None:
-            return np.asarray(self.array[span])
-        start, stop = int(span.start), int(span.stop)
-        out = np.empty(stop - start, dtype=self.dtype)
-        self._read_into(out.view(np.uint8).data, start, stop)
-        return out
-
-    def read_runs(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-        """Tokens ``[starts[i], stops[i])`` of every ``i``, concatenated into one fresh array (each read into place)."""
-        if self._fd is None:
-            parts = [self.array[a:b] for a, b in zip(starts.tolist(), stops.tolist())]
-            return np.array(parts[0]) if len(parts) == 1 else np.concatenate(parts)
-        lengths = stops - starts
-        out = np.empty(int(lengths.sum()), dtype=self.dtype)
-        view = out.view(np.uint8).data
-        size = self.dtype.itemsize
-        at = 0
-        for a, b in zip(starts.tolist(), stops.tolist()):
-            self._read_into(view[at * size : (at + b - a) * size], a, b)
-            at += b - a
-        return out
-
-    def advise(self, starts: np.ndarray, stops: np.ndarray) -> None:
-        """Tell the kernel that tokens ``[starts[i], stops[i])`` will be read soon (a file; else nothing)."""
-        advise = getattr(os, "posix_fadvise", None)  # not on every platform (macOS)
-        if self._fd is None or advise is None:
-            return
-        size = self.dtype.itemsize
-        for a, b in zip(starts.tolist(), stops.tolist()):
-            if b > a:
-                advise(self._fd, self._base + a * size, (b - a) * size, os.POSIX_FADV_WILLNEED)
-
-    def _read_into(self, view: memoryview, start: int, stop: int) -> None:
-        assert self._fd is not None  # a file-backed reader
-        size = self.dtype.itemsize
-        want, got = (stop - start) * size, 0
-        while got < want:  # straight into the array; a read stops short past 2 GiB (Linux) or at EOF
-            n = os.preadv(self._fd, [view[got:]], self._base + start * size + got)
-            if n == 0:
-                raise SourceError(f"{self.where}: short read of tokens [{start}, {stop}): {got} of {want} bytes")
-            got += n
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __del__(self) -> None:
-        self.close()

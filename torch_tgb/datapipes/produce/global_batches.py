@@ -63,9 +63,10 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
+from torch_tgb.transforms import part_costs
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
-from torch_tgb.transforms import IGNORE_INDEX, part_costs, row_costs
 from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
 if TYPE_CHECKING:
@@ -101,48 +102,6 @@ class BatchStats:
     #: max / mean cost over the dp x micro_batches micro-batches of the last batch, and its mean so far
     micro_imbalance: float = 1.0
     mean_micro_imbalance: float = 1.0
-
-
-def _pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0, ragged: Sequence[str] = ()) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for name, t in like.items():
-        if name in ragged:  # no items
-            out[name] = t.new_zeros((0, *t.shape[1:]))
-        elif name == "input_ids":
-            out[name] = torch.full_like(t, pad_id)
-        elif name == "labels":
-            out[name] = torch.full_like(t, IGNORE_INDEX)
-        elif name == "document_ids":
-            out[name] = torch.full_like(t, -1)
-        elif name == "cu_seqlens":  # one padding segment: [0, L, L, ...]
-            out[name] = torch.full_like(t, t.shape[-1] - 1)
-            out[name][..., 0] = 0
-        elif name == "max_seqlen":
-            out[name] = torch.full_like(t, like["cu_seqlens"].shape[-1] - 1 if "cu_seqlens" in like else 0)
-        else:
-            out[name] = torch.zeros_like(t)
-    return out
-
-
-def attention_cost(row: Mapping[str, torch.Tensor], *, alpha: float) -> float:
-    """``Σ len² + alpha·len`` over the documents of ``row`` (its ``seq_lens``, or from its ``document_ids``)."""
-    if SEQ_LENS_KEY in row:
-        lens = row[SEQ_LENS_KEY].numpy().astype(np.int64)
-        return float((lens * lens).sum() + alpha * lens.sum())
-    if "document_ids" not in row:
-        raise LayoutError(f"cost='attention' needs rows with seq_lens or document_ids (row has {sorted(row)}); "
-                          "pass cost=callable")
-    ids = row["document_ids"].reshape(-1)
-    lengths = torch.bincount(ids[ids >= 0].to(torch.int64)).numpy() if bool((ids >= 0).any()) else np.zeros(0)
-    return float(row_costs([lengths], alpha=alpha)[0])
-
-
-def _real_tokens(row: Mapping[str, torch.Tensor]) -> int:
-    if SEQ_LENS_KEY in row:
-        return int(row[SEQ_LENS_KEY].sum())
-    if "document_ids" in row:
-        return int((row["document_ids"] >= 0).sum())
-    return int(row["input_ids"].numel()) if "input_ids" in row else 0
 
 
 class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
@@ -249,7 +208,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             return parts, int(flat.sum())
         for i, r in enumerate(rows):
             parts[i] = self._row_costs(r)
-        return parts, sum(_real_tokens(r) for r in rows)
+        return parts, sum(real_tokens(r) for r in rows)
 
     def _ragged_keys(self) -> tuple[str, ...]:
         if self.ragged is not None:
@@ -273,7 +232,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         real = len(rows)
         ragged = self._ragged_keys()
         parts, tokens = self._costs(rows)
-        rows.extend(_pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
+        rows.extend(pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
         plan = self._plan(parts)
         order = [i for rank in plan for micro in rank for i in micro]
         names = self._names(list(rows[0]))
@@ -320,7 +279,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         real = sum(b.rows for b in blocks)
         first = blocks[0]
         ragged_names = list(first.ragged)
-        pad = _pad_row(first.row(0), self.pad_id, ragged_names) if real < size else {}
+        pad = pad_row(first.row(0), self.pad_id, ragged_names) if real < size else {}
         dense: dict[str, torch.Tensor] = {}
         for name in first.dense:
             parts = [b.dense[name] for b in blocks]
