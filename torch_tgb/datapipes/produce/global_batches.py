@@ -218,8 +218,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
     def next(self) -> dict[str, torch.Tensor]:
         if self._done:
             raise StopIteration
-        blocks = self._take_blocks()
-        if blocks and (sum(b.rows for b in blocks) == self.global_batch_size or self._done):
+        blocks, priced = self._take_blocks()
+        if priced and blocks and (sum(b.rows for b in blocks) == self.global_batch_size or self._done):
             return self._from_blocks(blocks)
         rows: list[Mapping[str, torch.Tensor]] = [b.row(i) for b in blocks for i in range(b.rows)]
         while len(rows) < self.global_batch_size and not self._done:
@@ -246,32 +246,32 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self._done = True
         self._final = self.source.state_dict()
 
-    def _take_blocks(self) -> list[Any]:
+    def _take_blocks(self) -> tuple[list[Any], bool]:
         """This batch's rows as blocks, where the source hands out rows in blocks (``Pack.take_rows``).
 
-        Only for the default cost (priced from ``seq_lens`` at once). Empty
-        where the source keeps rows one by one; then, or where a block source
-        stops handing out blocks mid-batch, the rows taken so far go the
-        row-by-row way.
+        Only for the default cost (priced from ``seq_lens`` at once). Also
+        whether the blocks make the batch as blocks: False where a block
+        cannot be priced at once or carries a ragged field the batch would
+        stack, or where a block source stops handing out blocks mid-batch;
+        the rows taken so far then go the row-by-row way.
         """
         take = getattr(self.source, "take_rows", None)
         if take is None or self.cost != "attention":
-            return []
+            return [], False
         blocks: list[Any] = []
         have = 0
         while have < self.global_batch_size:
             block = take(self.global_batch_size - have)
             if block is None:
-                break
+                return blocks, False
             if block.rows == 0:
                 self._end()
                 break
-            if SEQ_LENS_KEY not in block.ragged or set(block.ragged) - set(self._ragged_keys()):
-                blocks.append(block)  # not priceable at once, or a ragged field the batch would stack
-                break
             blocks.append(block)
             have += block.rows
-        return blocks
+            if SEQ_LENS_KEY not in block.ragged or set(block.ragged) - set(self._ragged_keys()):
+                return blocks, False
+        return blocks, True
 
     def _from_blocks(self, blocks: list[Any]) -> dict[str, Any]:
         """The batch of rows held as blocks: one gather per dense field, one split per ragged field."""
