@@ -226,8 +226,8 @@ class TokenFile(UnitSource):
         if epoch != self._epoch or done < self._pos:
             done, ahead = self._pos, 0
         order = self._assignment()
-        budget = READ_AHEAD_BYTES // self._tokens().dtype.itemsize + tokens
         reader = self._tokens()
+        budget = READ_AHEAD_BYTES // reader.dtype.itemsize + tokens
         while ahead < budget and done < len(order):
             starts, stops = self._unit_spans(np.asarray(order[done : done + max(1, count)], dtype=np.int64))
             reader.advise(starts, stops)

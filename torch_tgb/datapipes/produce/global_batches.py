@@ -198,17 +198,28 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         Token rows priced by attention (the text pipeline's default) are priced
         from their ``seq_lens`` at once; anything else row by row.
         """
-        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
         if self.cost == "attention" and all(SEQ_LENS_KEY in r for r in rows):
             lens = [r[SEQ_LENS_KEY].numpy() for r in rows]
-            flat = np.concatenate(lens).astype(np.float64) if lens else np.zeros(0)
-            row_of = np.repeat(np.arange(len(rows)), [len(x) for x in lens])
-            cost = np.bincount(row_of, weights=flat * flat + self.alpha * flat, minlength=len(rows))
-            parts[: len(rows), 0] = parts[: len(rows), 2] = cost
-            return parts, int(flat.sum())
+            flat = np.concatenate(lens) if lens else np.zeros(0, dtype=np.int32)
+            return self._attention_parts(flat, [len(x) for x in lens]), int(flat.sum())
+        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
         for i, r in enumerate(rows):
             parts[i] = self._row_costs(r)
         return parts, sum(real_tokens(r) for r in rows)
+
+    def _attention_parts(self, lengths: np.ndarray, counts: Sequence[int] | np.ndarray) -> np.ndarray:
+        """(cost, 0, cost) per row of the batch: ``Σ len² + alpha·len`` over each row's sequence ``lengths``.
+
+        ``lengths``: the rows' ``seq_lens`` in row order, ``counts[r]`` of them
+        for row ``r``; rows after the last counted (padding) cost 0.
+        """
+        flat = lengths.astype(np.float64)
+        rows = len(counts)
+        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
+        parts[:rows, 0] = parts[:rows, 2] = np.bincount(
+            np.repeat(np.arange(rows), counts), weights=flat * flat + self.alpha * flat, minlength=rows
+        )
+        return parts
 
     def _ragged_keys(self) -> tuple[str, ...]:
         if self.ragged is not None:
@@ -293,11 +304,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             values[name] = vals[0] if len(vals) == 1 else torch.cat(vals)
             lens = np.concatenate([np.diff(b.ragged[name][1]) for b in blocks])
             lengths[name] = np.concatenate([lens, np.zeros(size - real, dtype=lens.dtype)])
-        seq_lens = values[SEQ_LENS_KEY].numpy().astype(np.float64)
-        row_of = np.repeat(np.arange(size), lengths[SEQ_LENS_KEY])
-        parts_costs = np.zeros((size, 3), dtype=np.float64)
-        parts_costs[:, 0] = parts_costs[:, 2] = np.bincount(row_of, weights=seq_lens * seq_lens + self.alpha * seq_lens,
-                                                            minlength=size)
+        seq_lens = values[SEQ_LENS_KEY].numpy()
+        parts_costs = self._attention_parts(seq_lens, lengths[SEQ_LENS_KEY])
         plan = self._plan(parts_costs)
         order = [i for rank in plan for micro in rank for i in micro]
         index = None if order == list(range(size)) else torch.tensor(order, dtype=torch.int64)
