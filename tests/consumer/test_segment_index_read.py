@@ -59,7 +59,7 @@ def test_a_cold_remote_read_of_segments_costs_about_one_request_per_step() -> No
 
 
 def test_segments_without_an_index_read_footer_by_footer(monkeypatch) -> None:
-    monkeypatch.setattr(segment_module, "encode_segment_index", lambda data, tgbs: b"")
+    monkeypatch.setattr(segment_module, "segment_index", lambda tgbs, footers: b"")
     got, ds = read(produce())
     assert all(torch.equal(a, b) for a, b in zip(got, expected()))
     s = ds.stats()

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from torch_tgb.consumer import TGBDataset
-from torch_tgb.errors import LayoutError, ManifestError
+from torch_tgb.errors import LayoutError, ManifestError, StorageFull, TGBError
 from torch_tgb.layout import Layout, Mesh, plan_reads
 from torch_tgb.manifest import Manifest, TGBEntry
 from torch_tgb.producer import Producer, ProducerConfig
-from torch_tgb.storage import MemoryStore, open_store
+from torch_tgb.storage import FaultyStore, MemoryStore, open_store
 
 
 def _batch(offset: int, rows: int = 8, seq: int = 8) -> dict[str, torch.Tensor]:
@@ -96,8 +96,9 @@ def test_segment_objects_hold_several_tgbs(tmp_path) -> None:
     assert entries[6].object_size is None and entries[6].total_size == store.size(entries[6].key)  # a lone TGB
 
 
-def test_entries_become_visible_only_with_their_written_segment() -> None:
-    store = _mem()
+@pytest.mark.parametrize("kind", ["memory", "local"])
+def test_entries_become_visible_only_with_their_written_segment(tmp_path, kind: str) -> None:
+    store = _mem() if kind == "memory" else open_store(str(tmp_path / "ns"))  # local: written in place
     p = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1",
                  config=ProducerConfig(segment_tgbs=4))
     for offset in range(3):
@@ -145,6 +146,28 @@ def test_written_but_uncommitted_segment_is_an_orphan_and_is_rewritten() -> None
     p2.close(seal=True)
     named = {e.key for e in Manifest(store).entries(0, 3)}
     assert orphan[0] not in named and len(named) == 1  # rewritten under a new epoch's key
+
+
+@pytest.mark.parametrize("write_behind", [True, False])
+def test_a_lost_segment_stops_the_producer_and_a_restart_resumes_exactly(write_behind: bool) -> None:
+    """A segment whose write failed took its TGBs with it: no later append may leave a gap behind them."""
+    store = FaultyStore(_mem())
+    config = ProducerConfig(segment_tgbs=2, write_behind=write_behind)
+    p = Producer(store, producer_id="p", layout=Layout(dp=1), commit_policy="fixed:1", config=config)
+    store.fail_next("put", 1, "enospc")
+    with pytest.raises(StorageFull):
+        for offset in range(4):  # the first segment [0, 1] fails (at once, or at the next append)
+            p.append(_batch(offset), offset=offset)
+    with pytest.raises(TGBError, match="lost a segment"):
+        p.append(_batch(p._next_offset), offset=p._next_offset)
+    with pytest.raises(TGBError, match="lost a segment"):
+        p.flush()
+    p.abort()
+    assert Manifest(store).head().num_steps == 0
+    _write(store, 5, Layout(dp=1), config)
+    one = _mem()
+    _write(one, 5, Layout(dp=1), ProducerConfig())
+    _same(_read(store, Mesh(0, 1), "merge"), _read(one, Mesh(0, 1), "merge"))
 
 
 @pytest.mark.parametrize("stop_at", [1, 2, 4])

@@ -112,6 +112,52 @@ def test_disk_full_mid_write_publishes_nothing(root, monkeypatch):
     assert os.listdir(root / "ns") == ["keep"]
 
 
+def test_a_writer_writes_in_place_and_publishes_with_fsync(root, monkeypatch):
+    store = LocalStore(root / "ns")
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    writer = store.open_writer("data/seg")
+    writer.write_at(0, [b"a" * 5000])
+    temps = os.listdir(root / "ns" / "data")
+    assert len(temps) == 1 and temps[0].startswith(".tgb-tmp.")  # the bytes are on disk already, under a temp name
+    assert os.path.getsize(root / "ns" / "data" / temps[0]) == 5000
+    assert store.list() == [] and not synced
+    writer.write_at(8192, [b"b"])
+    writer.commit()
+    assert len(synced) == 2  # the file, then its directory
+    assert os.listdir(root / "ns" / "data") == ["seg"]
+    assert store.get("data/seg") == b"a" * 5000 + bytes(8192 - 5000) + b"b"
+    with pytest.raises(ValueError, match="committed or aborted"):
+        writer.write_at(0, [b"late"])
+
+
+def test_disk_full_mid_writer_publishes_nothing(root, monkeypatch):
+    store = LocalStore(root / "ns")
+    store.put("keep", b"old")
+    writer = store.open_writer("keep")
+    writer.write_at(0, [b"first part"])
+
+    def full(fd, buffers, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", full)
+    with pytest.raises(StorageFull, match="keep"):
+        writer.write_at(10, [b"second part"])
+    monkeypatch.undo()
+    writer.abort()
+    assert store.get("keep") == b"old"
+    assert os.listdir(root / "ns") == ["keep"]  # the temp file went with the failed write
+
+
+def test_a_writer_dropped_without_commit_leaves_no_file(root):
+    store = LocalStore(root / "ns")
+    writer = store.open_writer("gone")
+    writer.write_at(0, [b"x" * 100])
+    del writer  # an exception unwound past it
+    assert os.listdir(root / "ns") == []
+
+
 def test_file_system_without_hard_links_is_refused(root, monkeypatch):
     store = LocalStore(root / "ns")
 

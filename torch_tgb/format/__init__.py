@@ -56,6 +56,7 @@ from torch_tgb.format._segment_index import (
     encode_segment_index,
     parse_index_trailer,
     read_segment_index,
+    segment_index,
 )
 from torch_tgb.format._schema import check_schema, ragged_keys, schema_fingerprint, schema_of
 from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
@@ -104,6 +105,7 @@ __all__ = [
     "read_slice",
     "schema_fingerprint",
     "schema_of",
+    "segment_index",
     "verify_policy",
     "writable",
     "write_tgb",

@@ -48,6 +48,7 @@ __all__ = [
     "encode_segment_index",
     "parse_index_trailer",
     "read_segment_index",
+    "segment_index",
 ]
 
 INDEX_MAGIC = b"\x89TGBIDX\n"
@@ -62,9 +63,16 @@ INDEX_TAIL_READ = 256 << 10
 
 def encode_segment_index(data: bytes | bytearray | memoryview, tgbs: Sequence[tuple[int, int]]) -> bytes:
     """The index of the TGBs ``(footer_offset, size)`` of the segment bytes ``data``, trailer included."""
-    rows = np.array(tgbs, dtype=np.uint64).reshape(-1, 2).view(_ROW).reshape(-1)
     with memoryview(data) as view:  # released before the caller grows ``data`` (a bytearray) by the index
-        body = b"".join([rows.tobytes(), *(bytes(view[fo:size]) for fo, size in tgbs)])
+        return segment_index(tgbs, [bytes(view[fo:size]) for fo, size in tgbs])
+
+
+def segment_index(tgbs: Sequence[tuple[int, int]], footers: Sequence[bytes]) -> bytes:
+    """The index of the TGBs ``(footer_offset, size)`` whose bytes ``[footer_offset, size)`` are ``footers``."""
+    if len(footers) != len(tgbs) or any(len(f) != size - fo for f, (fo, size) in zip(footers, tgbs)):
+        raise ValueError("segment index: one footer per TGB, each its bytes [footer_offset, size)")
+    rows = np.array(tgbs, dtype=np.uint64).reshape(-1, 2).view(_ROW).reshape(-1)
+    body = b"".join([rows.tobytes(), *footers])
     return body + _INDEX_TRAILER.pack(len(body), crc32c_of(body), len(tgbs), INDEX_MAGIC)
 
 

@@ -1,46 +1,50 @@
 """Segment objects: several consecutive TGBs of one producer in one immutable object.
 
 A :class:`SegmentWriter` encodes each appended TGB at the next 4096-aligned
-offset of the open segment (so every slice stays page-aligned when mapped)
-and writes the segment with one ``put`` when it holds ``segment_tgbs`` TGBs
-or ``segment_bytes`` bytes, or when the producer flushes. Only then are its
-entries handed out for commit: a segment is written completely before any
-manifest version names a TGB in it, so atomic visibility is unchanged. An
-unwritten segment dies with its process (nothing to clean up); a written,
-uncommitted one is an orphan like any uncommitted object, and a restarted
-producer rewrites from its committed ``next_offset`` under a new key.
+offset of the open segment (so every slice stays page-aligned when mapped),
+writes its bytes at once through the store's writer of that object
+(``ObjectStore.open_writer``: a local store takes them straight into a
+temporary file, any other store gathers them in memory), and publishes the
+segment when it holds ``segment_tgbs`` TGBs or ``segment_bytes`` bytes, or
+when the producer flushes. Only then are its entries handed out for commit:
+a segment is published completely before any manifest version names a TGB
+in it, so atomic visibility is unchanged. An unpublished segment dies with
+its process (a local temp file no listing shows); a published, uncommitted
+one is an orphan like any uncommitted object, and a restarted producer
+rewrites from its committed ``next_offset`` under a new key.
 
 A segment of several TGBs ends with a segment index (every TGB's footer
 once more, ``format/_segment_index.py``): a remote reader fetches it once
 instead of one footer per TGB.
 
 With ``segment_tgbs == 1`` (the streaming default) every TGB is its own
-object, written at once, exactly as before segments existed. With more, a
-full segment is written by a background thread while the next one fills
-(at most one write in flight, so at most two segments in memory): packing
-and the object store's write overlap. Its entries go to ``on_written`` from
-that thread as soon as it is written; its error is raised by the next
-``add`` or ``flush`` (which waits for it).
+object, published at once, exactly as before segments existed. With more, a
+full segment is published by a background thread (an ``fsync`` and a rename
+locally, the upload elsewhere) while the next one fills (at most one in
+flight, so at most two segments open): packing and the object store's write
+overlap. Its entries go to ``on_written`` from that thread as soon as it is
+published; its error is raised by the next ``add`` or ``flush`` (which
+waits for it).
 """
 
 from __future__ import annotations
 
-import mmap
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from torch_tgb.format import SLICE_ALIGN, SliceData, encode_segment_index, encode_tgb
+from torch_tgb.errors import TGBError
+from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb, segment_index
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore
-from torch_tgb.storage._base import Buffer
+from torch_tgb.storage._writer import ObjectWriter
 
 __all__ = ["SegmentWriter"]
 
 
 @dataclass(frozen=True)
 class _Open:
-    """A TGB encoded into the open segment, not yet written."""
+    """A TGB written into the open segment, not yet published."""
 
     offset: int
     start: int
@@ -49,10 +53,18 @@ class _Open:
     footer_length: int
     samples: int
     tokens: int
+    footer: bytes  # bytes [footer_offset, size): the segment index repeats them
 
+
+@dataclass
+class _Segment:
+    """The open segment: its writer and the TGBs written into it."""
+
+    writer: ObjectWriter
+    tgbs: list[_Open]
 
 class SegmentWriter:
-    """Packs a producer's TGBs into segment objects; returns entries once their object is written."""
+    """Packs a producer's TGBs into segment objects; returns entries once their object is published."""
 
     def __init__(
         self,
@@ -71,41 +83,64 @@ class SegmentWriter:
         self.key_for = key_for  # object key from the first offset in it
         self.segment_tgbs = segment_tgbs
         self.segment_bytes = segment_bytes
-        # Copied at add(): the encoder's buffers view the caller's tensors, which may change after append.
-        self._data = _Buffer()
-        self._open: list[_Open] = []
-        self.on_written = on_written  # given: segments of several TGBs are written in the background
+        self._open: _Segment | None = None
+        self.on_written = on_written  # given: segments of several TGBs are published in the background
         self._writer: ThreadPoolExecutor | None = None
-        self._writing: tuple[Future[None], int] | None = None  # (the write in flight, its TGBs)
+        self._writing: tuple[Future[None], int] | None = None  # (the publish in flight, its TGBs)
+        #: a write or publish that failed: the TGBs it held are lost, so nothing may be added after them
+        self._failed: BaseException | None = None
 
     @property
     def pending(self) -> int:
-        """TGBs encoded and not yet written (in the open segment, or in the one being written)."""
-        return len(self._open) + (self._writing[1] if self._writing is not None else 0)
+        """TGBs encoded and not yet published (in the open segment, or in the one being published)."""
+        return (len(self._open.tgbs) if self._open else 0) + (self._writing[1] if self._writing is not None else 0)
 
     def add(self, slices: Sequence[SliceData], *, offset: int, samples: int, tokens: int) -> list[TGBEntry]:
-        """Encode one TGB; returns the entries of a segment this call wrote (else ``[]``)."""
-        base = len(self._data) + (-len(self._data) % SLICE_ALIGN)
+        """Encode one TGB and write it; returns the entries of a segment this call published (else ``[]``)."""
+        self._check_alive()
+        if self._open is None:
+            hint = 0 if self.segment_tgbs == 1 else self.segment_bytes
+            self._open = _Segment(self.store.open_writer(self.key_for(offset), size_hint=hint), [])
+        segment = self._open
+        end = segment.writer.size
+        base = end + (-end % SLICE_ALIGN)
         buffers, obj = encode_tgb(slices, base=base)
-        self._data.extend(buffers, at=base, end=obj.size, capacity=self.segment_bytes)
-        self._open.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens))
-        if len(self._open) >= self.segment_tgbs or len(self._data) >= self.segment_bytes:
+        # written (copied) now: the encoder's buffers view the caller's tensors, which may change after append
+        try:
+            written = segment.writer.write_at(base, buffers)
+        except BaseException as e:
+            self._fail(e)
+            raise
+        if written != obj.size:
+            raise ValueError(f"segment: TGB at offset {offset} encoded to other than its {obj.size - base} bytes")
+        footer = bytes(buffers[-1])  # encode_tgb ends with the footer, bytes [footer_offset, size)
+        segment.tgbs.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens,
+                                  footer))
+        if len(segment.tgbs) >= self.segment_tgbs or obj.size >= self.segment_bytes:
             if self.segment_tgbs == 1 or self.on_written is None:
                 return self.flush()
-            self._wait()  # one write in flight at a time
-            data, open_ = self._take()
+            self._wait()  # one publish in flight at a time
+            taken, self._open = segment, None
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"tgb-segments-{self.producer_id}")
-            self._writing = (self._writer.submit(self._write_and_hand_on, data, open_), len(open_))
+            self._writing = (self._writer.submit(self._publish_and_hand_on, taken), len(taken.tgbs))
         return []
 
     def flush(self) -> list[TGBEntry]:
-        """Write the open segment (if any) with one ``put``, after the one in flight; its entries, ready to commit."""
+        """Publish the open segment (if any), after the one in flight; its entries, ready to commit."""
         self._wait()
-        return self._write(*self._take()) if self._open else []
+        self._check_alive()
+        if self._open is None:
+            return []
+        taken, self._open = self._open, None
+        try:
+            return self._publish(taken)
+        except BaseException as e:
+            self._fail(e)
+            raise
 
     def close(self) -> None:
-        """Wait for the write in flight (its entries are dropped: an orphan if it lands) and stop the thread."""
+        """Wait for the publish in flight (its entries are dropped: an orphan if it lands), drop the open segment."""
         try:
             if self._writing is not None:
                 self._writing[0].exception()
@@ -114,90 +149,57 @@ class SegmentWriter:
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
                 self._writer = None
-            self._data.close()
-            self._data, self._open = _Buffer(), []
+            if self._open is not None:
+                self._open.writer.abort()
+                self._open = None
 
     def settle(self) -> None:
-        """Wait for the segment being written in the background (its entries handed on; its error raised)."""
+        """Wait for the segment being published in the background (its entries handed on; its error raised)."""
         self._wait()
 
     def _wait(self) -> None:
         if self._writing is not None:
             future, self._writing = self._writing[0], None
-            future.result()
+            try:
+                future.result()
+            except BaseException as e:
+                self._fail(e)
+                raise
 
-    def _write_and_hand_on(self, data: _Buffer, open_: list[_Open]) -> None:
-        entries = self._write(data, open_)
-        assert self.on_written is not None  # only then are writes in the background
+    def _fail(self, error: BaseException) -> None:
+        """A segment is lost: drop the open one too; every later add or flush refuses (no gap may follow)."""
+        self._failed = error
+        if self._open is not None:
+            self._open.writer.abort()
+            self._open = None
+
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise TGBError(
+                f"{self.store.url}: producer {self.producer_id!r} lost a segment to an earlier error "
+                f"({self._failed!r}); close it and start it again to resume from its last commit"
+            ) from self._failed
+
+    def _publish_and_hand_on(self, segment: _Segment) -> None:
+        entries = self._publish(segment)
+        assert self.on_written is not None  # only then are segments published in the background
         self.on_written(entries)
 
-    def _take(self) -> tuple[_Buffer, list[_Open]]:
-        taken = self._data, self._open
-        self._data, self._open = _Buffer(), []
-        return taken
-
-    def _write(self, data: _Buffer, open_: list[_Open]) -> list[TGBEntry]:
-        """Write one segment (its index appended when it holds several TGBs); its entries."""
+    def _publish(self, segment: _Segment) -> list[TGBEntry]:
+        """Publish one segment (its index appended when it holds several TGBs); its entries."""
+        writer, tgbs = segment.writer, segment.tgbs
         try:
-            key = self.key_for(open_[0].offset)
-            single = len(open_) == 1
+            single = len(tgbs) == 1
             if not single:
-                index = encode_segment_index(data.view(), [(t.footer_offset, t.size) for t in open_])
-                data.extend([index], at=len(data), end=len(data) + len(index), capacity=0)
-            self.store.put(key, data.view())
-            total = len(data)
-            return [
-                TGBEntry(key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
-                         t.tokens, start=t.start, object_size=None if single else total)
-                for t in open_
-            ]
-        finally:
-            data.close()
-
-
-class _Buffer:
-    """The bytes of the open segment, in an anonymous memory map.
-
-    A bytearray grown by ``+=`` copies itself whenever it outgrows its
-    allocation, so writing a 64 MiB segment held up to twice that at the copy.
-    An anonymous map is reserved once at the segment's expected size and costs
-    memory only for the pages written; a TGB that does not fit moves it to one
-    twice as large (rare: segments close at ``segment_bytes``).
-    """
-
-    def __init__(self) -> None:
-        self._map: mmap.mmap | None = None
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def extend(self, buffers: Sequence[Buffer], *, at: int, end: int, capacity: int) -> None:
-        """Write ``buffers`` from offset ``at`` (zeros before it stay zero); they end at ``end``."""
-        size = 0 if self._map is None else len(self._map)
-        if end > size:
-            grown = mmap.mmap(-1, max(end, 2 * size, capacity + (1 << 20)))  # zero-filled, lazily backed
-            if self._map is not None:
-                grown[: self._len] = self._map[: self._len]
-                self._map.close()
-            self._map = grown
-        assert self._map is not None  # reserved just above
-        pos = at
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
-            self._map[pos : pos + len(view)] = view
-            pos += len(view)
-        if pos != end:
-            raise ValueError(f"segment: encoded {pos - at} bytes, the TGB says {end - at}")
-        self._len = end
-
-    def view(self) -> memoryview:
-        return memoryview(self._map)[: self._len] if self._map is not None else memoryview(b"")
-
-    def close(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:  # a view still held (by a failed put's traceback): the collector unmaps it
-                pass
-            self._map = None
+                writer.write_at(writer.size, [segment_index([(t.footer_offset, t.size) for t in tgbs],
+                                                            [t.footer for t in tgbs])])
+            total = writer.size
+            writer.commit()
+        except BaseException:
+            writer.abort()
+            raise
+        return [
+            TGBEntry(writer.key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
+                     t.tokens, start=t.start, object_size=None if single else total)
+            for t in tgbs
+        ]

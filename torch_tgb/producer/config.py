@@ -36,10 +36,14 @@ class ProducerConfig:
     object). TGBs of an open segment become visible only after the segment
     is written and their entries committed (``flush``/``close`` write it).
 
-    ``write_behind``: a full segment of several TGBs is written by a
+    ``write_behind``: a full segment of several TGBs is published by a
     background thread while the next one fills, so packing and the store's
-    write overlap (at most one write in flight: up to two segments in
-    memory); False writes it inside ``append`` (one segment in memory).
+    write overlap (at most one publish in flight: up to two segments open);
+    False publishes it inside ``append``. Each TGB's bytes go to the
+    segment's ``ObjectStore.open_writer`` as it is appended: a local
+    directory takes them straight into the segment's temporary file (the
+    publish is an fsync and a rename), other stores hold the open segment
+    in memory and upload it on publish.
     """
 
     max_pending: int = 256

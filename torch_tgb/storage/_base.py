@@ -16,7 +16,8 @@ inside it. The surface is deliberately small (zarr's ``Store`` is the model):
 
 ``get_ranges`` (many range reads, bounded concurrency, results in request
 order) and ``get_range_into`` (a range read into a caller's writable buffer)
-are built on ``get_range`` here; backends may override them.
+are built on ``get_range`` here, ``open_writer`` (an object written in parts,
+published on commit) on ``put``; backends may override them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol, Union, runtime_checkable
 
 from torch_tgb.errors import StorageError, TGBError
+from torch_tgb.storage._writer import BufferedWriter, ObjectWriter
 
 __all__ = ["Buffer", "CachingStore", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
 
@@ -124,6 +126,18 @@ class ObjectStore(abc.ABC):
     def local_path(self, key: str) -> str | None:
         """Absolute path of ``key`` if it is a local file that may be memory-mapped."""
         return None
+
+    #: whether :meth:`open_writer` writes in place (not through ``put``): wrappers that must see every
+    #: ``put`` leave it False, so writers they open buffer and put
+    writes_in_place: bool = False
+
+    def open_writer(self, key: str, *, size_hint: int = 0) -> ObjectWriter:
+        """A writer of object ``key`` in parts, published on commit with ``put``'s guarantee (``storage._writer``).
+
+        Default: the parts gathered in memory (``size_hint`` bytes reserved),
+        one ``put`` on commit. A backend that can write in place overrides it.
+        """
+        return BufferedWriter(self, key, size_hint=size_hint)
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False

@@ -7,6 +7,8 @@ to a temporary file in the target's directory (same file system), is written
 completely and ``fsync``-ed, and only then gets its final name.
 
 * ``put`` publishes with ``os.replace`` (atomic rename over any old object).
+* ``open_writer`` (an object written in parts: a producer's segment) writes
+  each part into the temp file as it comes and publishes like ``put``.
 * ``put_if_absent`` publishes with ``os.link(temp, final)``: the kernel
   creates the link only if ``final`` does not exist, in one step, so among
   concurrent writers exactly one link succeeds and every other gets
@@ -44,6 +46,7 @@ from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, I
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._writer import ObjectWriter
 
 __all__ = ["LocalStore", "open_regular"]
 
@@ -62,6 +65,8 @@ class LocalStore(ObjectStore):
     ``fsync=False`` skips the file and directory syncs (faster, still atomic
     for readers, not crash-durable): for scratch namespaces and benchmarks.
     """
+
+    writes_in_place = True
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         root = os.fspath(root)
@@ -232,15 +237,19 @@ class LocalStore(ObjectStore):
 
     # --- writes ----------------------------------------------------------------
 
-    def _write_temp(self, path: str, data: Buffer, key: str, op: str) -> str:
-        """Write ``data`` completely to a fresh temp file beside ``path``; return its path."""
+    def _create_temp(self, path: str, key: str, op: str) -> tuple[str, int]:
+        """A fresh temp file beside ``path`` (never seen as an object): its path and a write descriptor."""
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{secrets.token_hex(8)}")
         try:
             os.makedirs(directory, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             raise translate(e, url=self.url, op=op, key=key) from e
+
+    def _write_temp(self, path: str, data: Buffer, key: str, op: str) -> str:
+        """Write ``data`` completely to a fresh temp file beside ``path``; return its path."""
+        tmp, fd = self._create_temp(path, key, op)
         try:
             view = memoryview(data).cast("B")
             while view:
@@ -268,13 +277,22 @@ class LocalStore(ObjectStore):
 
     def put(self, key: str, data: Buffer) -> None:
         path = self._path(key)
-        tmp = self._write_temp(path, data, key, "put")
+        self._publish(self._write_temp(path, data, key, "put"), path, key, "put")
+
+    def _publish(self, tmp: str, path: str, key: str, op: str) -> None:
+        """Give the written, synced temp file ``tmp`` its final name ``path`` (``put``'s commit point)."""
         try:
             os.replace(tmp, path)  # atomic: readers see the old or the new object
             self._sync_dir(path)
         except OSError as e:
             _unlink_quietly(tmp)
-            raise translate(e, url=self.url, op="put", key=key) from e
+            raise translate(e, url=self.url, op=op, key=key) from e
+
+    def open_writer(self, key: str, *, size_hint: int = 0) -> ObjectWriter:
+        """Written in place: a temp file beside the target takes every ``write_at``; ``commit`` renames it."""
+        from torch_tgb.storage._local_writer import FileWriter
+
+        return FileWriter(self, key)
 
     def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)

@@ -24,6 +24,7 @@ from typing import TypeVar
 from torch_tgb.errors import AmbiguousWriteError, ObjectNotFound, TransientStorageError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._wrapper import StoreWrapper
+from torch_tgb.storage._writer import ObjectWriter
 
 __all__ = ["RetryPolicy", "RetryingStore"]
 
@@ -124,6 +125,13 @@ class RetryingStore(StoreWrapper):
 
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(key)
+
+    def open_writer(self, key: str, *, size_hint: int = 0) -> ObjectWriter:
+        # written in place by the inner store (a local file: nothing to retry), else gathered and
+        # published with this store's put, retries included
+        if self.inner.writes_in_place:
+            return self.inner.open_writer(key, size_hint=size_hint)
+        return super().open_writer(key, size_hint=size_hint)
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False

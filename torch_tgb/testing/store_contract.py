@@ -102,6 +102,42 @@ class StoreContract:
         assert store.get_range("empty", 0, 10) == b""
         assert store.list() == ["empty"]
 
+    # --- objects written in parts (open_writer) -----------------------------------
+
+    def test_writer_publishes_its_parts_on_commit_only(self, store: ObjectStore) -> None:
+        writer = store.open_writer("parts/obj.bin", size_hint=1 << 16)
+        assert writer.write_at(0, [_PAYLOAD[:100], memoryview(_PAYLOAD)[100:300]]) == 300
+        assert writer.write_at(8192, [bytearray(_PAYLOAD[:50])]) == 8242  # a gap reads as zeros
+        assert writer.size == 8242
+        assert not store.exists("parts/obj.bin") and store.list() == []  # nothing before the commit
+        writer.commit()
+        assert store.get("parts/obj.bin") == _PAYLOAD[:300] + bytes(8192 - 300) + _PAYLOAD[:50]
+        assert store.list() == ["parts/obj.bin"]
+
+    def test_writer_commit_replaces_and_abort_leaves_nothing(self, store: ObjectStore) -> None:
+        store.put("w", b"old")
+        writer = store.open_writer("w")
+        writer.write_at(0, [b"new bytes"])
+        writer.commit()
+        assert store.get("w") == b"new bytes"
+        dropped = store.open_writer("never")
+        dropped.write_at(0, [_PAYLOAD])
+        dropped.abort()
+        dropped.abort()  # twice is harmless
+        assert not store.exists("never") and store.list() == ["w"]
+
+    def test_writer_copies_its_buffers(self, store: ObjectStore) -> None:
+        data = bytearray(b"before")
+        writer = store.open_writer("copied")
+        writer.write_at(0, [data])
+        data[:] = b"AFTER!"  # the caller reuses its buffer once write_at returns
+        writer.commit()
+        assert store.get("copied") == b"before"
+
+    def test_writer_refuses_bad_keys(self, store: ObjectStore) -> None:
+        with pytest.raises(InvalidKey):
+            store.open_writer("../escape").commit()
+
     # --- ranges ------------------------------------------------------------------
 
     def test_get_range_inside(self, store: ObjectStore) -> None:
