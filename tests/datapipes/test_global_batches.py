@@ -14,6 +14,7 @@ from torchdata.nodes import IterableWrapper
 import torch_tgb as tgb
 from torch_tgb.datapipes import GlobalBatches, Mix, Pack
 from torch_tgb.errors import LayoutError
+from torch_tgb.layout import RaggedRows
 from torch_tgb.testing.resume import run_resume_test
 from torch_tgb.transforms import linear, row_costs
 
@@ -144,7 +145,7 @@ def test_token_rows_batches_carry_seq_lens_and_cost_by_them() -> None:
     for batch in node:
         assert batch["input_ids"].shape == (8, 33) and batch["input_ids"].dtype == torch.uint32
         lens = batch["seq_lens"]
-        assert isinstance(lens, list) and len(lens) == 8 and all(t.dtype == torch.int32 for t in lens)
+        assert isinstance(lens, RaggedRows) and len(lens) == 8 and all(t.dtype == torch.int32 for t in lens)
         want = [float((x.long() ** 2).sum() + 4.0 * x.long().sum()) for x in lens]
         assert np.allclose(batch["row_cost"].numpy(), want)
 
@@ -184,8 +185,10 @@ def test_rows_taken_in_blocks_make_the_batches_and_states_of_rows_taken_one_by_o
     for (a, sa), (b, sb) in zip(blocks, rows):
         assert list(a) == list(b) and sa == sb
         for key in a:
-            if isinstance(a[key], list):
-                assert len(a[key]) == len(b[key]) and all(torch.equal(x, y) for x, y in zip(a[key], b[key])), key
+            if isinstance(a[key], RaggedRows):  # both paths join a ragged key's rows
+                assert isinstance(b[key], RaggedRows) and len(a[key]) == len(b[key]), key
+                assert a[key].values.dtype == b[key].values.dtype and all(
+                    torch.equal(x, y) for x, y in zip(a[key], b[key])), key
             else:
                 assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
     at = min(stop, len(blocks) - 1)

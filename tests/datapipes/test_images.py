@@ -15,7 +15,7 @@ import torch
 
 from torch_tgb import datapipes, sources
 from torch_tgb.errors import LayoutError, MediaError, SourceError
-from torch_tgb.layout import Layout
+from torch_tgb.layout import Layout, RaggedRows
 from torch_tgb.observability import stats_fields
 from torch_tgb.testing.media import IMAGE_TOKEN, bad_images, image_samples, word_tokenizer, write_media_tars
 from torch_tgb.testing.resume import run_resume_test
@@ -63,7 +63,7 @@ def test_every_image_lands_once_with_its_tokens(tars):
             expected[resize_frames(image, size).numpy().tobytes()] += 1
     seen: dict[bytes, int] = {}
     for b in batches:
-        assert isinstance(b["pixel_values"], list) and len(b["pixel_values"]) == 4
+        assert isinstance(b["pixel_values"], RaggedRows) and len(b["pixel_values"]) == 4
         for r in range(4):
             ids, grids, values = b["input_ids"][r], b["image_grid_thw"][r], b["pixel_values"][r]
             assert values.dtype == torch.uint8 and values.shape[1] == 3 * PATCH * PATCH

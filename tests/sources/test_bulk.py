@@ -226,20 +226,19 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
     import os
 
     from torch_tgb.sources import token_file
-    from torch_tgb.sources._token_reader import TokenReader
 
     events: list[tuple[str, int, int]] = []  # ("advise" | "read", offset, length) in call order
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: events.append(("advise", offset, length)),
                         raising=False)
     monkeypatch.setattr(token_file, "READ_AHEAD_BYTES", 64)  # a small budget: the read-ahead runs in steps
-    real = TokenReader._read_into
+    real = os.preadv
 
-    def read_into(self: Any, view: memoryview, start: int, stop: int) -> None:
-        size = self.dtype.itemsize
-        events.append(("read", self._base + start * size, (stop - start) * size))
-        real(self, view, start, stop)
+    def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:  # every read of the token file
+        n = real(fd, buffers, offset)
+        events.append(("read", offset, n))
+        return n
 
-    monkeypatch.setattr(TokenReader, "_read_into", read_into)
+    monkeypatch.setattr(os, "preadv", preadv)
     source = corpus[kind](**options)
     docs, _ = _take_all(source, [3, 1, 5])
     assert docs and sum(1 for kind, _, _ in events if kind == "read") >= 2
@@ -254,3 +253,24 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
                 pending[byte] -= 1
         assert sum(pending.values()) <= 64 + 2 * largest
     assert not any(pending.values())  # each document advised once per epoch, and all of it read
+
+
+@pytest.mark.parametrize("step", [1, 3, 7])
+def test_short_reads_of_a_token_file_are_finished(tmp_path, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """A pread may stop short (past 2 GiB on Linux, a signal): the runs still hold every byte, odd counts too."""
+    import os
+
+    from torch_tgb.sources._token_reader import TokenReader
+
+    tokens = np.arange(1, 4001, dtype=np.uint16)
+    np.save(tmp_path / "t.npy", tokens)
+    real = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: real(fd, [buffers[0][:step]], offset))
+    reader = TokenReader(np.load(tmp_path / "t.npy", mmap_mode="r"), "t.npy")
+    starts, stops = np.array([0, 100, 3990]), np.array([10, 333, 4000])
+    got = reader.read_runs(starts, stops)
+    assert got.tolist() == np.concatenate([tokens[a:b] for a, b in zip(starts, stops)]).tolist()
+    monkeypatch.setattr(os, "preadv", lambda fd, buffers, offset: 0)  # the file ends early
+    with pytest.raises(SourceError, match="short read"):
+        reader.read_runs(starts, stops)
+    reader.close()

@@ -16,7 +16,7 @@ import torch
 
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.format._dtypes import dtype_of_tensor
-from torch_tgb.layout import Layout
+from torch_tgb.layout import Layout, RaggedRows
 
 __all__ = ["check_schema", "ragged_keys", "schema_fingerprint", "schema_of"]
 
@@ -31,7 +31,7 @@ def schema_of(batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> dic
     for name in sorted(batch):
         value = batch[name]
         ragged = not isinstance(value, torch.Tensor)
-        if ragged and not (isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor)):
+        if ragged and not (isinstance(value, (list, tuple, RaggedRows)) and value and isinstance(value[0], torch.Tensor)):
             raise SchemaMismatch(f"tensor {name!r}: expected a tensor or a non-empty list of row tensors")
         t = value[0] if ragged else value
         assert isinstance(t, torch.Tensor)  # checked just above

@@ -13,7 +13,15 @@ from torch_tgb.layout._layout import LABELS_KEY, MAX_CP, MAX_DP, MAX_SLICES, Lay
 from torch_tgb.layout._mesh import Mesh, resolve_rank_world
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
 from torch_tgb.layout._projection import DP_SPLITS, Piece, ReadPlan, Segment, StepReads, plan_reads
-from torch_tgb.layout._ragged import OFFSETS_SUFFIX, check_offsets, check_ragged, join_ragged, offsets_key, ragged_part
+from torch_tgb.layout._ragged import (
+    OFFSETS_SUFFIX,
+    RaggedRows,
+    check_offsets,
+    check_ragged,
+    join_ragged,
+    offsets_key,
+    ragged_part,
+)
 from torch_tgb.layout._slices import SliceData
 
 __all__ = [
@@ -27,6 +35,7 @@ __all__ = [
     "Layout",
     "Mesh",
     "Piece",
+    "RaggedRows",
     "ReadPlan",
     "Segment",
     "SliceData",

@@ -21,7 +21,7 @@ import torch
 
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout._cp import CP_ORDERS, cp_ranges
-from torch_tgb.layout._ragged import check_ragged, offsets_key, ragged_part
+from torch_tgb.layout._ragged import RaggedRows, check_ragged, offsets_key, ragged_part
 from torch_tgb.layout._slices import SliceData
 
 __all__ = ["MAX_CP", "MAX_DP", "MAX_SLICES", "Layout"]
@@ -125,7 +125,8 @@ class Layout:
         """Validate that ``batch`` can be cut; returns the global batch size.
 
         A value is a tensor (dim 0 = the batch) or, for a ragged key, a list of
-        one tensor per row (:func:`~torch_tgb.layout.check_ragged`).
+        one tensor per row (:func:`~torch_tgb.layout.check_ragged`) or those rows
+        joined (:class:`~torch_tgb.layout.RaggedRows`).
         """
         if not isinstance(batch, Mapping) or not batch:
             raise LayoutError("a global batch must be a non-empty dict of tensors")
@@ -135,7 +136,7 @@ class Layout:
                 if t.dim() < 1:
                     raise LayoutError(f"tensor {name!r}: a 0-dim tensor has no batch dim 0")
                 sizes[name] = t.shape[0]
-            elif isinstance(t, (list, tuple)):
+            elif isinstance(t, (list, tuple, RaggedRows)):
                 if name in self.seq_keys:
                     raise LayoutError(f"ragged key {name!r} cannot be a seq key (ragged keys are repeated in each cp slice)")
                 sizes[name] = check_ragged(name, t)
@@ -143,7 +144,7 @@ class Layout:
                     raise LayoutError(f"ragged key {name!r}: the batch also has {offsets_key(name)!r}, the name of its offsets")
             else:
                 raise LayoutError(
-                    f"tensor {name!r}: expected a torch.Tensor or a list of one tensor per row, got {type(t).__name__}"
+                    f"tensor {name!r}: expected a torch.Tensor, a list of one tensor per row or RaggedRows, got {type(t).__name__}"
                 )
         if len(set(sizes.values())) != 1:
             raise LayoutError(f"tensors disagree on the global batch size (dim 0): {sizes}")

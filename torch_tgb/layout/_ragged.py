@@ -15,13 +15,22 @@ dp part repeats them. Pure.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 import numpy as np
 import torch
 
 from torch_tgb.errors import LayoutError
 
-__all__ = ["OFFSETS_SUFFIX", "check_offsets", "check_ragged", "join_ragged", "offsets_key", "ragged_part"]
+__all__ = [
+    "OFFSETS_SUFFIX",
+    "RaggedRows",
+    "check_offsets",
+    "check_ragged",
+    "join_ragged",
+    "offsets_key",
+    "ragged_part",
+]
 
 #: a ragged key's offsets are stored and delivered under ``key + OFFSETS_SUFFIX``
 OFFSETS_SUFFIX = "_offsets"
@@ -32,10 +41,79 @@ def offsets_key(key: str) -> str:
     return key + OFFSETS_SUFFIX
 
 
+class RaggedRows(Sequence[torch.Tensor]):
+    """Rows of a ragged key held joined: row ``r`` is ``values[offsets[r]:offsets[r + 1]]`` (a view).
+
+    ``values``: ``[Σ n_r, *trailing]``, any dtype; ``offsets``: int64
+    ``[rows + 1]`` from 0, non-decreasing, ending at ``values.shape[0]``
+    (checked here, once). A slice of rows is a ``RaggedRows`` of views, its
+    offsets from 0 again. Equal rows make an equal batch whether a ragged key
+    is given this way or as a list of its rows.
+    """
+
+    __slots__ = ("_bounds", "offsets", "values")
+
+    def __init__(self, values: torch.Tensor, offsets: torch.Tensor) -> None:
+        if not isinstance(values, torch.Tensor) or values.dim() < 1:
+            raise LayoutError(f"RaggedRows: values must be a tensor with an item dim 0, got {_describe(values)}")
+        if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64:
+            raise LayoutError(f"RaggedRows: offsets must be an int64 tensor, got {_describe(offsets)}")
+        problem = check_offsets(int(values.shape[0]), offsets.detach().cpu().numpy(), None)
+        if problem is not None:
+            raise LayoutError(f"RaggedRows: {problem}")
+        self.values = values
+        self.offsets = offsets
+        self._bounds: list[int] = offsets.tolist()
+
+    @classmethod
+    def from_lengths(cls, values: torch.Tensor, lengths: Sequence[int] | np.ndarray) -> RaggedRows:
+        """Rows of ``lengths[r]`` items each, in order, over ``values``."""
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+        torch.cumsum(torch.as_tensor(np.asarray(lengths, dtype=np.int64)), 0, out=offsets[1:])
+        return cls(values, offsets)
+
+    @classmethod
+    def from_rows(cls, name: str, rows: Sequence[torch.Tensor]) -> RaggedRows:
+        """Rows given one tensor each (checked as :func:`check_ragged` checks them, naming key ``name``), joined."""
+        check_ragged(name, rows)
+        return cls(*ragged_part(rows))
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> torch.Tensor: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> RaggedRows: ...
+
+    def __getitem__(self, index: int | slice) -> torch.Tensor | RaggedRows:
+        if isinstance(index, slice):
+            first, stop, step = index.indices(len(self))
+            if step != 1:
+                raise LayoutError("RaggedRows: a slice of rows must be contiguous (step 1)")
+            stop = max(first, stop)
+            a, b = self._bounds[first], self._bounds[stop]
+            return RaggedRows(self.values[a:b], self.offsets[first : stop + 1] - a)
+        row = range(len(self))[index]  # IndexError past the end, negative from the end
+        return self.values[self._bounds[row] : self._bounds[row + 1]]
+
+    def __repr__(self) -> str:
+        return f"RaggedRows({len(self)} rows, values {tuple(self.values.shape)} {self.values.dtype})"
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {tuple(value.shape)}"
+    return type(value).__name__
+
+
 def check_ragged(name: str, rows: Sequence[torch.Tensor]) -> int:
     """The number of rows of ragged key ``name``; LayoutError unless every row is a tensor of one kind."""
     if not rows:
         raise LayoutError(f"ragged key {name!r}: a global batch needs at least one row")
+    if isinstance(rows, RaggedRows):  # one tensor for every row: checked when it was made
+        return len(rows)
     first = rows[0]
     for i, row in enumerate(rows):
         if not isinstance(row, torch.Tensor):
@@ -54,6 +132,8 @@ def ragged_part(rows: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tenso
     """``(values, offsets)`` of consecutive rows (at least one): the rows concatenated, and int64 offsets from 0."""
     if not rows:
         raise LayoutError("a ragged part needs at least one row")
+    if isinstance(rows, RaggedRows):
+        return rows.values.detach().cpu(), rows.offsets.detach().cpu()
     lengths = torch.tensor([int(r.shape[0]) for r in rows], dtype=torch.int64)
     offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
     torch.cumsum(lengths, 0, out=offsets[1:])

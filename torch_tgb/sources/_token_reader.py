@@ -61,11 +61,13 @@ class TokenReader:
         lengths = stops - starts
         out = np.empty(int(lengths.sum()), dtype=self.dtype)
         view = out.view(np.uint8).data
-        size = self.dtype.itemsize
+        fd, base, size = self._fd, self._base, self.dtype.itemsize
         at = 0
-        for a, b in zip(starts.tolist(), stops.tolist()):
-            self._read_into(view[at * size : (at + b - a) * size], a, b)
-            at += b - a
+        for a, n in zip(starts.tolist(), (lengths * size).tolist()):  # one pread per run, straight into place
+            got = os.preadv(fd, [view[at : at + n]], base + a * size)
+            if got != n:  # a short read (past 2 GiB, or the end of the file): the careful loop finishes it
+                self._read_into(view[at + got : at + n], a + got // size, a + n // size, skip=got % size)
+            at += n
         return out
 
     def advise(self, starts: np.ndarray, stops: np.ndarray) -> None:
@@ -78,12 +80,13 @@ class TokenReader:
             if b > a:
                 advise(self._fd, self._base + a * size, (b - a) * size, os.POSIX_FADV_WILLNEED)
 
-    def _read_into(self, view: memoryview, start: int, stop: int) -> None:
+    def _read_into(self, view: memoryview, start: int, stop: int, *, skip: int = 0) -> None:
+        """Bytes of tokens ``[start, stop)`` into ``view``, from byte ``skip`` of token ``start`` on."""
         assert self._fd is not None  # a file-backed reader
         size = self.dtype.itemsize
-        want, got = (stop - start) * size, 0
+        want, got = (stop - start) * size - skip, 0
         while got < want:  # straight into the array; a read stops short past 2 GiB (Linux) or at EOF
-            n = os.preadv(self._fd, [view[got:]], self._base + start * size + got)
+            n = os.preadv(self._fd, [view[got:]], self._base + start * size + skip + got)
             if n == 0:
                 raise SourceError(f"{self.where}: short read of tokens [{start}, {stop}): {got} of {want} bytes")
             got += n

@@ -23,16 +23,21 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.layout import RaggedRows
+
 __all__ = ["items_equal", "run_resume_test"]
 
 
 def items_equal(a: object, b: object) -> bool:
-    """Deep equality that compares tensors by value (and dataclasses field by field)."""
+    """Deep equality that compares tensors by value (and dataclasses field by field).
+
+    A ragged key's rows compare row by row, as a list or joined (``RaggedRows``).
+    """
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(items_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    if isinstance(a, (list, tuple, RaggedRows)) and isinstance(b, (list, tuple, RaggedRows)):
         return len(a) == len(b) and all(items_equal(x, y) for x, y in zip(a, b))
     if dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b) and type(a) is type(b):
         return all(items_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a) if f.compare)

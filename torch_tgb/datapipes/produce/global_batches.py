@@ -12,9 +12,10 @@ row stage may carry ``document_ids`` for counting and costs only.
 
 **Ragged fields.** A field named in ``ragged`` (default: the rows source's
 ``ragged_keys``, as ``PackSamples`` has them) may have any length along its
-first dim in each row: the batch holds it as a list of one tensor per row, in
-batch order (a padding row's is empty), which ``Producer.append`` stores as a
-ragged key.
+first dim in each row: the batch holds it as :class:`~torch_tgb.layout.RaggedRows`
+(a sequence of one tensor per row, in batch order, a padding row's empty,
+held joined as values plus offsets), which ``Producer.append`` stores as a
+ragged key without a step per row.
 
 **Tokens.** Real tokens are counted from a token row's ``seq_lens`` (what
 ``Pack`` writes by default), else from ``document_ids >= 0`` (per-token rows,
@@ -65,6 +66,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
+from torch_tgb.layout import RaggedRows
 from torch_tgb.transforms import part_costs
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
 from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
@@ -248,7 +250,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         order = [i for rank in plan for micro in rank for i in micro]
         names = self._names(list(rows[0]))
         batch: dict[str, Any] = {
-            name: [rows[i][name] for i in order] if name in ragged else torch.stack([rows[i][name] for i in order])
+            name: RaggedRows.from_rows(name, [rows[i][name] for i in order]) if name in ragged
+            else torch.stack([rows[i][name] for i in order])
             for name in names
         }
         return self._finish(batch, parts, plan, real, tokens)
@@ -313,9 +316,11 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         for name in self._names([*first.dense, *ragged_names]):
             if name in dense:
                 batch[name] = dense[name] if index is None else dense[name].index_select(0, index)
+            elif index is None:  # the rows joined as they are: no tensor per row
+                batch[name] = RaggedRows.from_lengths(values[name], lengths[name])
             else:
                 rows = values[name].split(lengths[name].tolist())
-                batch[name] = list(rows) if index is None else [rows[i] for i in order]
+                batch[name] = RaggedRows.from_lengths(torch.cat([rows[i] for i in order]), lengths[name][order])
         return self._finish(batch, parts_costs, plan, real, int(seq_lens.sum()))
 
     def _plan(self, parts: np.ndarray) -> list[list[list[int]]]:
