@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_tgb as tgb
+from torch_tgb.layout import RaggedRows
 
 PATCH, MERGE = 14, 2
 IMAGE_TOKEN, START_ID, END_ID = 1000, 1001, 1002
@@ -150,10 +151,12 @@ def pipeline(urls: Sequence[str], *, resolution: int | Callable[[int], int], bat
 
 
 def reader_form(batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """A global batch as a rank of dp=1 reads it from a TGB: ragged lists as values + ``_offsets``."""
+    """A global batch as a rank of dp=1 reads it from a TGB: ragged keys as values + ``_offsets``."""
     out: dict[str, torch.Tensor] = {}
     for key, value in batch.items():
-        if isinstance(value, list):
+        if isinstance(value, RaggedRows):  # what GlobalBatches hands out: the rows joined already
+            out[key], out[key + "_offsets"] = value.values, value.offsets
+        elif isinstance(value, list):
             out[key] = torch.cat(value)
             out[key + "_offsets"] = torch.tensor([0, *np.cumsum([len(v) for v in value]).tolist()])
         else:

@@ -40,6 +40,7 @@ from _e2e_proc import ready
 from torchdata.nodes import BaseNode
 
 import torch_tgb as tgb
+from torch_tgb.layout import RaggedRows
 from torch_tgb.errors import NamespaceSealed
 
 
@@ -88,7 +89,7 @@ class TimedPipeline(BaseNode[dict[str, Any]]):
         if self.hold is not None and len(self.marks) == self.hold["at"] + 1:
             hold_for_kill(self.hold)
         self.bytes.append(sum(v.numel() * v.element_size() for x in batch.values()
-                              for v in (x if isinstance(x, list) else [x])))
+                              for v in (x if isinstance(x, list) else [x.values] if isinstance(x, RaggedRows) else [x])))
         return batch
 
     def get_state(self) -> dict[str, Any]:

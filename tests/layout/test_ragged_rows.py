@@ -79,3 +79,14 @@ def test_rows_of_mixed_kinds_are_refused_naming_the_key() -> None:
         RaggedRows.from_rows("pix", [torch.zeros(2, 3), torch.zeros(2, 4)])
     with pytest.raises(LayoutError, match="contiguous"):
         RaggedRows.from_rows("pix", [torch.zeros(1), torch.zeros(2)])[::2]
+
+
+def test_joined_rows_pickle_and_count_their_bytes() -> None:
+    """They travel like the list they stand for (Ray actors, DataLoader workers) and meters count their bytes."""
+    import pickle
+
+    rows = rows_of([2, 0, 3])
+    joined = RaggedRows.from_rows("pix", rows)
+    again = pickle.loads(pickle.dumps(joined))
+    assert isinstance(again, RaggedRows) and same(again, rows)
+    assert joined.nbytes == sum(r.nbytes for r in rows) + 4 * 8  # the values, and int64 offsets [rows + 1]

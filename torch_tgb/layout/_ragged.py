@@ -81,6 +81,11 @@ class RaggedRows(Sequence[torch.Tensor]):
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the values and the offsets (what the rows take in a TGB, before alignment)."""
+        return int(self.values.nbytes + self.offsets.nbytes)
+
     @overload
     def __getitem__(self, index: int) -> torch.Tensor: ...
 
