@@ -218,11 +218,13 @@ def test_token_file_pieces_fall_back_per_document(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("kind", ["token_file", "token_file_grouped"])
 @pytest.mark.parametrize("options", [{}, {"epochs": 2, "seed": 3}])
+@pytest.mark.parametrize("by", ["document", "block"])
 def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
-    corpus: dict[str, Callable[..., Any]], kind: str, options: dict, monkeypatch: pytest.MonkeyPatch
+    corpus: dict[str, Callable[..., Any]], kind: str, options: dict, by: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every byte the bulk path reads was advised (POSIX_FADV_WILLNEED) before its read, once per epoch,
-    and the advised bytes not yet read stay within READ_AHEAD_BYTES plus one call's documents."""
+    """Every byte the bulk path reads was advised (POSIX_FADV_WILLNEED) before its read, once per epoch.
+    By document (a large file), the advised bytes not yet read stay within READ_AHEAD_BYTES plus one call's
+    documents; by block (a file small next to the budget), each block is one request, once per epoch."""
     import os
 
     from torch_tgb.sources import token_file
@@ -231,6 +233,8 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: events.append(("advise", offset, length)),
                         raising=False)
     monkeypatch.setattr(token_file, "READ_AHEAD_BYTES", 64)  # a small budget: the read-ahead runs in steps
+    monkeypatch.setattr(token_file, "READ_AHEAD_BLOCKS_UP_TO", 1 << 40 if by == "block" else 0)
+    monkeypatch.setattr(token_file, "READ_AHEAD_BLOCK", 24)  # blocks of 12 uint16 tokens: many of them
     real = os.preadv
 
     def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:  # every read of the token file
@@ -251,8 +255,14 @@ def test_a_token_file_is_advised_ahead_of_its_bulk_reads_within_the_budget(
             else:
                 assert pending.get(byte, 0) >= 1, f"byte {byte} read before it was advised"
                 pending[byte] -= 1
-        assert sum(pending.values()) <= 64 + 2 * largest
-    assert not any(pending.values())  # each document advised once per epoch, and all of it read
+        assert max(pending.values(), default=0) <= 1  # never advised twice before its read
+        if by == "document":
+            assert sum(pending.values()) <= 64 + 2 * largest
+    assert not any(pending.values())  # each document (block) advised once per epoch, and all of it read
+    advised = sum(1 for kind, _, _ in events if kind == "advise")
+    if by == "block":  # one request per run of new blocks: at most one per block and epoch, fewer than documents
+        blocks = -(-len(source._tokens()) * source.token_dtype.itemsize // 24)
+        assert advised <= blocks * options.get("epochs", 1) and advised < len(docs)
 
 
 @pytest.mark.parametrize("step", [1, 3, 7])

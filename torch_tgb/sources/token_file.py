@@ -83,6 +83,8 @@ class TokenFile(UnitSource):
         self._handles: dict[str, Any] = {}
         #: (epoch, position, tokens ahead of the reads) up to which the bulk path asked the kernel to read ahead
         self._advised = (-1, 0, 0)
+        #: a corpus small next to the read-ahead budget is advised by whole blocks: (epoch, blocks advised)
+        self._blocks: tuple[int, np.ndarray] | None = None
         tokens = self._tokens()
         bounds = self._bounds()
         if bounds is not None:
@@ -220,7 +222,11 @@ class TokenFile(UnitSource):
         from a cold page cache each read would wait for the disk in turn.
         Advised ahead (``POSIX_FADV_WILLNEED``, in steps of ``count`` units, up
         to :data:`READ_AHEAD_BYTES` beyond this read), the disk reads them
-        together while the documents before them are packed.
+        together while the documents before them are packed. A file of at most
+        :data:`READ_AHEAD_BLOCKS_UP_TO` bytes is advised by the blocks under
+        those units instead (:meth:`_new_blocks`): one request per run of new
+        blocks rather than one per document, whose cost in the kernel (tens of
+        microseconds from a cold cache here) bounded the ingest.
         """
         epoch, done, ahead = self._advised
         if epoch != self._epoch or done < self._pos:
@@ -228,12 +234,43 @@ class TokenFile(UnitSource):
         order = self._assignment()
         reader = self._tokens()
         budget = READ_AHEAD_BYTES // reader.dtype.itemsize + tokens
+        by_block = len(reader) * reader.dtype.itemsize <= READ_AHEAD_BLOCKS_UP_TO
         while ahead < budget and done < len(order):
             starts, stops = self._unit_spans(np.asarray(order[done : done + max(1, count)], dtype=np.int64))
-            reader.advise(starts, stops)
+            reader.advise(*(self._new_blocks(starts, stops) if by_block else (starts, stops)))
             done += len(starts)
             ahead += int((stops - starts).sum())
         self._advised = (self._epoch, done, max(0, ahead - tokens))  # this read is next: the rest is ahead
+
+    def _new_blocks(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The blocks of :data:`READ_AHEAD_BLOCK` bytes under spans ``[starts, stops)`` not advised yet this epoch.
+
+        In the order the spans come (the order they are read in), each block
+        once, runs of adjacent new blocks as one span: a corpus of at most
+        :data:`READ_AHEAD_BLOCKS_UP_TO` bytes is a few hundred sequential
+        requests per epoch instead of one per document. Every block is read
+        within the epoch (the documents cover the file), so nothing advised
+        is wasted while the corpus fits the page cache.
+        """
+        reader = self._tokens()
+        per_block = max(1, READ_AHEAD_BLOCK // reader.dtype.itemsize)
+        count = -(-len(reader) // per_block)
+        if self._blocks is None or self._blocks[0] != self._epoch:
+            self._blocks = (self._epoch, np.zeros(count, dtype=bool))
+        seen = self._blocks[1]
+        keep = stops > starts
+        firsts, lasts = starts[keep] // per_block, (stops[keep] - 1) // per_block
+        spans = lasts - firsts + 1  # blocks under each span, expanded in order below
+        blocks = np.repeat(firsts, spans) + (np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans))
+        blocks = blocks[np.sort(np.unique(blocks, return_index=True)[1])]  # first come, first advised
+        blocks = blocks[~seen[blocks]]
+        seen[blocks] = True
+        if not len(blocks):
+            return blocks, blocks
+        breaks = np.flatnonzero(np.diff(blocks) != 1) + 1
+        first = blocks[np.concatenate([[0], breaks])]
+        last = blocks[np.concatenate([breaks - 1, [len(blocks) - 1]])]
+        return first * per_block, np.minimum((last + 1) * per_block, len(reader))
 
     def _span(self, doc: int) -> tuple[int, int]:
         bounds = self._bounds()
@@ -338,3 +375,9 @@ def _as_array(tokens: np.ndarray | torch.Tensor) -> np.ndarray:
 
 #: how far a token file's bulk reads keep the kernel reading ahead of them (:meth:`TokenFile._read_ahead`)
 READ_AHEAD_BYTES = 32 << 20
+#: a token file of at most this many bytes is advised by blocks (:meth:`TokenFile._new_blocks`), a larger one
+#: by document: the blocks around a shuffle's next documents are mostly wanted soon only when the file is small
+#: next to the read-ahead budget (here at most 4x it); in a larger file they would be read for one document each
+READ_AHEAD_BLOCKS_UP_TO = 4 * READ_AHEAD_BYTES
+#: the request size of block advice
+READ_AHEAD_BLOCK = 256 << 10
