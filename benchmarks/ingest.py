@@ -16,13 +16,18 @@ the first read to the sealed manifest (every segment fsynced).
 documents (``TokenFile(docs_per_unit=...)``: the order is shuffled by unit, a
 unit read as one span) where the default shuffles document by document.
 Printed and saved per point: tokens/s, the ratios to both reads, and bytes at
-rest per real token (every byte under the namespace's ``data/``). Issue 28's
+rest per real token (every byte under the namespace's ``data/``).
+``--rounds N`` runs every point N times and keeps the median; ``--against
+DIR`` runs each round a second time with the torch_tgb of another checkout
+(e.g. a ``git worktree`` of the commit before a change), interleaved, and
+saves both rates and their ratio: a speed-up measured side by side. Issue 28's
 goals: >= 50 M tok/s for the token file and >= 0.25x numpy's read of it
 (none and bfd), >= 0.3x for Parquet and Lance, <= 1.1x the token width at
 rest (2.2 B/token here).
 
     python benchmarks/ingest.py --quick                # ~1 min on 2 cores
     python benchmarks/ingest.py                        # 30 M tokens
+    python benchmarks/ingest.py --rounds 3 --against ../before   # each point 3x, interleaved with ../before
 """
 
 from __future__ import annotations
@@ -164,6 +169,14 @@ def warm_up(work: str) -> None:
                       layout=tgb.Layout(dp=1), seq_len=64, global_batch_size=4, progress=False)
 
 
+def use_tree(tree: str | None) -> None:
+    """Import torch_tgb from checkout ``tree`` (its root) instead of the installed one: set up before any import."""
+    if not tree:
+        return
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]  # an editable install's finder
+    sys.path.insert(0, os.path.abspath(tree))
+
+
 def worker(args: argparse.Namespace) -> None:
     """One point, in a fresh interpreter: prints one JSON line."""
     import torch
@@ -191,14 +204,35 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({**reads, "tgb_s": seconds, "data_bytes": stored, "peak_rss": peak}))
 
 
-def run_point(kind: str, packing: str, root: Path, work: Path, commit_every: int) -> dict[str, Any]:
+def run_worker(kind: str, packing: str, root: Path, work: Path, commit_every: int, tree: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", "--kind", kind, "--packing", packing, "--root", str(root),
-           "--work", str(work), "--commit-every", str(commit_every)]
+           "--work", str(work), "--commit-every", str(commit_every), *(["--tree", tree] if tree else [])]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=1800)
     if done.returncode:
         raise RuntimeError(f"{kind}/{packing} failed ({done.returncode}): {done.stderr[-2000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    cold, warm, tgb_rate = (out["tokens"] / out[k] for k in ("cold_s", "warm_s", "tgb_s"))
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def run_point(kind: str, packing: str, root: Path, work: Path, commit_every: int, rounds: int = 1,
+              against: str | None = None) -> dict[str, Any]:
+    """``rounds`` runs of the point (each followed by one with ``against``'s torch_tgb): the median run's figures."""
+    runs, others = [], []
+    for _ in range(rounds):
+        runs.append(run_worker(kind, packing, root, work, commit_every, None))
+        if against:
+            others.append(run_worker(kind, packing, root, work, commit_every, against))
+    out = sorted(runs, key=lambda r: r["tgb_s"])[(len(runs) - 1) // 2]  # the library's reads of a middle run
+    cold, warm = (out["tokens"] / out[k] for k in ("cold_s", "warm_s"))
+    tgb_rate = float(np.median([r["tokens"] / r["tgb_s"] for r in runs]))  # as the other tree's: the median rate
+    compared: dict[str, Any] = {}
+    if others:
+        other = float(np.median([r["tokens"] / r["tgb_s"] for r in others]))
+        compared = {"against_tok_per_s": round(other), "speedup": round(tgb_rate / other, 3),
+                    "rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in runs],
+                    "against_rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in others]}
+    elif rounds > 1:
+        compared = {"rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in runs]}
     return {
         "source": kind,
         "packing": packing,
@@ -209,8 +243,10 @@ def run_point(kind: str, packing: str, root: Path, work: Path, commit_every: int
         "ratio_to_disk_read": round(tgb_rate / cold, 4),
         "ratio_to_cached_read": round(tgb_rate / warm, 4),
         "bytes_per_token": round(out["data_bytes"] / out["tokens"], 3),
-        "tgb_s": round(out["tgb_s"], 3),
+        "tgb_s": round(out["tokens"] / tgb_rate, 3),
         "peak_rss_mb": round(out["peak_rss"] / 2**20, 1),
+        "rounds": rounds,
+        **compared,
     }
 
 
@@ -221,12 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
     parser.add_argument("--packings", default=None, help="comma-separated subset of none,concat,bfd (default all)")
     parser.add_argument("--commit-every", type=int, default=64, help="batches per manifest commit (default 64)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per point; the median is kept (default 1)")
+    parser.add_argument("--against", default=None,
+                        help="another checkout's root: each round also runs with its torch_tgb, interleaved")
     add_results_arg(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    for name in ("kind", "packing", "root", "work"):
+    for name in ("kind", "packing", "root", "work", "tree"):
         parser.add_argument(f"--{name}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    if args.against and not (Path(args.against) / "torch_tgb" / "__init__.py").is_file():
+        parser.error(f"--against {args.against}: not a checkout of torch_tgb (no torch_tgb/__init__.py there)")
     if args.worker:
+        use_tree(args.tree)
         (write_dataset_worker if args.kind == "write_dataset" else worker)(args)
         return 0
     num_tokens = 3_000_000 if args.quick else args.tokens
@@ -246,13 +290,15 @@ def main(argv: list[str] | None = None) -> int:
             plan += [("token-file-units", p) for p in packings if p != "concat"]
             plan += [("write_dataset", p) for p in packings if p != "concat"]
         for kind, packing in plan:
-            point = run_point(kind, packing, work / "corpus", work, args.commit_every)
+            point = run_point(kind, packing, work / "corpus", work, args.commit_every, args.rounds, args.against)
             points.append(point)
             print(
                 f"{kind:>13} {packing:>6}: tgb {point['tgb_tok_per_s'] / 1e6:6.1f} M tok/s; library read "
                 f"{point['library_read_disk_tok_per_s'] / 1e6:7.1f} M tok/s from disk (x{point['ratio_to_disk_read']:.3f}), "
                 f"{point['library_read_cached_tok_per_s'] / 1e6:7.1f} cached (x{point['ratio_to_cached_read']:.3f}); "
                 f"{point['bytes_per_token']:.3f} B/token at rest, peak RSS {point['peak_rss_mb']:.0f} MiB"
+                + (f"; against {point['against_tok_per_s'] / 1e6:.1f} M tok/s (x{point['speedup']:.2f})"
+                   if "speedup" in point else "")
             )
     report = {
         "quick": bool(args.quick),
@@ -260,10 +306,17 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len": SEQ_LEN,
         "global_batch": GLOBAL_BATCH,
         "segment_bytes": SEGMENT_BYTES,
+        "rounds": args.rounds,
+        "against": None if not args.against else {"dir": os.path.abspath(args.against), "commit": _commit(args.against)},
         "points": points,
     }
     save(results_dir(args), "ingest_quick" if args.quick else "ingest", report)
     return 0
+
+
+def _commit(tree: str) -> str | None:
+    done = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or None
 
 
 def write_dataset_worker(args: argparse.Namespace) -> None:

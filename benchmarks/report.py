@@ -496,6 +496,7 @@ def token_rows_section(ingest: dict[str, Any] | None, cr: dict[str, Any] | None)
     points = (ingest or {}).get("points") or []
     if points and "ratio_to_disk_read" in points[0]:
         c = ingest["corpus"]  # type: ignore[index]
+        against = ingest.get("against") if all("speedup" in p for p in points) else None  # type: ignore[union-attr]
         out += [f"One corpus of {c['tokens'] / 1e6:.0f} M uint16 tokens ({c['docs']:,} documents of 50–3000 tokens) "
                 f"as a token file, Parquet, Lance and WebDataset tars; each point a fresh process: the format's own "
                 f"library reads it from the disk (page cache dropped) and from the page cache, then `tgb.produce` "
@@ -504,12 +505,18 @@ def token_rows_section(ingest: dict[str, Any] | None, cr: dict[str, Any] | None)
                 f"{ingest['global_batch']} ({_when(ingest)}). Goals (issue 28): ≥ 50 M tok/s and ≥ 0.25× numpy's "
                 "read for the token file, ≥ 0.3× for Parquet and Lance, ≤ 2.2 B/token at rest.", "",
                 "| source | packing | tgb M tok/s | library read from disk M tok/s | × | from cache M tok/s | × | "
-                "B/token at rest | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+                "B/token at rest | peak RSS MiB |" + (" before M tok/s | speed-up |" if against else ""),
+                "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if against else "")]
         for p in points:
             out.append(f"| {p['source']} | {p['packing']} | {p['tgb_tok_per_s'] / 1e6:.1f} | "
                        f"{p['library_read_disk_tok_per_s'] / 1e6:.0f} | {p['ratio_to_disk_read']:.3f} | "
                        f"{p['library_read_cached_tok_per_s'] / 1e6:.0f} | {p['ratio_to_cached_read']:.3f} | "
-                       f"{p['bytes_per_token']:.3f} | {p['peak_rss_mb']:.0f} |")
+                       f"{p['bytes_per_token']:.3f} | {p['peak_rss_mb']:.0f} |"
+                       + (f" {p['against_tok_per_s'] / 1e6:.1f} | {p['speedup']:.2f}× |" if against else ""))
+        if against:
+            out += ["", f"Each point is the median of {ingest['rounds']} rounds; every round also ran the same point "
+                    f"with the torch_tgb of commit {against.get('commit') or '?'} (the tree before this round's "
+                    "write-path changes), interleaved: \"before\" is its median, the speed-up the ratio of the two."]
         out += ["", ingest_reading(points), ""]
     else:
         out += ["No `ingest.json` of this format in the results directory: run `python benchmarks/ingest.py`.", ""]
@@ -574,11 +581,21 @@ def ingest_reading(points: list[dict[str, Any]]) -> str:
         "Where the time goes (cProfile of `tgb.produce` over the token file): the source reads a window's "
         "documents in one bulk call (one `pread` per run of adjacent documents, into one array) and keeps the "
         "kernel reading up to 32 MiB ahead of it (`POSIX_FADV_WILLNEED`): a shuffled order reads the file at "
-        "random places, so from a cold page cache the disk would otherwise serve one document at a time. The packers are numpy over a window and "
+        "random places, so from a cold page cache the disk would otherwise serve one document at a time; a file "
+        "of at most 128 MiB (this one) is advised by 256 KiB blocks in the order the shuffle needs them, each "
+        "block once per epoch (a cold advice costs the kernel 7–38 µs here, so one per document bounded the "
+        "ingest). The packers are numpy over a window and "
         "hand `GlobalBatches` a batch of rows at once (`Pack.take_rows`: one gather per field, no dict per row). "
-        "What is left: the advice and read syscalls (one per document), `Producer.append`'s checks and slicing (a "
-        "tensor per row for the ragged `seq_lens`), one copy into the segment, its CRC32C, the write and its fsync "
-        "(a full segment is written by a background thread while the next fills). A token file's own read is one "
+        "Each TGB's bytes go straight into its segment's file as it is appended (`ObjectStore.open_writer`: one "
+        "copy, into the page cache; publishing a segment is an fsync and a rename, in the background while the "
+        "next fills), so no write of the whole corpus waits after the last batch, and the rows' `seq_lens` reach "
+        "the producer joined (`RaggedRows`: no tensor per row). What is left: the advice and read syscalls (one "
+        "per document of a shuffled order), the packers' and `GlobalBatches`' copies, the CRC32C, the pipeline "
+        "state encoded with each batch, and the kernel's page-cache allocation for the written bytes (its speed "
+        "moves a lot between runs on this VM). Tried and measured without a gain here: advising merged extents "
+        "(sorted by offset, the kernel reads in file order while the shuffle needs them in another; 20–30% "
+        "slower from a cold cache) and decoding Parquet/Lance record batches on a thread of their own (on 2 cores "
+        "the decode competes with packing: ±5%, within the noise). A token file's own read is one "
         "sequential copy (GB/s from the page cache"
         + (f", {min(disk) * 2 / 1e9:.1f}–{max(disk) * 2 / 1e9:.1f} GB/s from this machine's disk in this run"
            if (disk := [p["library_read_disk_tok_per_s"] for p in points if p["source"] in ("token-file", "write_dataset")])
