@@ -27,15 +27,12 @@ import builtins
 import concurrent.futures
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from torch_tgb.errors import StorageError, TGBError
-from torch_tgb.storage._writer import BufferedWriter, ObjectWriter
+from torch_tgb.storage._writer import Buffer, BufferedWriter, ObjectWriter
 
 __all__ = ["Buffer", "CachingStore", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
-
-#: what ``put`` and ``put_if_absent`` accept: any contiguous bytes-like object
-Buffer = Union[bytes, bytearray, memoryview]
 
 
 @dataclass(frozen=True)

@@ -11,36 +11,36 @@ leaves only a ``.tgb-tmp.*`` file, which no listing shows.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from torch_tgb.storage._errors import translate
-from torch_tgb.storage._writer import ObjectWriter
-from torch_tgb.storage.local import _unlink_quietly
+from torch_tgb.storage._writer import Buffer, ObjectWriter
 
-if TYPE_CHECKING:
-    from torch_tgb.storage._base import Buffer
-    from torch_tgb.storage.local import LocalStore
-
-__all__ = ["FileWriter"]
+__all__ = ["FileWriter", "unlink_quietly"]
 
 #: buffers handed to one ``pwritev`` (below every platform's IOV_MAX)
 _IOV_BATCH = 512
 
 
 class FileWriter(ObjectWriter):
-    """Writes ``key`` of ``store`` into a temp file; ``commit`` publishes it like ``put``."""
+    """Writes ``key`` into the temp file ``tmp`` (open as ``fd``); ``commit`` syncs it and calls ``publish``.
 
-    def __init__(self, store: LocalStore, key: str) -> None:
-        self.store = store
+    ``url``: the namespace (for errors); ``fsync``: whether to sync the file
+    before publishing; ``publish()``: gives the temp file its final name
+    (``LocalStore._publish``: rename, then sync the directory).
+    """
+
+    def __init__(self, url: str, key: str, tmp: str, fd: int, *, fsync: bool, publish: Callable[[], None]) -> None:
+        self.url = url
         self.key = key
-        self._path = store._path(key)  # validated and contained, as put checks it
-        self._tmp, self._fd = store._create_temp(self._path, key, "put")
+        self._tmp, self._fd = tmp, fd
+        self._fsync = fsync
+        self._publish = publish
         self._size = 0
 
     def write_at(self, offset: int, buffers: Sequence[Buffer]) -> int:
         if self._fd < 0:
-            raise ValueError(f"{self.store.url}: {self.key!r} was committed or aborted; nothing more can be written")
+            raise ValueError(f"{self.url}: {self.key!r} was committed or aborted; nothing more can be written")
         views = [memoryview(b).cast("B") for b in buffers]
         views = [v for v in views if len(v)]
         try:
@@ -48,31 +48,31 @@ class FileWriter(ObjectWriter):
                 offset = _pwrite_all(self._fd, views[first : first + _IOV_BATCH], offset)
         except OSError as e:
             self.abort()  # a full disk: nothing of this object is kept
-            raise translate(e, url=self.store.url, op="put", key=self.key) from e
+            raise translate(e, url=self.url, op="put", key=self.key) from e
         self._size = max(self._size, offset)
         return offset
 
     def commit(self) -> None:
         if self._fd < 0:
-            raise ValueError(f"{self.store.url}: {self.key!r} was committed or aborted already")
+            raise ValueError(f"{self.url}: {self.key!r} was committed or aborted already")
         fd, self._fd = self._fd, -1
         try:
             if os.fstat(fd).st_size < self._size:  # a gap at the end reads as zeros: give the file its size
                 os.ftruncate(fd, self._size)
-            if self.store.fsync:
+            if self._fsync:
                 os.fsync(fd)
         except OSError as e:
             os.close(fd)
-            _unlink_quietly(self._tmp)
-            raise translate(e, url=self.store.url, op="put", key=self.key) from e
+            unlink_quietly(self._tmp)
+            raise translate(e, url=self.url, op="put", key=self.key) from e
         os.close(fd)
-        self.store._publish(self._tmp, self._path, self.key, "put")
+        self._publish()
 
     def abort(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
-            _unlink_quietly(self._tmp)
+            unlink_quietly(self._tmp)
 
     @property
     def size(self) -> int:
@@ -85,14 +85,23 @@ class FileWriter(ObjectWriter):
 
 def _pwrite_all(fd: int, views: list[memoryview], offset: int) -> int:
     """Write every byte of ``views`` from ``offset`` (a write may stop short); returns the offset after them."""
-    while views:
-        n = os.pwritev(fd, views, offset)
+    at = 0  # the first view not written completely
+    while at < len(views):
+        n = os.pwritev(fd, views[at:], offset)
         if n <= 0:
             raise OSError(f"pwritev wrote {n} bytes")
         offset += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views = views[1:]
+        while at < len(views) and n >= len(views[at]):
+            n -= len(views[at])
+            at += 1
         if n:
-            views[0] = views[0][n:]
+            views[at] = views[at][n:]
     return offset
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove ``path``; nothing if it is gone already or cannot be removed (a temp file's best effort)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

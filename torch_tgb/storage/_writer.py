@@ -21,12 +21,18 @@ from __future__ import annotations
 import abc
 import mmap
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol, Union
 
-if TYPE_CHECKING:
-    from torch_tgb.storage._base import Buffer, ObjectStore
+__all__ = ["Buffer", "BufferedWriter", "MappedBuffer", "ObjectWriter"]
 
-__all__ = ["BufferedWriter", "MappedBuffer", "ObjectWriter"]
+#: what ``put``, ``put_if_absent`` and ``write_at`` accept: any contiguous bytes-like object
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class _Puts(Protocol):
+    """What a :class:`BufferedWriter` needs of its store: ``put`` (an ``ObjectStore`` has it)."""
+
+    def put(self, key: str, data: Buffer) -> None: ...
 
 
 class ObjectWriter(abc.ABC):
@@ -59,7 +65,7 @@ class ObjectWriter(abc.ABC):
 class BufferedWriter(ObjectWriter):
     """The default writer: the object gathered in memory, published with one ``store.put`` on commit."""
 
-    def __init__(self, store: ObjectStore, key: str, *, size_hint: int = 0) -> None:
+    def __init__(self, store: _Puts, key: str, *, size_hint: int = 0) -> None:
         self.store = store
         self.key = key
         self._data = MappedBuffer(size_hint)

@@ -46,6 +46,7 @@ from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, I
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._local_writer import FileWriter, unlink_quietly
 from torch_tgb.storage._writer import ObjectWriter
 
 __all__ = ["LocalStore", "open_regular"]
@@ -259,7 +260,7 @@ class LocalStore(ObjectStore):
                 os.fsync(fd)
         except BaseException as e:
             os.close(fd)
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             if isinstance(e, OSError):
                 raise translate(e, url=self.url, op=op, key=key) from e
             raise
@@ -285,14 +286,14 @@ class LocalStore(ObjectStore):
             os.replace(tmp, path)  # atomic: readers see the old or the new object
             self._sync_dir(path)
         except OSError as e:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise translate(e, url=self.url, op=op, key=key) from e
 
     def open_writer(self, key: str, *, size_hint: int = 0) -> ObjectWriter:
         """Written in place: a temp file beside the target takes every ``write_at``; ``commit`` renames it."""
-        from torch_tgb.storage._local_writer import FileWriter
-
-        return FileWriter(self, key)
+        path = self._path(key)  # validated and contained, as put checks it
+        tmp, fd = self._create_temp(path, key, "put")
+        return FileWriter(self.url, key, tmp, fd, fsync=self.fsync, publish=lambda: self._publish(tmp, path, key, "put"))
 
     def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)
@@ -312,7 +313,7 @@ class LocalStore(ObjectStore):
                 ) from e
             raise translate(e, url=self.url, op="put_if_absent", key=key) from e
         finally:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
         try:
             self._sync_dir(path)
         except OSError as e:
@@ -383,10 +384,3 @@ def open_regular(path: str, key: str) -> int:
         raise translate(e, url=f"file://{os.path.dirname(path)}", op="open", key=key) from e
     _require_regular(fd, key, f"open {path!r} for")
     return fd
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
