@@ -132,6 +132,22 @@ def test_a_writer_writes_in_place_and_publishes_with_fsync(root, monkeypatch):
         writer.write_at(0, [b"late"])
 
 
+def test_a_writer_finishes_short_writes(root, monkeypatch):
+    """pwritev may write less than asked (a signal, a pipe-like file system): every byte still lands in place."""
+    store = LocalStore(root / "ns")
+    real = os.pwritev
+
+    def short(fd, buffers, offset):  # at most 3 bytes of the first buffer per call
+        return real(fd, [bytes(buffers[0][:3])], offset)
+
+    monkeypatch.setattr(os, "pwritev", short)
+    writer = store.open_writer("short")
+    assert writer.write_at(0, [b"abcdefg", b"", b"hi", memoryview(b"jklmno")[1:]]) == 14
+    assert writer.write_at(20, [b"xyz"]) == 23
+    writer.commit()
+    assert store.get("short") == b"abcdefghiklmno" + bytes(6) + b"xyz"
+
+
 def test_disk_full_mid_writer_publishes_nothing(root, monkeypatch):
     store = LocalStore(root / "ns")
     store.put("keep", b"old")
