@@ -515,8 +515,8 @@ def token_rows_section(ingest: dict[str, Any] | None, cr: dict[str, Any] | None)
                        + (f" {p['against_tok_per_s'] / 1e6:.1f} | {p['speedup']:.2f}× |" if against else ""))
         if against:
             out += ["", f"Each point is the median of {ingest['rounds']} rounds; every round also ran the same point "
-                    f"with the torch_tgb of commit {against.get('commit') or '?'} (the tree before this round's "
-                    "write-path changes), interleaved: \"before\" is its median, the speed-up the ratio of the two."]
+                    f"with the torch_tgb of commit {against.get('commit') or '?'} (`--against`), interleaved: "
+                    "\"before\" is its median, the speed-up the ratio of the two."]
         out += ["", ingest_reading(points), ""]
     else:
         out += ["No `ingest.json` of this format in the results directory: run `python benchmarks/ingest.py`.", ""]

@@ -63,6 +63,7 @@ class _Segment:
     writer: ObjectWriter
     tgbs: list[_Open]
 
+
 class SegmentWriter:
     """Packs a producer's TGBs into segment objects; returns entries once their object is published."""
 
@@ -111,8 +112,10 @@ class SegmentWriter:
         except BaseException as e:
             self._fail(e)
             raise
-        if written != obj.size:
-            raise ValueError(f"segment: TGB at offset {offset} encoded to other than its {obj.size - base} bytes")
+        if written != obj.size:  # the segment's bytes and its TGB table disagree: the segment cannot be published
+            error = ValueError(f"segment: TGB at offset {offset} encoded to other than its {obj.size - base} bytes")
+            self._fail(error)
+            raise error
         footer = bytes(buffers[-1])  # encode_tgb ends with the footer, bytes [footer_offset, size)
         segment.tgbs.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens,
                                   footer))

@@ -71,9 +71,7 @@ class BufferedWriter(ObjectWriter):
         self._data = MappedBuffer(size_hint)
 
     def write_at(self, offset: int, buffers: Sequence[Buffer]) -> int:
-        end = offset + sum(memoryview(b).nbytes for b in buffers)
-        self._data.extend(buffers, at=offset, end=end)
-        return end
+        return self._data.extend(buffers, at=offset)
 
     def commit(self) -> None:
         try:
@@ -107,8 +105,10 @@ class MappedBuffer:
     def __len__(self) -> int:
         return self._len
 
-    def extend(self, buffers: Sequence[Buffer], *, at: int, end: int) -> None:
-        """Write ``buffers`` from offset ``at`` (zeros before it stay zero); they end at ``end``."""
+    def extend(self, buffers: Sequence[Buffer], *, at: int) -> int:
+        """Write ``buffers`` from offset ``at`` (zeros before it stay zero); returns the offset after them."""
+        views = [memoryview(b).cast("B") for b in buffers]
+        end = at + sum(len(v) for v in views)
         size = 0 if self._map is None else len(self._map)
         if end > size:
             grown = mmap.mmap(-1, max(end, 2 * size, self._hint + (1 << 20)))  # zero-filled, lazily backed
@@ -118,13 +118,11 @@ class MappedBuffer:
             self._map = grown
         assert self._map is not None  # reserved just above
         pos = at
-        for buffer in buffers:
-            view = memoryview(buffer).cast("B")
+        for view in views:
             self._map[pos : pos + len(view)] = view
             pos += len(view)
-        if pos != end:
-            raise ValueError(f"wrote {pos - at} bytes from offset {at}, expected them to end at {end}")
         self._len = max(self._len, end)
+        return end
 
     def view(self) -> memoryview:
         return memoryview(self._map)[: self._len] if self._map is not None else memoryview(b"")
