@@ -109,7 +109,8 @@ def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path,
     for name, rows in r["schedule"]["runs"].items():
         assert rows and all("after_steps_per_s" in row for row in rows), (name, rows)
     crash = r["crash"]
-    assert crash["a"]["killed"] and crash["a"]["error"] and not crash["a"]["survived"]  # dies with its worker
+    # (a) dies with its worker
+    assert crash["a"]["killed"] and crash["a"]["error"] and not crash["a"]["survived"], crash["a"]
     for name in ("b", "c") if "c" in expected else ("b",):  # killed mid-production, and nothing lost
         assert crash[name]["killed"] and crash[name]["producer_running_at_kill"], crash[name]
         assert crash[name]["survived"] and crash[name]["steps_lost"] == 0, crash[name]

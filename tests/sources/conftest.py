@@ -33,7 +33,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, docs: list[np.ndarray]) -> 
         "token_file_grouped": lambda **kw: sources.TokenFile(tokens, offsets=offsets, docs_per_unit=4, **kw),
         "webdataset": lambda **kw: sources.WebDataset(tars, **kw),
         "parquet": lambda **kw: sources.Parquet(parquet, **kw),
+        "parquet_inline": lambda **kw: sources.Parquet(parquet, decode_ahead=0, **kw),  # no read-ahead thread
         "lance": lambda **kw: sources.Lance(uri, column="input_ids", **kw),
+        "lance_inline": lambda **kw: sources.Lance(uri, column="input_ids", decode_ahead=0, **kw),
     }
 
 

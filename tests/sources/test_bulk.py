@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from torch_tgb.errors import SourceError
 
-BULK_KINDS = ["token_file", "token_file_grouped", "parquet", "lance"]
+BULK_KINDS = ["token_file", "token_file_grouped", "parquet", "parquet_inline", "lance", "lance_inline"]
 
 
 def _per_doc(source: Any, state: dict | None = None) -> list[np.ndarray]:

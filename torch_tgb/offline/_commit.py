@@ -62,7 +62,8 @@ def commit_batches(
             return num_batches
         with Producer(
             store, producer_id=producer_id, layout=layout, commit_policy=commit_policy, metadata=dict(metadata),
-            config=ProducerConfig.bulk(),  # 64 MiB segments (two in memory while one is written)
+            # 64 MiB segments: written in place locally; other stores hold two in memory while one uploads
+            config=ProducerConfig.bulk(),
         ) as producer:
             start = producer.resume_offset
             with progress_bar(total=num_batches, initial=start, desc=desc, unit="batch", enabled=progress) as bar:

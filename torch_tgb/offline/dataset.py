@@ -219,8 +219,10 @@ def write_dataset(
     ``"fixed:64"``), ``progress``, ``seal`` (default True), ``config``); its
     ``config`` defaults to 32 MiB segment objects (a reader opens and maps one
     object per segment, not per step; a crash loses, and a rerun rewrites, at
-    most the open segment; one is written in the background while the next
-    fills, so about 64 MiB of them are in memory). ``segment_bytes=`` is the older spelling of
+    most the open segment; one is published in the background while the next
+    fills: a local directory takes each TGB straight into the segment's file,
+    other stores hold up to two open segments, about 64 MiB, in memory).
+    ``segment_bytes=`` is the older spelling of
     ``config=ProducerConfig.bulk(segment_bytes=...)``.
 
     Several processes may write one namespace: each with its own

@@ -25,6 +25,7 @@ from torch_tgb.sources._base import (
     require,
     tokenize,
 )
+from torch_tgb.sources._read_ahead import ReadAhead, Tokens
 from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class ArrowOptions(ReadOptions, total=False):
     tokenizer: Tokenizer | None  # needed for a text column
     extra: Sequence[str]  # columns yielded along with the tokens
     batch_size: int  # rows per record batch read (and per tokenizer call)
+    decode_ahead: int  # record batches the bulk path decodes ahead on a thread of its own (0: none)
     storage_options: dict[str, Any] | None  # for fsspec / object-store URLs
 
 
@@ -55,12 +57,16 @@ class ArrowSource(UnitSource):
         tokenizer: Tokenizer | None = None,
         extra: Sequence[str] = (),
         batch_size: int = 256,
+        decode_ahead: int = 2,
         storage_options: dict[str, Any] | None = None,
         **options: Unpack[ReadOptions],
     ) -> None:
         super().__init__(**options)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decode_ahead < 0:
+            raise ValueError(f"decode_ahead must be >= 0, got {decode_ahead}")
+        self.decode_ahead = decode_ahead
         self.column, self.tokenizer, self.extra = column, tokenizer, tuple(extra)
         self.batch_size = batch_size
         self.storage_options = dict(storage_options or {})
@@ -68,19 +74,30 @@ class ArrowSource(UnitSource):
         self._text = False
         self._stored: np.dtype | None = None
         self._bulk: _Bulk | None = None
+        self._ahead: ReadAhead | None = None
 
     def _clear_window(self) -> None:
         super()._clear_window()
         self._bulk = None
+        self._stop_ahead()
+
+    def _fill(self) -> None:
+        self._stop_ahead()  # the per-record path reads the files itself: the read-ahead thread stops first
+        super()._fill()
+
+    def _stop_ahead(self) -> None:
+        ahead, self._ahead = getattr(self, "_ahead", None), None
+        if ahead is not None:
+            ahead.close()
 
     def _after_fork(self) -> None:
-        if os.getpid() != self._pid and self._bulk is not None:  # the parent's reader: set aside, never used
-            self._inherited.append(self._bulk)
-            self._bulk = None
+        if os.getpid() != self._pid:  # the parent's reader and read-ahead thread: set aside, never used
+            self._inherited.append((self._bulk, self._ahead))
+            self._bulk = self._ahead = None
         super()._after_fork()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_bulk": None}
+        return {**super().__getstate__(), "_bulk": None, "_ahead": None}
 
     @property
     def columns(self) -> list[str]:
@@ -167,34 +184,56 @@ class ArrowSource(UnitSource):
         """The bulk reader of the current unit at ``_window_start`` (opened if need be); None: a bad record."""
         key = (self._epoch, self._pos)
         if self._bulk is None or self._bulk.key != key or self._bulk.row != self._window_start:
-            unit = int(self._assignment()[self._pos])
-            batches, skip = self._batches(unit, self._window_start, max(self.batch_size, 4096))
-            self._bulk = _Bulk(key, self._window_start, iter(batches), skip, self.column)
+            unit, row = int(self._assignment()[self._pos]), self._window_start
+            items = self._decoded_ahead(key, row) if self.decode_ahead else _decode(self, unit, row)
+            self._bulk = _Bulk(key, row, items)
         return self._bulk if self._bulk.fill() else None
+
+    def _decoded_ahead(self, key: tuple[int, int], row: int) -> Iterator[Tokens]:
+        """The token arrays of unit ``key`` from ``row``, from the read-ahead thread (started here if need be)."""
+        items = None if self._ahead is None else self._ahead.open(key, row)
+        if items is None:  # not what the thread reads (a restore, a fall back, a new epoch): from here on
+            self._stop_ahead()
+            order = self._assignment()
+            units = [((self._epoch, p), int(order[p])) for p in range(self._pos, len(order))]
+            self._ahead = ReadAhead(self, units, row, _decode, depth=self.decode_ahead)
+            items = self._ahead.open(key, row)
+            assert items is not None  # the first unit of a fresh read-ahead
+        return items
+
+
+def _decode(source: ArrowSource, unit: int, row: int) -> Iterator[Tokens]:
+    """The token arrays of ``unit``'s record batches from ``row`` (the iterator does not hold ``source``)."""
+    batches, skip = source._batches(unit, row, max(source.batch_size, 4096))
+    return _tokens_of(iter(batches), skip, source.column)
+
+
+def _tokens_of(batches: Iterator[Any], skip: int, column: str) -> Iterator[Tokens]:
+    for batch in batches:
+        if skip:
+            dropped = min(skip, batch.num_rows)
+            batch, skip = batch.slice(dropped), skip - dropped
+        yield token_arrays(batch.column(column))
 
 
 class _Bulk:
     """A unit read as token arrays, record batch by record batch, for :meth:`ArrowSource.take_tokens`."""
 
-    def __init__(self, key: tuple[int, int], row: int, batches: Iterator[Any], skip: int, column: str) -> None:
+    def __init__(self, key: tuple[int, int], row: int, items: Iterator[Tokens]) -> None:
         self.key, self.row = key, row  # the unit (epoch, position) and the next row to take
-        self._batches, self._skip, self._column = batches, skip, column
+        self._items = items  # each record batch's token arrays (None: a bad record)
         self._flat: np.ndarray = np.zeros(0, dtype=np.int64)
         self._offsets: np.ndarray = np.zeros(1, dtype=np.int64)
         self._at = 0  # documents of the current batch already taken
         self._end = False
 
     def fill(self) -> bool:
-        """Read the next record batch when the current one is used up; False on a bad record."""
+        """Take the next record batch when the current one is used up; False on a bad record."""
         while self._at >= len(self._offsets) - 1 and not self._end:
-            batch = next(self._batches, None)
-            if batch is None:
+            got = next(self._items, _END)
+            if got is _END:
                 self._end = True
                 break
-            if self._skip:
-                dropped = min(self._skip, batch.num_rows)
-                batch, self._skip = batch.slice(dropped), self._skip - dropped
-            got = token_arrays(batch.column(self._column))
             if got is None:
                 return False
             self._flat, self._offsets = got
@@ -211,6 +250,9 @@ class _Bulk:
         self._at = stop
         self.row += len(lengths)
         return self._flat[a:b], lengths
+
+
+_END: Any = object()  # after a unit's last record batch
 
 
 def token_arrays(values: Any) -> tuple[np.ndarray, np.ndarray] | None:
