@@ -284,3 +284,38 @@ def test_short_reads_of_a_token_file_are_finished(tmp_path, monkeypatch: pytest.
     with pytest.raises(SourceError, match="short read"):
         reader.read_runs(starts, stops)
     reader.close()
+
+
+@pytest.mark.parametrize("kind", ["token_file", "token_file_grouped"])
+def test_a_failed_take_takes_nothing(
+    corpus: dict[str, Callable[..., Any]], kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fails inside take_tokens (here the second span, past an epoch's end) leaves the position
+    where it was: the retry reads the same documents, none skipped."""
+    from torch_tgb.sources._token_reader import TokenReader
+
+    expected = _per_doc(corpus[kind](epochs=2, seed=5))
+    source = corpus[kind](epochs=2, seed=5)
+    source.reset(None)
+    first, _ = _take_all_of(source, len(expected) // 2 - 3)
+    state = source.state_dict()
+    real, calls = TokenReader.read_runs, {"n": 0}
+
+    def read_runs(self: Any, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk gone")
+        return real(self, starts, stops)
+
+    monkeypatch.setattr(TokenReader, "read_runs", read_runs)
+    with pytest.raises(OSError, match="disk gone"):
+        source.take_tokens(10)  # the last documents of epoch 0, then the first of epoch 1
+    assert calls["n"] == 2 and source.state_dict() == state
+    monkeypatch.setattr(TokenReader, "read_runs", real)
+    rest, _ = _take_all_of(source, len(expected))
+    assert [d.tolist() for d in first + rest] == [d.tolist() for d in expected]
+
+
+def _take_all_of(source: Any, n: int) -> tuple[list[np.ndarray], np.ndarray]:
+    flat, offsets = source.take_tokens(n)
+    return [flat[a:b].astype(np.int64) for a, b in zip(offsets[:-1], offsets[1:])], offsets

@@ -92,6 +92,45 @@ def test_an_error_is_raised_where_the_reader_reaches_it() -> None:
         ahead.close()
 
 
+def test_a_failure_in_a_unit_stepped_over_is_not_raised() -> None:
+    """The source left unit 0 before its end (it knew its length): an error past that point is not its error."""
+
+    def read(owner: Any, unit: int, row: int) -> Iterator[Tokens]:
+        def batches() -> Iterator[Tokens]:
+            yield _batch(100 * unit)
+            if unit == 0:
+                raise OSError("past the rows the source reads")
+            yield _batch(100 * unit + 1)
+
+        return batches()
+
+    owner = Owner()
+    ahead = ReadAhead(owner, [((0, 0), 0), ((0, 1), 1)], 0, read, depth=4)
+    try:
+        first = ahead.open((0, 0), 0)
+        assert first is not None and _tags([next(first)]) == [0]
+        assert _tags(ahead.open((0, 1), 0)) == [100, 101]
+    finally:
+        ahead.close()
+
+
+def test_a_unit_never_read_raises_instead_of_waiting() -> None:
+    """After a bad record the thread ends: asking it for a later unit is an error, not a wait forever."""
+
+    def read(owner: Any, unit: int, row: int) -> Iterator[Tokens]:
+        return iter([None])
+
+    owner = Owner()
+    ahead = ReadAhead(owner, [((0, 0), 0), ((0, 1), 1)], 0, read, depth=4)
+    try:
+        later = ahead.open((0, 1), 0)
+        assert later is not None
+        with pytest.raises(RuntimeError, match=r"ended before unit \(0, 1\)"):
+            next(later)
+    finally:
+        ahead.close()
+
+
 def test_a_bad_record_ends_the_read_ahead() -> None:
     """A batch with a bad record (None) is handed over and nothing after it is read: the source falls back."""
     owner = Owner()
@@ -207,25 +246,34 @@ def test_a_source_stops_its_thread_before_reading_itself(corpus: dict[str, Calla
 def test_an_unreadable_unit_fails_after_the_units_before_it(
     corpus: dict[str, Callable[..., Any]], decode_ahead: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A unit that cannot be read raises when the bulk path reaches it, not when the thread meets it."""
+    """A unit that cannot be read raises when the bulk path reaches it, not when the thread meets it; a call
+    that fails takes nothing (the position stays), so a retry once the unit reads again loses no document."""
     from torch_tgb.sources.parquet import Parquet
 
+    expected = [d["tokens"].tolist() for d in corpus["parquet_inline"]()]
     source = corpus["parquet"](decode_ahead=decode_ahead)
     order = [int(u) for u in source._assignment()]
-    bad = order[2]
+    broken = {order[2]}
     real = Parquet._batches
 
     def batches(self: Any, unit: int, start: int, batch_size: int) -> Any:
-        if unit == bad:
+        if unit in broken:
             raise OSError(f"unit {unit}: disk gone")
         return real(self, unit, start, batch_size)
 
     monkeypatch.setattr(Parquet, "_batches", batches)
     source.reset(None)
     docs = sum(source._unit_length(u) for u in order[:2])
-    assert len(_take(source, docs)) == docs  # the two units before it, whole
+    got = _take(source, docs - 1)  # the two units before it, but for one document
+    state = source.state_dict()
     with pytest.raises(OSError, match="disk gone"):
-        source.take_tokens(1)
+        source.take_tokens(3)  # the last document of unit 1, then unit 2
+    assert source.state_dict() == state
+    with pytest.raises(OSError, match="disk gone"):
+        source.take_tokens(3)  # the same again: nothing was skipped
+    broken.clear()
+    got += _take(source, len(expected))
+    assert got == expected
     thread = _thread_of(source)
     source.reset(None)
     assert thread is None or not thread.is_alive()

@@ -25,6 +25,7 @@ from torch_tgb.sources._base import (
     require,
     tokenize,
 )
+from torch_tgb.sources._bulk import Taken, take_all_or_nothing
 from torch_tgb.sources._read_ahead import ReadAhead, Tokens
 from torch_tgb.transforms.tokens import token_ids_problem
 
@@ -142,21 +143,28 @@ class ArrowSource(UnitSource):
         None where it does not apply (text, ``extra`` columns, a shuffle
         window, errors skipped) or where a record
         is bad (a null, a negative id, a dtype that is not a token dtype): the
-        caller then iterates, and the per-record path names the record.
+        caller then iterates, and the per-record path names the record. A
+        read that fails raises with the position where it was (nothing taken).
         """
         if self._text or self.extra or self.shuffle_buffer or self.on_error != "raise" or not self._between_windows():
             return None
         self._after_fork()
         self._close_unit()  # a per-record reader inside the unit: the bulk reader opens at the same row
-        saved = (self._epoch, self._pos, self._window_start, self._order)
+        return take_all_or_nothing(self, lambda: self._take_bulk(limit), np.dtype(np.int64))
+
+    def _set_position(self, position: tuple[int, int, int, np.ndarray | None]) -> None:
+        self._bulk = None  # a take that took nothing: its readers are dropped with it
+        self._stop_ahead()
+        super()._set_position(position)
+
+    def _take_bulk(self, limit: int) -> Taken | None:
+        """:meth:`take_tokens`' walk: the documents' tokens and lengths, the position past them; None: a bad record."""
         flats: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
         need = limit
         while need > 0 and self._ensure_unit():
             chunk = self._bulk_chunk()
             if chunk is None:  # a record the per-record path must name: nothing taken
-                self._bulk = None
-                self._epoch, self._pos, self._window_start, self._order = saved
                 return None
             take = chunk.take(need)
             if take is None:  # the unit is read through
@@ -172,13 +180,7 @@ class ArrowSource(UnitSource):
             if length is not None and self._window_start >= length:  # read through: point past it, as next() does
                 self._bulk = None
                 self._pos, self._window_start = self._pos + 1, 0
-        counts = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
-        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        self._records_out += len(counts)
-        self._tokens_out += int(offsets[-1])
-        flat = flats[0] if len(flats) == 1 else np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
-        return flat, offsets
+        return flats, lengths
 
     def _bulk_chunk(self) -> _Bulk | None:
         """The bulk reader of the current unit at ``_window_start`` (opened if need be); None: a bad record."""

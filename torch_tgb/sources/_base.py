@@ -295,6 +295,13 @@ class UnitSource(BaseNode[Document]):
             self._close_unit()
         self._window, self._window_raw, self._unit_done, self._loaded = docs, raw, done, True
 
+    def _position(self) -> tuple[int, int, int, np.ndarray | None]:
+        """Where the walker is between windows: what a bulk take that took nothing goes back to."""
+        return self._epoch, self._pos, self._window_start, self._order
+
+    def _set_position(self, position: tuple[int, int, int, np.ndarray | None]) -> None:
+        self._epoch, self._pos, self._window_start, self._order = position
+
     def _between_windows(self) -> bool:
         """Step past a window read through; True when none is open (a bulk ``take_tokens`` may take over)."""
         if self._loaded and self._emitted >= len(self._window):

@@ -33,6 +33,15 @@ Tokens = tuple[np.ndarray, np.ndarray] | None
 Key = tuple[int, int]  # (epoch, position in the epoch's order): which unit, as the source counts
 
 _UNIT_END = object()  # after a unit's last batch
+_DONE = object()  # the thread's last item
+
+
+class _Failed:
+    """A unit that could not be read: raised to the reader when it reaches that unit."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
 _PUT_WAIT_S = 0.05  # how often a thread blocked on a full queue looks whether it was stopped
 
 
@@ -80,32 +89,39 @@ class ReadAhead:
     def _batches(self, key: Key) -> Iterator[Tokens]:
         while True:
             item_key, item = self._queue.get()
-            if item_key is None:  # the thread failed: raise what the source would have raised here
-                raise item
+            if item is _DONE:
+                raise RuntimeError(f"the read-ahead thread ended before unit {key}")  # a bug, not a wait forever
             if item_key != key:  # a unit before this one, stepped over: not needed
                 continue
             if item is _UNIT_END:
                 return
+            if isinstance(item, _Failed):  # raised where the source would have met it
+                raise item.error
             yield item
 
     def _run(self, units: list[tuple[Key, int]], read: Callable[[Any, int, int], Iterator[Tokens]]) -> None:
         try:
             for i, (key, unit) in enumerate(units):
-                owner = self._owner()
-                if owner is None:
-                    return
-                batches = read(owner, unit, self._first_row if i == 0 else 0)
-                del owner  # only while opening the unit: a source dropped meanwhile stops the thread
-                for tokens in batches:
-                    if not self._put((key, tokens)):
+                try:
+                    batches = self._open(read, unit, self._first_row if i == 0 else 0)
+                    if batches is None:  # the source is gone
                         return
-                    if tokens is None:  # a bad record: the source falls back to its per-record path here
-                        return
-                if not self._put((key, _UNIT_END)):
+                    for tokens in batches:
+                        if not self._put((key, tokens)) or tokens is None:  # a bad record: the source falls back
+                            return
+                    end: Any = _UNIT_END
+                except BaseException as e:  # the next units are read on: the source may never reach this one
+                    traceback.clear_frames(e.__traceback__)  # the frames' locals (the source) are not kept alive
+                    end = _Failed(e)
+                if not self._put((key, end)):
                     return
-        except BaseException as e:  # handed to the reader, raised when it reaches this point
-            traceback.clear_frames(e.__traceback__)  # the frames' locals (the source) are not kept alive
-            self._put((None, e))
+        finally:
+            self._put((None, _DONE))
+
+    def _open(self, read: Callable[[Any, int, int], Iterator[Tokens]], unit: int, row: int) -> Iterator[Tokens] | None:
+        """``read`` of the source, held only while the unit is opened; None once it is gone."""
+        owner = self._owner()
+        return None if owner is None else read(owner, unit, row)
 
     def _put(self, item: tuple[Key | None, Any]) -> bool:
         """Queue ``item``; False once stopped or once the source is gone."""

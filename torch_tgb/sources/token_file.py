@@ -40,6 +40,7 @@ import torch
 
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
+from torch_tgb.sources._bulk import Taken, take_all_or_nothing
 from torch_tgb.sources._token_reader import TokenReader
 from torch_tgb.transforms.tokens import offsets_problem, token_ids_problem
 
@@ -132,14 +133,18 @@ class TokenFile(UnitSource):
         are read as one span per unit (the unit's documents are adjacent in the
         file). None where it does not apply (a shuffle window, errors skipped,
         a document longer than ``piece_tokens``, or a position inside one): the
-        caller then iterates. ``(empty, [0])`` at the end of the stream.
+        caller then iterates. ``(empty, [0])`` at the end of the stream. A
+        read that fails raises with the position where it was (nothing taken).
         """
         if self.shuffle_buffer or self.on_error != "raise" or not self._between_windows():
             return None
         if self._it is not None:  # inside a document read in pieces
             return None
         self._after_fork()
-        saved = (self._epoch, self._pos, self._order, self._window_start)
+        return take_all_or_nothing(self, lambda: self._take_spans(limit), self._tokens().dtype)
+
+    def _take_spans(self, limit: int) -> Taken | None:
+        """:meth:`take_tokens`' walk: tokens and lengths read, the position past them; None: not for the bulk path."""
         flats: list[np.ndarray] = []
         counts: list[np.ndarray] = []
         need = limit
@@ -148,24 +153,15 @@ class TokenFile(UnitSource):
             starts, stops = self._spans(docs)
             self._read_ahead(units, int((stops - starts).sum()))
             if self.piece_tokens is not None and bool((stops - starts > self.piece_tokens).any()):
-                self._epoch, self._pos, self._order, self._window_start = saved
                 return None  # a document read in pieces: the per-record path
             flat = self._read_spans(starts, stops)
             if token_ids_problem(flat) is not None:  # the rule every source applies (one pass)
-                self._epoch, self._pos, self._order, self._window_start = saved
                 return None  # the per-document path names the document (and applies on_error)
             flats.append(flat)
             counts.append(stops - starts)
             self._pos, self._window_start = pos, record
             need -= len(docs)
-        lengths = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        self._records_out += len(lengths)
-        self._tokens_out += int(offsets[-1])
-        if len(flats) == 1:
-            return flats[0], offsets
-        return (np.concatenate(flats) if flats else np.zeros(0, dtype=self._tokens().dtype)), offsets
+        return flats, counts
 
     def _next_docs(self, need: int) -> tuple[np.ndarray, int, int, int]:
         """The next documents of this epoch, at most ``need``: ``(documents, units touched, position, record after)``.
