@@ -81,7 +81,7 @@ FULL = {"resolutions": [224, 448, 896], "batch": 8, "images": 48, "min_mp": 0.5,
         "quiet": 0.1, "max_foreign": 0.05, "retries": 1, "gate_budget_s": 150.0}
 QUICK = {"resolutions": [56, 112], "batch": 2, "images": 4, "min_mp": 0.02, "max_mp": 0.05, "rounds": 1,
          "run_seconds": 1.0, "min_steps": 4, "max_steps": 6, "warmup": 2, "cal_steps": 3, "schedule": [56, 112],
-         "schedule_steps": 3, "crash_steps": 9, "model": {"d_enc": 8, "d_model": 16, "layers": 1, "heads": 2},
+         "schedule_steps": 3, "crash_steps": 14, "model": {"d_enc": 8, "d_model": 16, "layers": 1, "heads": 2},
          "shared": ["a2_shared", "b_shared"],  # a1_shared is close to b_shared on two cores
          "quiet": None, "max_foreign": None, "retries": 0, "gate_budget_s": 0.0}
 
@@ -190,6 +190,10 @@ def crash(runner: Runner, cfg: dict[str, Any], res: int, colocated: str, setups:
     (a) at a third of the trainer's steps."""
     steps = cfg["crash_steps"] + cfg["warmup"]
     kill_at = steps // 3
+    window = PREFETCH * SETUPS[colocated].workers  # batches (a)'s workers may have made before the kill
+    if steps - kill_at - 1 <= window:  # (a) could then finish on batches made before the kill: nothing measured
+        raise ValueError(f"crash_steps={cfg['crash_steps']} leaves {steps - kill_at - 1} steps after the kill, "
+                         f"no more than the {window} batches {colocated}'s workers make ahead")
     expected = set(digests[: steps * cfg["batch"]])
     key_of = data["keys"]
     jpeg = img.jpeg_reader(data)
