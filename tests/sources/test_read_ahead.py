@@ -282,3 +282,41 @@ def test_an_unreadable_unit_fails_after_the_units_before_it(
 def test_decode_ahead_must_not_be_negative(corpus: dict[str, Callable[..., Any]]) -> None:
     with pytest.raises(ValueError, match="decode_ahead must be >= 0"):
         corpus["parquet"](decode_ahead=-1)
+
+
+def test_a_closed_read_ahead_raises_instead_of_waiting() -> None:
+    """A reader still holding a unit's batches when the read-ahead is closed gets an error, not a wait forever."""
+    owner = Owner()
+    ahead = ReadAhead(owner, [((0, 0), 0)], 0, _reader(8), depth=1)
+    items = ahead.open((0, 0), 0)
+    assert items is not None
+    next(items)
+    ahead.close()
+    with pytest.raises(RuntimeError, match=r"ended before unit \(0, 0\)"):
+        list(items)
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_per_record_read_leaves_no_stale_bulk_reader(
+    corpus: dict[str, Callable[..., Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-record path stops the read-ahead and drops the bulk reader fed by it: a take after a failed
+    per-record read opens the unit again (Lance: unit lengths unknown, so a read-through unit is still open)."""
+    from torch_tgb.sources.lance import Lance
+
+    expected = [d["tokens"].tolist() for d in corpus["lance_inline"](seed=6)]
+    source = corpus["lance"](seed=6)
+    source.reset(None)
+    first = source._dataset().get_fragment(source._fragment_ids[int(source._assignment()[0])]).count_rows()
+    got = _take(source, first)  # the first unit, to its last row: its end not read yet
+    real = Lance._records
+
+    def records(self: Any, unit: int, start: int) -> Any:
+        raise OSError("per-record read failed")
+
+    monkeypatch.setattr(Lance, "_records", records)
+    with pytest.raises(Exception, match="per-record read failed"):
+        next(source)
+    monkeypatch.setattr(Lance, "_records", real)
+    got += _take(source, len(expected))
+    assert got == expected

@@ -79,14 +79,15 @@ class ArrowSource(UnitSource):
 
     def _clear_window(self) -> None:
         super()._clear_window()
-        self._bulk = None
-        self._stop_ahead()
+        self._drop_readers()
 
     def _fill(self) -> None:
-        self._stop_ahead()  # the per-record path reads the files itself: the read-ahead thread stops first
+        self._drop_readers()  # the per-record path reads the files itself: the read-ahead thread stops first
         super()._fill()
 
-    def _stop_ahead(self) -> None:
+    def _drop_readers(self) -> None:
+        """Forget the bulk reader and stop the read-ahead thread that feeds it (the two go together)."""
+        self._bulk = None
         ahead, self._ahead = getattr(self, "_ahead", None), None
         if ahead is not None:
             ahead.close()
@@ -153,8 +154,7 @@ class ArrowSource(UnitSource):
         return take_all_or_nothing(self, lambda: self._take_bulk(limit), np.dtype(np.int64))
 
     def _set_position(self, position: tuple[int, int, int, np.ndarray | None]) -> None:
-        self._bulk = None  # a take that took nothing: its readers are dropped with it
-        self._stop_ahead()
+        self._drop_readers()  # a take that took nothing: its readers are dropped with it
         super()._set_position(position)
 
     def _take_bulk(self, limit: int) -> Taken | None:
@@ -195,7 +195,7 @@ class ArrowSource(UnitSource):
         """The token arrays of unit ``key`` from ``row``, from the read-ahead thread (started here if need be)."""
         items = None if self._ahead is None else self._ahead.open(key, row)
         if items is None:  # not what the thread reads (a restore, a fall back, a new epoch): from here on
-            self._stop_ahead()
+            self._drop_readers()
             order = self._assignment()
             units = [((self._epoch, p), int(order[p])) for p in range(self._pos, len(order))]
             self._ahead = ReadAhead(self, units, row, _decode, depth=self.decode_ahead)

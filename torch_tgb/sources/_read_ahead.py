@@ -134,12 +134,21 @@ class ReadAhead:
         return False
 
     def close(self) -> None:
-        """Stop the thread and wait for it (at most the batch it is decoding); what it read is dropped."""
+        """Stop the thread and wait for it (at most the batch it is decoding); what it read is dropped.
+
+        A reader still iterating a unit of it then raises instead of waiting for
+        batches that will not come.
+        """
         self._stop.set()
         while self._thread.is_alive():
-            try:
-                while True:
-                    self._queue.get_nowait()
-            except queue.Empty:
-                pass
+            self._drain()  # room for a put the thread is blocked in, which then sees the stop
             self._thread.join(timeout=_PUT_WAIT_S)
+        self._drain()  # what that last put queued
+        self._queue.put_nowait((None, _DONE))  # the thread is gone: the queue has room and nobody else puts
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
