@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from torch_tgb._queues import POLL_S, put_unless
+
 __all__ = ["ReadAhead", "Tokens"]
 
 #: one record batch's tokens, as ``token_arrays`` makes them: (flat tokens, int64 offsets); None: a bad record
@@ -42,7 +44,6 @@ class _Failed:
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
-_PUT_WAIT_S = 0.05  # how often a thread blocked on a full queue looks whether it was stopped
 
 
 class ReadAhead:
@@ -125,13 +126,7 @@ class ReadAhead:
 
     def _put(self, item: tuple[Key | None, Any]) -> bool:
         """Queue ``item``; False once stopped or once the source is gone."""
-        while not self._stop.is_set() and self._owner() is not None:
-            try:
-                self._queue.put(item, timeout=_PUT_WAIT_S)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless(self._queue, item, lambda: self._stop.is_set() or self._owner() is None)
 
     def close(self) -> None:
         """Stop the thread and wait for it (at most the batch it is decoding); what it read is dropped.
@@ -142,7 +137,7 @@ class ReadAhead:
         self._stop.set()
         while self._thread.is_alive():
             self._drain()  # room for a put the thread is blocked in, which then sees the stop
-            self._thread.join(timeout=_PUT_WAIT_S)
+            self._thread.join(timeout=POLL_S)
         self._drain()  # what that last put queued
         self._queue.put_nowait((None, _DONE))  # the thread is gone: the queue has room and nobody else puts
 

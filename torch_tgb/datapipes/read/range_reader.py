@@ -40,6 +40,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_tgb._queues import POLL_S, put_unless
 from torch_tgb.datapipes.read._types import Interruptible, Lookahead, ReadTask, StepBatch
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
@@ -48,8 +49,6 @@ from torch_tgb.format import SliceReader
 from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = ["RangeReader"]
-
-_POLL = 0.05  # seconds between checks of the stop flag while blocked
 
 
 class _End:
@@ -236,19 +235,13 @@ class RangeReader(BaseNode[StepBatch]):
 
     def _put(self, item: Any) -> bool:
         assert self._queue is not None
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless(self._queue, item, self._stop.is_set)
 
     def _take_slot(self) -> bool:
         """Wait for room in the window of ``prefetch`` steps; False once stopping."""
         assert self._slots is not None
         while not self._stop.is_set():
-            if self._slots.acquire(timeout=_POLL):
+            if self._slots.acquire(timeout=POLL_S):
                 return True
         return False
 
