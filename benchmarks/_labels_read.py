@@ -19,7 +19,10 @@ deliver the same tensors: global batches of ``ROWS`` x ``SEQ``, one rank.
   ``mask_labels`` in the training step, not measured here);
 * ``tgb_arrays``: the per-token arrays older namespaces store
   (``rows="arrays"``: ``input_ids``, ``labels``, ``document_ids``,
-  ``position_ids``) read the same way with ``keys=("input_ids", "labels")``.
+  ``position_ids``) read the same way with ``keys=("input_ids", "labels")``;
+* ``tgb_loader_derived``: ``derive=("labels", "position_ids", "document_ids")``
+  through the loader (what a packed-attention step asks for), against
+  ``tgb_loader_arrays4``: the same four keys read as stored per-token arrays.
 
 Reported: tokens/s delivered (``input_ids`` elements) and the ratio to the
 floor in the same round (goal >= 0.67 for ``tgb_loader``).
@@ -66,10 +69,15 @@ def _floor(corpus: dict[str, Any]) -> Iterator[dict[str, torch.Tensor]]:
         yield {"input_ids": chunk[:-1].view(ROWS, SEQ), "labels": chunk[1:].view(ROWS, SEQ)}
 
 
-def _tgb(corpus: dict[str, Any], rows: str, loader: bool, *, views: bool = False) -> Iterator[dict[str, torch.Tensor]]:
-    keys = ("input_ids", "labels") if rows == "arrays" or views else None
+FOUR = ("input_ids", "labels", "position_ids", "document_ids")
+
+
+def _tgb(corpus: dict[str, Any], rows: str, loader: bool, *, views: bool = False,
+         derive: tuple[str, ...] = ("labels",), keys: tuple[str, ...] | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    if keys is None and (rows == "arrays" or views):
+        keys = ("input_ids", "labels")
     ds = tgb.TGBDataset(corpus[rows], mesh=tgb.Mesh(0, 1), dtype=torch.int64, keys=keys,
-                        derive=() if views else ("labels",))
+                        derive=() if views else derive)
     return iter(tgb.DataLoader(ds) if loader else ds)
 
 
@@ -95,6 +103,9 @@ def labels_read(*, quick: bool, rounds: int, tmp: str, log: Callable[[str], None
             and torch.equal(first["labels"][:, :-1], floor["labels"][:, :-1])
             and bool((first["labels"][:, -1] == -100).all())):
         raise AssertionError("the namespace does not deliver the floor's tensors")
+    derived, stored = next(_tgb(corpus, "tokens", False, derive=FOUR[1:], keys=FOUR)), next(_tgb(corpus, "arrays", False, keys=FOUR))
+    if not all(torch.equal(derived[k], stored[k]) and derived[k].dtype == stored[k].dtype for k in FOUR):
+        raise AssertionError("derived position_ids/document_ids/labels differ from the stored arrays")
     log(f"labels read: {steps} steps of {ROWS}x{SEQ} uint16 tokens delivered as int64 input_ids + labels")
     readers = {
         "floor": (lambda: _floor(corpus), _tokens),
@@ -103,6 +114,8 @@ def labels_read(*, quick: bool, rounds: int, tmp: str, log: Callable[[str], None
         "tgb_views": (lambda: _tgb(corpus, "tokens", False, views=True), _tokens),
         "tgb_loader_views": (lambda: _tgb(corpus, "tokens", True, views=True), _tokens),
         "tgb_arrays": (lambda: _tgb(corpus, "arrays", False), _tokens),
+        "tgb_loader_derived": (lambda: _tgb(corpus, "tokens", True, derive=FOUR[1:], keys=FOUR), _tokens),
+        "tgb_loader_arrays4": (lambda: _tgb(corpus, "arrays", True, keys=FOUR), _tokens),
     }
     rows = compare(readers, baseline="floor", rounds=rounds, passes=2 if quick else 5, log=log, unit="tokens")
     at_rest = {name: sum(f.stat().st_size for f in Path(corpus[name], "data").rglob("*") if f.is_file())

@@ -634,9 +634,22 @@ def labels_reading(labels: dict[str, Any]) -> str:
                  "Masked labels are written into, so they get their own copy (two int64 copies per step where "
                  "the floor makes one: about 0.5× at this size at best), and the rows' lengths are read, "
                  "checked and turned into the -100 positions on the CPU.")
-    return text + (" What separates the views from the floor is Python per step (the run path's iteration, the "
-                   "slice's views, the loader's own step): a few microseconds against the floor's 10–12 µs step at "
-                   "32×512, less on larger steps.")
+    derived, arrays4 = by.get("tgb_loader_derived"), by.get("tgb_loader_arrays4")
+    rest = labels["bytes_per_token_at_rest"]
+    if derived and arrays4:
+        text += (f" Labels, `position_ids` and `document_ids` all derived from the rows' lengths (numpy over the "
+                 f"step): {derived['ratio_to_baseline']:.2f}× the floor, "
+                 f"{derived['tokens_per_s'] / arrays4['tokens_per_s']:.2f}× the same four keys read as stored "
+                 f"per-token arrays ({arrays4['ratio_to_baseline']:.2f}× the floor), which hold "
+                 f"{rest['arrays'] / rest['tokens']:.1f}× the bytes at rest.")
+    floor = by.get("floor")
+    step = f"{1e6 / floor['steps_per_s']:.0f} µs" if floor and floor.get("steps_per_s") else "short"
+    return text + (" These rows are unpacked, alike every step, so the reader judges their lengths and derives from "
+                   "them once and copies the result per step; packed rows differ per step and pay the numpy "
+                   "derivation each time. What separates the views from the floor is Python per step (the run "
+                   "path's iteration, the slice's views, the loader's own step): a few microseconds against the "
+                   f"floor's {step} step at 32×512 in this run, less on larger steps. The floor's own rate moves "
+                   "between runs on this shared VM more than the reader's, so these ratios do too.")
 
 
 def copy_plots(src: Path, plots: Path) -> None:

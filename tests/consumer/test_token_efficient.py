@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torch_tgb import Layout, Mesh, TGBDataset, write_dataset
-from torch_tgb.errors import SchemaMismatch
+from torch_tgb.errors import CorruptObject, SchemaMismatch
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import MemoryStore
 from torch_tgb.transforms import pack, pack_rows
@@ -179,3 +179,47 @@ def test_layout_json_names_labels_from_only_when_set() -> None:
     assert Layout.from_json(layout.to_json()) == layout
     with pytest.raises(Exception, match="labels_from"):
         Layout(dp=1, seq_keys=("input_ids", "labels"), labels_from="input_ids")
+
+
+@pytest.mark.parametrize("runs", [True, False])
+@pytest.mark.parametrize("bad", [[SEQ - 2, 3], [-1, 2], [0] * (SEQ + 1)], ids=["too many tokens", "negative", "too many sequences"])
+def test_stored_lengths_that_cannot_be_the_rows_are_a_corrupt_object(tmp_path, runs, bad) -> None:
+    """seq_lens are untrusted bytes: lengths that do not fit their row fail the step by name, on either read path.
+
+    (Unchecked, a row's -100s would land on the next row's labels.) The bare
+    shift does not use them and reads as written.
+    """
+    ns = str(tmp_path / "ns")
+    layout = Layout(dp=1, seq_keys=("input_ids",), labels_from="input_ids")
+    with Producer(ns, producer_id="p", layout=layout) as p:
+        for step in range(2):
+            lens = [[SEQ], bad] if step == 1 else [[SEQ], [SEQ]]
+            p.append({"input_ids": torch.ones(2, SEQ + 1, dtype=torch.uint16),
+                      "seq_lens": [torch.tensor(n, dtype=torch.int32) for n in lens]}, offset=step)
+        p.close(seal=True)
+    kw = {"mesh": Mesh(0, 1), "runs": runs, "prefetch": 0}
+    for derive in (("labels",), ("position_ids",), ("cu_seqlens",)):
+        it = iter(TGBDataset(ns, derive=derive, **kw))
+        assert next(it)["input_ids"].shape == (2, SEQ)  # step 0 is sound
+        with pytest.raises(CorruptObject, match=r"step=1: .*'seq_lens'.*row 1"):
+            next(it)
+    assert len(list(TGBDataset(ns, derive=(), **kw))) == 2
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_keys_derived_from_rows_alike_are_fresh_tensors_every_step(tmp_path, runs) -> None:
+    """Unpacked rows have the same lengths every step (the reader derives them once): a step that writes
+    into what it got must not change what the next step gets."""
+    tokens = (np.arange(3 * 4 * SEQ + 1) % 50_000).astype(np.uint16)
+    ns = str(tmp_path / "ns")
+    write_dataset(ns, tokens, layout=Layout(dp=1), seq_len=SEQ, global_batch_size=4, packing="none", progress=False)
+    got = iter(TGBDataset(ns, mesh=Mesh(0, 1), runs=runs, prefetch=0, derive=DERIVED))
+    first = next(got)
+    want = {k: first[k].clone() for k in ("labels", "position_ids", "document_ids", "cu_seqlens")}
+    assert torch.equal(want["position_ids"], torch.arange(SEQ).expand(4, SEQ))
+    for t in want:
+        first[t].fill_(-7)
+    second = next(got)
+    assert torch.equal(second["labels"] == -100, want.pop("labels") == -100)  # the tokens differ, the ends do not
+    for name, tensor in want.items():
+        assert torch.equal(second[name], tensor), name

@@ -55,14 +55,7 @@ from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
-from torch_tgb.transforms.derive import (
-    SEQ_LENS_KEY,
-    SequenceBounds,
-    document_ids,
-    ignored_labels,
-    position_ids,
-    row_cu_seqlens,
-)
+from torch_tgb.transforms.derive import SEQ_LENS_KEY, derived_arrays, ignored_labels, seq_lens_problem
 from torch_tgb.transforms.packing import IGNORE_INDEX
 
 __all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs", "uncast_keys"]
@@ -134,22 +127,43 @@ class ReadPath(ABC):
         self._cast = None if dtype is None else IntegerCast(dtype, uncast)
         #: a step as read -> the step handed out (:meth:`finish_step`, or just its cast where that is all it does)
         self.finish: Callable[[Batch], Batch] = self.finish_step
-        #: nothing derived: a step needs the cast and the keys asked for only, so a run path casts as it reads
-        self.cast_only = not self._derives
         #: nothing derived or dropped: a step as read needs only the cast
-        self.plain = self.cast_only and keys.deliver is None
+        self.plain = not self._derives and keys.deliver is None
         if self.plain and self._cast is not None:
             self.finish = self._cast
-        self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
-        self._last_ignored: tuple[tuple[int, bytes, bytes], np.ndarray] | None = None
+        #: a step already cast as read (a run path's one slice) -> the step handed out (None: as it is)
+        self.finish_cast: Callable[[Batch], Batch] | None = (
+            None if self.plain else self._finish_cast if self._derives else self.select)
+        self._lens_offsets = offsets_key(SEQ_LENS_KEY)
+        self._tokens_key = project.plan.written.labels_from or LABELS_KEY
+        #: delivered tokens per row -> (the rows' seq_len, the token ranges this rank holds)
+        self._geometry: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
+        self._last_rows: tuple[tuple[int, bytes, bytes], np.ndarray | None, dict[str, np.ndarray]] | None = None
 
     def finish_step(self, tensors: Batch) -> Batch:
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
+        tensors = self._derive_select(tensors)
+        return tensors if self._cast is None else self._cast(tensors)
+
+    def _derive_select(self, tensors: Batch) -> Batch:
+        """Derived keys and only the keys asked for (a step as read, before the cast)."""
         if self._derives:
             tensors = self.derive(tensors)
         if self.keys.deliver is not None:
             tensors = self.select(tensors)
-        return tensors if self._cast is None else self._cast(tensors)
+        return tensors
+
+    def _finish_cast(self, tensors: Batch) -> Batch:
+        """:meth:`finish_step` of a step whose stored tensors were cast as read: only the derived keys are left to cast.
+
+        Derivation reads ``seq_lens`` (never cast) and the tokens' shape only, so
+        it does not mind whether the tokens were cast; masked labels are copied
+        at the labels' dtype either way.
+        """
+        tensors = self.derive(tensors)
+        if self.keys.derive and self._cast is not None:
+            tensors.update(self._cast({name: tensors[name] for name in self.keys.derive}))
+        return tensors if self.keys.deliver is None else self.select(tensors)
 
     def select(self, tensors: Batch) -> Batch:
         """Only the keys asked for (``ReaderOptions(keys=)``)."""
@@ -157,34 +171,47 @@ class ReadPath(ABC):
         return tensors if deliver is None else {k: v for k, v in tensors.items() if k in deliver}
 
     def derive(self, tensors: Batch) -> Batch:
-        """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`)."""
-        plan = self.project.plan
-        lengths, offsets = tensors[SEQ_LENS_KEY], tensors[offsets_key(SEQ_LENS_KEY)]
-        tokens = tensors[plan.written.labels_from or LABELS_KEY]
-        seq_len = plan.seq_len_of(int(tokens.shape[1]))
-        ranges = self._ranges.get(seq_len)
-        if ranges is None:
-            ranges = self._ranges[seq_len] = plan.token_ranges(seq_len)
+        """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`).
+
+        :class:`CorruptObject` if the stored lengths cannot be the rows' (:func:`seq_lens_problem`).
+        """
+        lengths, offsets = tensors[SEQ_LENS_KEY].numpy(), tensors[self._lens_offsets].numpy()
+        width = int(tensors[self._tokens_key].shape[1])
+        geometry = self._geometry.get(width)
+        if geometry is None:
+            seq_len = self.project.plan.seq_len_of(width)
+            geometry = self._geometry[width] = (seq_len, self.project.plan.token_ranges(seq_len))
+        seq_len, ranges = geometry
+        ignored, derived = self._rows_derived(lengths, offsets, seq_len, ranges)
         out = dict(tensors)
-        if self.keys.mask_labels:
-            labels = tensors[LABELS_KEY].to(self._label_dtype, memory_format=torch.contiguous_format, copy=True)  # the mask writes
-            labels.numpy().reshape(-1)[self._ignored(lengths.numpy(), offsets.numpy(), seq_len, ranges)] = IGNORE_INDEX
+        if ignored is not None:
+            shift = tensors[LABELS_KEY]
+            if shift.dtype == self._label_dtype:  # cast as read: a C-order copy (numpy's is the cheaper here)
+                labels = torch.from_numpy(shift.numpy().copy())
+            else:
+                labels = shift.to(self._label_dtype, memory_format=torch.contiguous_format, copy=True)
+            labels.numpy().reshape(-1)[ignored] = IGNORE_INDEX
             out[LABELS_KEY] = labels
-        if self.keys.derive:
-            positions = torch.cat([torch.arange(lo, hi) for lo, hi in ranges])
-            bounds = SequenceBounds(lengths, offsets, seq_len, positions)
-            made = {"position_ids": lambda: position_ids(bounds), "document_ids": lambda: document_ids(bounds),
-                    "cu_seqlens": lambda: row_cu_seqlens(lengths, offsets, seq_len)}
-            for name in self.keys.derive:
-                out[name] = made[name]()
+        for name, array in derived.items():  # a copy each step: a training step may write into what it got
+            out[name] = torch.from_numpy(array.copy())
         return out
 
-    def _ignored(self, lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
-        """:func:`ignored_labels`, remembered for the last rows seen: concat-and-chunk rows are alike every step."""
+    def _rows_derived(
+        self, lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: tuple[tuple[int, int], ...]
+    ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """The rows' lengths judged; the labels they ignore (None: not masked) and the keys derived from them.
+
+        Remembered for the last rows seen: unpacked and concat-and-chunk rows are alike every step.
+        """
         key = (seq_len, lengths.tobytes(), offsets.tobytes())
-        if self._last_ignored is None or self._last_ignored[0] != key:
-            self._last_ignored = (key, ignored_labels(lengths, offsets, seq_len, ranges))
-        return self._last_ignored[1]
+        if self._last_rows is None or self._last_rows[0] != key:
+            problem = seq_lens_problem(lengths, offsets, seq_len)
+            if problem is not None:
+                raise CorruptObject(f"stored {SEQ_LENS_KEY!r}: {problem}")
+            ignored = ignored_labels(lengths, offsets, seq_len, ranges) if self.keys.mask_labels else None
+            derived = derived_arrays(lengths, offsets, seq_len, ranges, self.keys.derive) if self.keys.derive else {}
+            self._last_rows = (key, ignored, derived)
+        return self._last_rows[1], self._last_rows[2]
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
@@ -247,10 +274,14 @@ class StepPath(ReadPath):
                 return
             delivered.delivered(clock() - started)
             task = batch.task
-            self._task = task  # the position is derived only when asked for (not per step)
             if checker is not None:
                 checker.check(task.cursor, task.keys)
-            tensors = self.finish(batch.tensors)
+            try:
+                tensors = self.finish(batch.tensors)
+            except CorruptObject as e:  # derived from untrusted lengths: name the step (RunPath does too)
+                raise CorruptObject(f"{self.namespace}: step={task.cursor.step}: {e}") from e
+            # only once the step is in hand (the position is derived only when asked for, not per step)
+            self._task = task
             if meta:
                 c = task.cursor
                 tensors = {**tensors, META_KEY: torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])}
@@ -266,8 +297,9 @@ class RunPath(ReadPath):
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
                               start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
         super().__init__(project, options.dtype, keys, [*sources, self.runs.stats])
-        if self.cast_only:
-            self.runs.cast = self._cast  # a run of one whole slice (or its rows' two views) casts as it reads
+        # a run of one whole slice (or its rows' two views) casts as it reads: one copy of the rows for both
+        # views, and masked labels then copy the cast shift (derivation reads only the uncast seq_lens)
+        self.runs.cast = self._cast
         self._run: StepRun | None = None
         self._done = 0
         self.runs.reset(None)
@@ -290,8 +322,8 @@ class RunPath(ReadPath):
                 return
             read, step = run.read, run.first_step
             fin: Callable[[Batch], Batch] | None
-            if run.cast:  # cast as read: what is left is choosing the keys
-                fin = None if self.keys.deliver is None else self.select
+            if run.cast:  # cast as read: what is left is deriving and choosing the keys
+                fin = self.finish_cast
             else:
                 fin = None if self.plain and self._cast is None else finish
             for i in range(len(run)):

@@ -72,20 +72,16 @@ def check_ragged_slice(tensors: dict[str, torch.Tensor], slice_info: SliceInfo, 
     Offsets are untrusted bytes (a CRC only says they were written so): they
     must be int64 ``[rows + 1]`` from 0, non-decreasing, ending at the values'
     item count, with the rows of the dense tensors and of the other ragged keys.
+    ``tensors`` are the slice's as decoded; their shapes and dtypes were judged
+    once per slice (:attr:`SliceInfo.ragged_checks`), so a read checks values only.
     """
-    offsets = {offsets_key(k) for k in slice_info.ragged}
-    rows = next((int(t.shape[0]) for n, t in tensors.items() if n not in offsets and n not in slice_info.ragged
-                 and t.dim() > 0), None)
-    for name in slice_info.ragged:
-        values, offs = tensors.get(name), tensors.get(offsets_key(name))
-        if values is None or offs is None or offs.dtype != torch.int64 or values.dim() < 1:
-            problem: str | None = "values or int64 offsets missing"
-        else:
-            problem = check_offsets(int(values.shape[0]), offs.numpy(), rows)
-            rows = int(offs.shape[0]) - 1 if rows is None and offs.dim() == 1 else rows
+    for check in slice_info.ragged_checks:
+        problem = check.problem
+        if problem is None:
+            problem = check_offsets(check.values_rows, tensors[check.offsets].numpy(), check.rows)
         if problem is not None:
             raise CorruptObject(
-                f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), ragged key {name!r}: {problem}"
+                f"object {key!r}, slice (dp={slice_info.dp}, cp={slice_info.cp}), ragged key {check.name!r}: {problem}"
             )
 
 

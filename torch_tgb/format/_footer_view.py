@@ -20,7 +20,7 @@ from torch_tgb.errors import CorruptObject, SchemaMismatch
 from torch_tgb.format._dtypes import DType, dtype_by_code
 from torch_tgb.layout import Layout, offsets_key
 
-__all__ = ["Footer", "PlanRow", "SliceInfo", "TensorInfo"]
+__all__ = ["Footer", "PlanRow", "RaggedCheck", "SliceInfo", "TensorInfo", "ragged_checks"]
 
 #: one tensor of a slice's decode plan: (name, numpy dtype, count, offset, shape, torch view dtype or None, crc32c)
 PlanRow = tuple[str, "np.dtype[Any]", int, int, tuple[int, ...], "torch.dtype | None", int]
@@ -93,6 +93,57 @@ class SliceInfo:
             )
             object.__setattr__(self, "_decode_plan", plan)
         return plan
+
+    @property
+    def ragged_checks(self) -> tuple[RaggedCheck, ...]:
+        """Per ragged key: what its offsets must satisfy, worked out once from the shapes (:class:`RaggedCheck`)."""
+        checks = self.__dict__.get("_ragged_checks")
+        if checks is None:
+            checks = ragged_checks(self)
+            object.__setattr__(self, "_ragged_checks", checks)
+        return checks
+
+
+@dataclass(frozen=True)
+class RaggedCheck:
+    """One ragged key of a slice: its offsets tensor, the values' item count and the slice's rows.
+
+    ``problem``: what is wrong with the shapes and dtypes alone (None: only the
+    offsets' values are left to check, on every read of untrusted bytes).
+    """
+
+    name: str
+    offsets: str
+    values_rows: int
+    rows: int | None
+    problem: str | None
+
+
+def ragged_checks(info: SliceInfo) -> tuple[RaggedCheck, ...]:
+    """The :class:`RaggedCheck` of each of ``info``'s ragged keys: their shapes and dtypes judged once. Pure.
+
+    The slice's rows are those of its first dense tensor with a dim (else of
+    the first ragged key's offsets), as the tensors read from it will have.
+    """
+    by_name = {t.name: t for t in info.tensors}
+    offsets = {offsets_key(k) for k in info.ragged}
+    rows = next((t.shape[0] for t in info.tensors if t.name not in offsets and t.name not in info.ragged
+                 and len(t.shape) > 0), None)
+    out = []
+    for name in info.ragged:
+        values, offs = by_name.get(name), by_name.get(offsets_key(name))
+        problem: str | None = None
+        if values is None or offs is None or offs._dt.torch_dtype != torch.int64 or len(values.shape) < 1:
+            problem = "values or int64 offsets missing"
+        elif len(offs.shape) != 1 or offs.shape[0] < 1:
+            problem = f"offsets of shape {tuple(offs.shape)} (need [rows + 1])"
+        elif rows is not None and offs.shape[0] != rows + 1:
+            problem = f"{offs.shape[0]} offsets for {rows} rows (need rows + 1)"
+        out.append(RaggedCheck(name, offsets_key(name), values.shape[0] if values is not None and values.shape else 0,
+                               rows, problem))
+        if rows is None and problem is None and offs is not None:
+            rows = offs.shape[0] - 1
+    return tuple(out)
 
 
 class Footer:

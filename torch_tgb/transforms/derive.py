@@ -15,9 +15,11 @@ uses is derived, for the tokens at global positions ``positions`` of each row
   ``transforms.attention`` turns into masks and flex-attention ``BlockMask``);
 - :func:`row_cu_seqlens`: the per-row ``[rows, S + 1]`` int32 offsets ``Pack`` writes.
 
-Pure torch over the whole batch at once (no Python loop over rows): the
-reader runs them on the CPU (``ReaderOptions(derive=...)``), or a training
-step runs them on the device, on the tensors it received.
+Pure torch over the whole batch at once (no Python loop over rows): a
+training step runs them on the device, on the tensors it received. The reader
+derives on the CPU with the numpy twins, a few times faster at a step's size
+(:func:`ignored_labels`, :func:`derived_arrays`: equal results, tested so),
+after :func:`seq_lens_problem` has judged the stored lengths (untrusted bytes).
 """
 
 from __future__ import annotations
@@ -33,17 +35,95 @@ __all__ = [
     "DERIVABLE",
     "SEQ_LENS_KEY",
     "SequenceBounds",
+    "derived_arrays",
     "document_ids",
     "ignored_labels",
     "mask_labels",
     "position_ids",
     "row_cu_seqlens",
+    "seq_lens_problem",
 ]
 
 #: the ragged key of a token-efficient row: the lengths of the sequences packed into it
 SEQ_LENS_KEY = "seq_lens"
 #: the keys a reader can derive from ``seq_lens`` (``ReaderOptions(derive=...)``)
 DERIVABLE = ("labels", "position_ids", "document_ids", "cu_seqlens")
+
+
+def seq_lens_problem(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> str | None:
+    """What is wrong with rows' stored ``seq_lens`` (None: nothing). Pure.
+
+    Lengths are untrusted bytes (a CRC only says they were written so; the
+    offsets were checked on read): each must be ``>= 0``, a row's must sum to
+    at most ``seq_len`` (or the derived tensors would mark tokens of other
+    rows) and a row holds at most ``seq_len`` of them (``cu_seqlens`` has room
+    for no more).
+    """
+    lengths = np.asarray(lengths)
+    if not lengths.size:
+        return None
+    counts = np.diff(np.asarray(offsets, dtype=np.int64))
+    if int(counts.max(initial=0)) > seq_len:
+        row = int(np.argmax(counts))
+        return f"row {row} holds {int(counts[row])} sequences, more than its seq_len {seq_len}"
+    if int(lengths.min()) < 0:
+        at = int(np.argmin(lengths))
+        row = int(np.searchsorted(np.asarray(offsets, dtype=np.int64), at, side="right")) - 1
+        return f"row {row} holds a sequence of length {int(lengths[at])} (lengths are >= 0)"
+    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cum[1:])
+    real = np.diff(cum[np.asarray(offsets, dtype=np.int64)])
+    if int(real.max(initial=0)) > seq_len:
+        row = int(np.argmax(real))
+        return f"row {row}'s sequences hold {int(real[row])} tokens, more than its seq_len {seq_len}"
+    return None
+
+
+def derived_arrays(
+    lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: Sequence[tuple[int, int]], names: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """The reader's fast path of :func:`position_ids`, :func:`document_ids` and :func:`row_cu_seqlens`. Pure.
+
+    ``names``: any of ``"position_ids"`` (int64), ``"document_ids"`` (int32) and
+    ``"cu_seqlens"`` (int32 ``[rows, seq_len + 1]``), for the token positions
+    ``ranges`` of each row (as :func:`ignored_labels` takes them); the same
+    values as the torch functions over :class:`SequenceBounds`, by numpy over
+    the whole batch. ``lengths`` must pass :func:`seq_lens_problem`.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = len(offsets) - 1
+    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cum[1:])
+    at_row = cum[offsets]  # real tokens before each row
+    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
+    slot = np.arange(len(lengths), dtype=np.int64) - offsets[:-1][row_of]  # each sequence's index in its row
+    real = np.diff(at_row)
+    # the real tokens of a row come first: in row-major order they are the grid's cells left of each row's padding
+    filled = None if bool((real >= seq_len).all()) else np.arange(seq_len)[None, :] < real[:, None]
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if name == "cu_seqlens":
+            cu = np.full((rows, seq_len + 1), seq_len, dtype=np.int32)
+            cu[:, 0] = 0
+            cu[row_of, slot + 1] = cum[1:] - at_row[:-1][row_of]
+            out[name] = cu
+            continue
+        if name == "position_ids":
+            values, pad, dtype = np.arange(int(cum[-1]), dtype=np.int64) - np.repeat(cum[:-1], lengths), 0, np.int64
+        elif name == "document_ids":
+            values, pad, dtype = np.repeat(slot.astype(np.int32), lengths), -1, np.int32
+        else:
+            raise ValueError(f"cannot derive {name!r}: derived_arrays makes position_ids, document_ids, cu_seqlens")
+        if filled is None:
+            grid = values.reshape(rows, seq_len).astype(dtype, copy=False)
+        else:
+            grid = np.full((rows, seq_len), pad, dtype=dtype)
+            grid[filled] = values
+        if len(ranges) != 1 or tuple(ranges[0]) != (0, seq_len):
+            grid = np.concatenate([grid[:, lo:hi] for lo, hi in ranges], axis=1)
+        out[name] = grid
+    return out
 
 
 def ignored_labels(
