@@ -223,3 +223,19 @@ def test_keys_derived_from_rows_alike_are_fresh_tensors_every_step(tmp_path, run
     assert torch.equal(second["labels"] == -100, want.pop("labels") == -100)  # the tokens differ, the ends do not
     for name, tensor in want.items():
         assert torch.equal(second[name], tensor), name
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_float_dtype_that_would_round_ids_is_refused(tmp_path, runs) -> None:
+    """dtype=float16 over a 50k vocabulary rounds ids past 2048: refused by name; float32 holds them exactly."""
+    tokens = (np.arange(2 * 4 * SEQ + 1) * 997 % 50_000).astype(np.uint16)
+    ns = str(tmp_path / "ns")
+    write_dataset(ns, tokens, layout=Layout(dp=1), seq_len=SEQ, global_batch_size=4, packing="none", progress=False)
+    kw = {"mesh": Mesh(0, 1), "runs": runs, "prefetch": 0}
+    for dtype in (torch.float16, torch.bfloat16):
+        with pytest.raises(SchemaMismatch, match=r"'input_ids'.*would round"):
+            next(iter(TGBDataset(ns, dtype=dtype, **kw)))
+    exact = next(iter(TGBDataset(ns, dtype=torch.float32, **kw)))
+    ids = next(iter(TGBDataset(ns, dtype=torch.int64, **kw)))
+    assert exact["input_ids"].dtype == exact["labels"].dtype == torch.float32
+    assert torch.equal(exact["input_ids"].long(), ids["input_ids"]) and torch.equal(exact["labels"].long(), ids["labels"])

@@ -97,7 +97,7 @@ def cast_rule(source: torch.dtype, dtype: torch.dtype) -> int:
     """:data:`KEEP`, :data:`WIDEN` or :data:`CHECK`: how :func:`cast_integers` casts a ``source`` tensor. Pure."""
     if source == dtype or not is_integer(source):
         return KEEP
-    return CHECK if is_integer(dtype) and _holds(dtype, source) is not None else WIDEN
+    return CHECK if _checked_target(dtype) and _holds(dtype, source) is not None else WIDEN
 
 
 class IntegerCast:
@@ -137,10 +137,23 @@ def cast_tensor(name: str, tensor: torch.Tensor, dtype: torch.dtype) -> torch.Te
     return tensor.to(dtype)
 
 
+def _checked_target(dtype: torch.dtype) -> bool:
+    """Whether integers cast to ``dtype`` can change: an integer dtype (wraps) or a floating one (rounds)."""
+    return is_integer(dtype) or dtype.is_floating_point
+
+
 @functools.lru_cache(maxsize=None)
 def _holds(target: torch.dtype, source: torch.dtype) -> tuple[int, int] | None:
-    """``None`` if every ``source`` value fits ``target`` (a widening cast), else ``target``'s range."""
-    lo, hi = int(torch.iinfo(target).min), int(torch.iinfo(target).max)
+    """``None`` if every ``source`` value fits ``target`` (a widening cast), else ``target``'s range.
+
+    A floating ``target``'s range is where it holds every integer exactly
+    (float16: ±2048, bfloat16: ±256, float32: ±2**24): past it, ids round.
+    """
+    if target.is_floating_point:
+        exact = int(2 / torch.finfo(target).eps)
+        lo, hi = -exact, exact
+    else:
+        lo, hi = int(torch.iinfo(target).min), int(torch.iinfo(target).max)
     src = torch.iinfo(source)
     return None if lo <= int(src.min) and int(src.max) <= hi else (lo, hi)
 
@@ -154,12 +167,13 @@ def _min_max(values: torch.Tensor) -> tuple[int, int]:
 
 
 def narrowing_problem(values: torch.Tensor, dtype: torch.dtype) -> str | None:
-    """Why casting integer ``values`` to integer ``dtype`` would change a value, or ``None``.
+    """Why casting integer ``values`` to ``dtype`` would change a value (wrap or round), or ``None``.
 
     Only a cast to a dtype whose range does not hold the source dtype's range
     looks at the values (one min/max pass): widening casts cost a cache lookup.
+    A floating ``dtype`` holds the integers of its exact range (:func:`_holds`).
     """
-    if values.dtype == dtype or not (is_integer(values.dtype) and is_integer(dtype)):
+    if values.dtype == dtype or not (is_integer(values.dtype) and _checked_target(dtype)):
         return None
     bounds = _holds(dtype, values.dtype)
     if bounds is None or values.numel() == 0:
@@ -168,5 +182,8 @@ def narrowing_problem(values: torch.Tensor, dtype: torch.dtype) -> str | None:
     low, high = _min_max(values)
     if low < lo or high > hi:
         bad = high if high > hi else low
+        if dtype.is_floating_point:
+            return (f"a value {bad} is past {str(dtype).removeprefix('torch.')}'s exact integers ({lo}..{hi}): "
+                    "the cast would round it")
         return f"a value {bad} does not fit {str(dtype).removeprefix('torch.')} ({lo}..{hi}): the cast would change it"
     return None
