@@ -119,12 +119,17 @@ def files_of(kind: str, root: Path) -> list[Path]:
 def evict(kind: str, root: Path) -> None:
     """Drop the source's pages from the page cache: the next read comes from the disk."""
     for path in files_of(kind, root):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict_file(path)
+
+
+def evict_file(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (written back first): the next read comes from the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def timed_reads(kind: str, root: Path) -> dict[str, float]:
