@@ -56,6 +56,14 @@ SEGMENT_BYTES = 64 << 20
 UNIT_DOCS = 64
 
 
+def token_corpus(num_tokens: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(tokens, offsets)``: about ``num_tokens`` uint16 ids of a 50k vocabulary in documents of 50-3000 tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(50, 3001, size=num_tokens // 1525 + 1)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return rng.integers(0, 50_000, size=int(offsets[-1]), dtype=np.uint16), offsets
+
+
 def make_corpus(root: Path, num_tokens: int, seed: int = 0) -> dict[str, Any]:
     """The same documents in every format; returns their paths and the corpus size."""
     import lance
@@ -63,10 +71,8 @@ def make_corpus(root: Path, num_tokens: int, seed: int = 0) -> dict[str, Any]:
     import pyarrow.parquet as pq
     import webdataset as wds
 
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(50, 3001, size=num_tokens // 1525 + 1)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    tokens = rng.integers(0, 50_000, size=int(offsets[-1]), dtype=np.uint16)
+    tokens, offsets = token_corpus(num_tokens, seed)
+    lengths = np.diff(offsets)
     np.save(root / "corpus.npy", tokens)
     offsets.tofile(root / "corpus.idx")  # raw int64, the Megatron-style index
     values = pa.array(tokens)

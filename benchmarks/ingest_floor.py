@@ -41,15 +41,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, results_dir, save
 from ingest import evict_file as evict
+from ingest import token_corpus
 
 
 def make_token_file(root: Path, num_tokens: int, seed: int = 0) -> tuple[Path, np.ndarray]:
-    """``ingest.py``'s token file (same lengths and ids for a seed): the ``.npy`` and its document offsets."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(50, 3001, size=num_tokens // 1525 + 1)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    """``ingest.py``'s token file (:func:`ingest.token_corpus`): the ``.npy`` and its document offsets."""
+    tokens, offsets = token_corpus(num_tokens, seed)
     path = root / "corpus.npy"
-    np.save(path, rng.integers(0, 50_000, size=int(offsets[-1]), dtype=np.uint16))
+    np.save(path, tokens)
     return path, offsets
 
 

@@ -142,16 +142,11 @@ class ReadPath(ABC):
 
     def finish_step(self, tensors: Batch) -> Batch:
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
-        tensors = self._derive_select(tensors)
-        return tensors if self._cast is None else self._cast(tensors)
-
-    def _derive_select(self, tensors: Batch) -> Batch:
-        """Derived keys and only the keys asked for (a step as read, before the cast)."""
         if self._derives:
             tensors = self.derive(tensors)
         if self.keys.deliver is not None:
             tensors = self.select(tensors)
-        return tensors
+        return tensors if self._cast is None else self._cast(tensors)
 
     def _finish_cast(self, tensors: Batch) -> Batch:
         """:meth:`finish_step` of a step whose stored tensors were cast as read: only the derived keys are left to cast.

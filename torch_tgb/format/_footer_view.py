@@ -108,8 +108,8 @@ class SliceInfo:
 class RaggedCheck:
     """One ragged key of a slice: its offsets tensor, the values' item count and the slice's rows.
 
-    ``problem``: what is wrong with the shapes and dtypes alone (None: only the
-    offsets' values are left to check, on every read of untrusted bytes).
+    ``problem``: a tensor missing or of the wrong kind (None: the offsets are
+    left to :func:`~torch_tgb.layout.check_offsets` on every read of untrusted bytes).
     """
 
     name: str
@@ -120,10 +120,10 @@ class RaggedCheck:
 
 
 def ragged_checks(info: SliceInfo) -> tuple[RaggedCheck, ...]:
-    """The :class:`RaggedCheck` of each of ``info``'s ragged keys: their shapes and dtypes judged once. Pure.
+    """The :class:`RaggedCheck` of each of ``info``'s ragged keys: what its tensors' kinds and shapes say, once. Pure.
 
     The slice's rows are those of its first dense tensor with a dim (else of
-    the first ragged key's offsets), as the tensors read from it will have.
+    the first ragged key's 1-d offsets), as the tensors read from it will have.
     """
     by_name = {t.name: t for t in info.tensors}
     offsets = {offsets_key(k) for k in info.ragged}
@@ -132,16 +132,11 @@ def ragged_checks(info: SliceInfo) -> tuple[RaggedCheck, ...]:
     out = []
     for name in info.ragged:
         values, offs = by_name.get(name), by_name.get(offsets_key(name))
-        problem: str | None = None
         if values is None or offs is None or offs._dt.torch_dtype != torch.int64 or len(values.shape) < 1:
-            problem = "values or int64 offsets missing"
-        elif len(offs.shape) != 1 or offs.shape[0] < 1:
-            problem = f"offsets of shape {tuple(offs.shape)} (need [rows + 1])"
-        elif rows is not None and offs.shape[0] != rows + 1:
-            problem = f"{offs.shape[0]} offsets for {rows} rows (need rows + 1)"
-        out.append(RaggedCheck(name, offsets_key(name), values.shape[0] if values is not None and values.shape else 0,
-                               rows, problem))
-        if rows is None and problem is None and offs is not None:
+            out.append(RaggedCheck(name, offsets_key(name), 0, rows, "values or int64 offsets missing"))
+            continue
+        out.append(RaggedCheck(name, offsets_key(name), values.shape[0], rows, None))
+        if rows is None and len(offs.shape) == 1:
             rows = offs.shape[0] - 1
     return tuple(out)
 

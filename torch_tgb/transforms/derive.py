@@ -25,6 +25,7 @@ after :func:`seq_lens_problem` has judged the stored lengths (untrusted bytes).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -50,6 +51,25 @@ SEQ_LENS_KEY = "seq_lens"
 DERIVABLE = ("labels", "position_ids", "document_ids", "cu_seqlens")
 
 
+class _Sequences(NamedTuple):
+    """Where rows' sequences lie (numpy): what :func:`seq_lens_problem`, :func:`derived_arrays` and
+    :func:`ignored_labels` all start from."""
+
+    before: np.ndarray  # int64 [sequences + 1]: tokens before each sequence, over all rows (and in all)
+    row_of: np.ndarray  # int64 [sequences]: each sequence's row
+    end: np.ndarray  # int64 [sequences]: each sequence's end (exclusive) inside its row
+    real: np.ndarray  # int64 [rows]: real tokens per row (the rest is padding)
+
+
+def _sequences(lengths: np.ndarray, offsets: np.ndarray) -> _Sequences:
+    """:class:`_Sequences` of ragged ``seq_lens`` (values, int64 offsets ``[rows + 1]``). Pure."""
+    before = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=before[1:])
+    at_row = before[offsets]  # tokens before each row (and in all)
+    row_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+    return _Sequences(before, row_of, before[1:] - at_row[:-1][row_of], np.diff(at_row))
+
+
 def seq_lens_problem(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> str | None:
     """What is wrong with rows' stored ``seq_lens`` (None: nothing). Pure.
 
@@ -70,9 +90,7 @@ def seq_lens_problem(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> 
         at = int(np.argmin(lengths))
         row = int(np.searchsorted(np.asarray(offsets, dtype=np.int64), at, side="right")) - 1
         return f"row {row} holds a sequence of length {int(lengths[at])} (lengths are >= 0)"
-    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=cum[1:])
-    real = np.diff(cum[np.asarray(offsets, dtype=np.int64)])
+    real = _sequences(lengths, np.asarray(offsets, dtype=np.int64)).real
     if int(real.max(initial=0)) > seq_len:
         row = int(np.argmax(real))
         return f"row {row}'s sequences hold {int(real[row])} tokens, more than its seq_len {seq_len}"
@@ -93,12 +111,8 @@ def derived_arrays(
     lengths = np.asarray(lengths, dtype=np.int64)
     offsets = np.asarray(offsets, dtype=np.int64)
     rows = len(offsets) - 1
-    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=cum[1:])
-    at_row = cum[offsets]  # real tokens before each row
-    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
+    before, row_of, end, real = _sequences(lengths, offsets)
     slot = np.arange(len(lengths), dtype=np.int64) - offsets[:-1][row_of]  # each sequence's index in its row
-    real = np.diff(at_row)
     # the real tokens of a row come first: in row-major order they are the grid's cells left of each row's padding
     filled = None if bool((real >= seq_len).all()) else np.arange(seq_len)[None, :] < real[:, None]
     out: dict[str, np.ndarray] = {}
@@ -106,11 +120,11 @@ def derived_arrays(
         if name == "cu_seqlens":
             cu = np.full((rows, seq_len + 1), seq_len, dtype=np.int32)
             cu[:, 0] = 0
-            cu[row_of, slot + 1] = cum[1:] - at_row[:-1][row_of]
+            cu[row_of, slot + 1] = end
             out[name] = cu
             continue
         if name == "position_ids":
-            values, pad, dtype = np.arange(int(cum[-1]), dtype=np.int64) - np.repeat(cum[:-1], lengths), 0, np.int64
+            values, pad, dtype = np.arange(int(before[-1]), dtype=np.int64) - np.repeat(before[:-1], lengths), 0, np.int64
         elif name == "document_ids":
             values, pad, dtype = np.repeat(slot.astype(np.int32), lengths), -1, np.int32
         else:
@@ -141,13 +155,9 @@ def ignored_labels(
     offsets = np.asarray(offsets, dtype=np.int64)
     if len(ranges) == 1 and tuple(ranges[0]) == (0, seq_len):
         return _ignored_in_whole_rows(lengths, offsets, seq_len)
-    rows = len(offsets) - 1
     n = sum(hi - lo for lo, hi in ranges)
-    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
-    cum = np.cumsum(lengths)
-    before = np.concatenate([np.zeros(1, dtype=np.int64), cum])
-    last = cum - before[offsets[:-1]][row_of] - 1  # each sequence's last token, in its row
-    real = before[offsets[1:]] - before[offsets[:-1]]  # real tokens per row
+    _, row_of, end, real = _sequences(lengths, offsets)
+    last = end - 1  # each sequence's last token, in its row
     found = []
     column = 0  # where positions [lo, hi) sit in the rank's tokens
     for lo, hi in ranges:
@@ -162,15 +172,10 @@ def ignored_labels(
 
 def _ignored_in_whole_rows(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> np.ndarray:
     """:func:`ignored_labels` of a rank holding whole rows (cp = 1): a handful of numpy calls, no loop."""
-    rows = len(offsets) - 1
-    cum = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=cum[1:])
-    at_row = cum[offsets]  # real tokens before each row (and in all)
-    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(offsets))
-    ends: np.ndarray = row_of * seq_len + cum[1:] - at_row[:-1][row_of] - 1  # each sequence's last token
+    _, row_of, end, real = _sequences(lengths, offsets)
+    ends: np.ndarray = row_of * seq_len + end - 1  # each sequence's last token
     if not lengths.all():
         ends = ends[lengths > 0]
-    real = np.diff(at_row)
     if bool((real >= seq_len).all()):
         return ends
     ignored = np.arange(seq_len)[None, :] >= real[:, None]  # padding
