@@ -63,7 +63,7 @@ def _ram_bytes() -> int | None:
 
 
 def machine() -> dict[str, Any]:
-    """Cores, RAM, CPU model, Python, torch, numpy, platform and the UTC date of this run."""
+    """Cores, RAM, CPU model, GPUs, Python, torch, numpy, platform and the UTC date of this run."""
     import numpy
     import torch
 
@@ -75,6 +75,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "ram_bytes": _ram_bytes(),
         "cpu_model": _cpu_model(),
+        "gpus": _gpus(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "numpy": numpy.__version__,
@@ -82,6 +83,18 @@ def machine() -> dict[str, Any]:
         "loadavg_at_end": load,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _gpus() -> list[str]:
+    """The GPUs nvidia-smi names (without initialising CUDA in this process); [] where there is none."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, check=False, timeout=30)
+    return [line.strip() for line in query.stdout.splitlines() if line.strip()] if query.returncode == 0 else []
 
 
 def save(directory: Path, name: str, payload: dict[str, Any]) -> Path:

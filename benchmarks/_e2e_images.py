@@ -21,7 +21,9 @@ length), so a step is ``batch`` image-text pairs whatever the resolution.
 merger to ``d_model``) and a one-layer causal GPT (``d_model`` 32, 2 heads,
 tied LM head over 1024 ids) over the packed sequence, image embeddings in
 place of the image tokens; AdamW. Its cost grows with the patches and the
-sequence, as a VLM's does. One thread (``torch.set_num_threads(1)``).
+sequence, as a VLM's does. One thread (``torch.set_num_threads(1)``). On a
+GPU (``end_to_end.py --device cuda``) the same model, larger
+(``GPU_MODEL``), steps in bf16 autocast.
 """
 
 from __future__ import annotations
@@ -234,8 +236,8 @@ class TinyVLM(nn.Module):
         x = self.tokens(ids)
         e = self.patch(batch["pixel_values"].float() / 127.5 - 1.0)
         e = self.merger(e.reshape(-1, MERGE * MERGE * e.shape[-1]))
-        x = x.masked_scatter((ids == IMAGE_TOKEN)[..., None], e)
-        x = x + self.positions(torch.arange(ids.shape[1]))
+        x = x.masked_scatter((ids == IMAGE_TOKEN)[..., None], e.to(x.dtype))  # bf16 under autocast
+        x = x + self.positions(torch.arange(ids.shape[1], device=ids.device))
         for block in self.blocks:
             x = block(x)
         return self.norm(x) @ self.tokens.weight.T
@@ -244,14 +246,18 @@ class TinyVLM(nn.Module):
 class Trainer:
     """The model, its optimizer and one training step on a batch in reader form."""
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, device: str = "cpu") -> None:
         torch.manual_seed(0)
-        self.model = TinyVLM(spec)
+        self.device = torch.device(device)
+        self.model = TinyVLM(spec).to(self.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
 
     def step(self, batch: dict[str, torch.Tensor]) -> float:
-        logits = self.model(batch)
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), batch["labels"].reshape(-1).long(), ignore_index=-100)
+        """One step on a batch already on the model's device; on a GPU in bf16 autocast, ending on the loss read."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            logits = self.model(batch)
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), batch["labels"].reshape(-1).long(),
+                               ignore_index=-100)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()

@@ -166,16 +166,35 @@ def _loader(cfg: dict[str, Any]) -> Any:
         w = cfg["workers"]
         warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores: meant
         return torch.utils.data.DataLoader(Colocated(cfg), batch_size=None, num_workers=w,
-                                           prefetch_factor=cfg.get("prefetch", 4) if w else None)
+                                           prefetch_factor=cfg.get("prefetch", 4) if w else None,
+                                           pin_memory=_device(cfg) == "cuda")
     from torch_tgb.datapipes.read.poller import PollPolicy
 
     return tgb.DataLoader(cfg["ns"], mesh=tgb.Mesh(dp_rank=0, dp_size=1), timeout=cfg.get("timeout", 300),
-                          poll=PollPolicy(min_interval=0.005, max_interval=0.05))
+                          poll=PollPolicy(min_interval=0.005, max_interval=0.05),
+                          device="cuda" if _device(cfg) == "cuda" else None)
+
+
+def _device(cfg: dict[str, Any]) -> str:
+    return cfg.get("device") or "cpu"
+
+
+def _on_device(batch: dict[str, torch.Tensor], cfg: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """(a) on a GPU: the loop copies its (pinned) batch as Megatron's does; tgb.DataLoader delivered it there."""
+    if _device(cfg) != "cuda" or cfg["setup"] != "colocated":
+        return batch
+    return {k: v.to("cuda", non_blocking=True) for k, v in batch.items()}
+
+
+def _host(batch: dict[str, torch.Tensor], check: bool) -> dict[str, torch.Tensor]:
+    """What the bookkeeping reads, on the host (a GPU batch's tokens and grid; its patches when checked)."""
+    keys = ("input_ids", "image_grid_thw", *(("pixel_values", "pixel_values_offsets") if check else ()))
+    return {k: batch[k].cpu() for k in keys}
 
 
 def trainer(cfg: dict[str, Any]) -> None:
     torch.set_num_threads(1)
-    model = img.Trainer(img.ModelSpec(**cfg["model"]))
+    model = img.Trainer(img.ModelSpec(**cfg["model"]), _device(cfg))
     if not ready():
         return
     loader = _loader(cfg)
@@ -194,7 +213,7 @@ def trainer(cfg: dict[str, Any]) -> None:
         for step in range(steps):
             t0 = time.monotonic()
             try:
-                batch = next(it)
+                batch = _on_device(next(it), cfg)
             except StopIteration:
                 break
             t1, c1 = time.monotonic(), time.thread_time()
@@ -205,10 +224,12 @@ def trainer(cfg: dict[str, Any]) -> None:
             rec["compute"].append(t2 - t1)
             rec["compute_cpu"].append(c2 - c1)
             rec["bytes"].append(img.batch_bytes(batch))
-            rec["captions"].append(img.row_digests(batch))
-            rec["res"].append(int(batch["image_grid_thw"][0, 1]) * img.PATCH)
-            if cfg.get("check_every") and step % cfg["check_every"] == 0:
-                checks.update(list(img.first_image_digests(batch).items())[:1])
+            check = bool(cfg.get("check_every")) and step % cfg["check_every"] == 0
+            host = _host(batch, check)
+            rec["captions"].append(img.row_digests(host))
+            rec["res"].append(int(host["image_grid_thw"][0, 1]) * img.PATCH)
+            if check:
+                checks.update(list(img.first_image_digests(host).items())[:1])
             if step + 1 == warmup:
                 first = cpu.snapshot(pids)
                 if profiler is not None:
@@ -267,24 +288,27 @@ def profile_groups(raw: dict[tuple[str, int, str], Any]) -> dict[str, float]:
 def calibrate(cfg: dict[str, Any]) -> None:
     """S (CPU s per step on batches in memory) and S + R (fed by tgb.DataLoader) on the trainer's node."""
     torch.set_num_threads(1)
-    model = img.Trainer(img.ModelSpec(**cfg["model"]))
+    device = _device(cfg)
+    model = img.Trainer(img.ModelSpec(**cfg["model"]), device)
+    # S is CPU seconds on the trainer's core; on a GPU, wall seconds of a step that ends on its loss read back
+    clock = time.perf_counter if device == "cuda" else time.process_time
     fed = []  # first, in a fresh process: each byte range is checksummed on its first read, as in a run
-    it = iter(tgb.DataLoader(cfg["ns"], mesh=tgb.Mesh(0, 1)))
+    it = iter(tgb.DataLoader(cfg["ns"], mesh=tgb.Mesh(0, 1), device="cuda" if device == "cuda" else None))
     model.step(next(it))  # opening (dataset.json, the first poll and footer) and the model's first call
     while True:
-        c = time.process_time()
+        c = clock()
         try:
             b = next(it)
         except StopIteration:
             break
         model.step(b)
-        fed.append(time.process_time() - c)
-    batches = [{k: v.clone() for k, v in b.items()} for b in tgb.TGBDataset(cfg["ns"], mesh=tgb.Mesh(0, 1))]
+        fed.append(clock() - c)
+    batches = [{k: v.clone().to(device) for k, v in b.items()} for b in tgb.TGBDataset(cfg["ns"], mesh=tgb.Mesh(0, 1))]
     memory = []
     for b in batches:
-        c = time.process_time()
+        c = clock()
         model.step(b)
-        memory.append(time.process_time() - c)
+        memory.append(clock() - c)
     Path(cfg["out"]).write_text(json.dumps({"S_s": sorted(memory)[len(memory) // 2], "S_steps": memory,
                                             "S_read_s": sorted(fed)[len(fed) // 2], "S_read_steps": fed,
                                             "bytes_per_step": img.batch_bytes(batches[0])}))

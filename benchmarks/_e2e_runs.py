@@ -69,8 +69,8 @@ class Runner:
 
     def __init__(self, work: Path, *, t: list[int], p: list[int], data: dict[str, Any], batch: int, warmup: int,
                  model: dict[str, Any], outage: float, timeout: float, quiet: float | None = None,
-                 gate_budget_s: float = 0.0) -> None:
-        self.work, self.t, self.p, self.data = work, t, p, data
+                 gate_budget_s: float = 0.0, device: str = "cpu") -> None:
+        self.work, self.t, self.p, self.data, self.device = work, t, p, data, device
         self.batch, self.warmup, self.model, self.outage, self.timeout = batch, warmup, model, outage, timeout
         # before each run, wait until other jobs use at most ``quiet`` cores (None: never), for at most
         # ``gate_budget_s`` seconds over the whole benchmark (runs run again count too); once it is spent,
@@ -117,8 +117,8 @@ class Runner:
         if self.start("producer", cfg, self.p).wait(timeout=self.timeout) != 0:
             raise RuntimeError(f"calibration producer failed at resolution {resolution}")
         out = self._path("calibrate").with_suffix(".json")
-        if self.start("calibrate", {"ns": str(ns), "model": self.model, "out": str(out)}, self.t).wait(
-                timeout=self.timeout) != 0:
+        cal = {"ns": str(ns), "model": self.model, "out": str(out), "device": self.device}
+        if self.start("calibrate", cal, self.t).wait(timeout=self.timeout) != 0:
             raise RuntimeError(f"calibration trainer failed at resolution {resolution}")
         shutil.rmtree(ns, ignore_errors=True)
         d, s = json.loads(prod.read_text()), json.loads(out.read_text())
@@ -145,7 +145,7 @@ class Runner:
         cfg = {**base, "setup": "colocated" if setup.kind == "colocated" else "tgb", "prefetch": PREFETCH,
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
-               "timeout": self.timeout, "profile": profile}
+               "timeout": self.timeout, "profile": profile, "device": self.device}
         if hold_at is not None:
             cfg["hold"] = {"at": hold_at, "file": str(self._path("hold").with_suffix(".json")), "max_s": 60}
         gate = self.gate()

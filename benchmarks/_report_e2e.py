@@ -270,7 +270,7 @@ def _machine_line(r: dict[str, Any]) -> str:
     if r.get("nodes", {}).get("overlap"):
         text += " One core only: T and P are the same core, so nothing here says anything about speed."
     text += (" Issue 29's GPU variant (the trainer on a lent GPU with T = 2 cores, producers on the other cores) "
-             "was not run: no GPU machine was lent to the session that measured this.")
+             "is section 3b.")
     if gate.get("disturbed"):
         text += (f" **This run was disturbed:** other jobs used more than {r['config']['max_foreign']} core during "
                  f"{gate['disturbed_runs']} of its {gate['runs']} runs"

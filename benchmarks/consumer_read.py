@@ -22,7 +22,9 @@ Three measurements, printed and saved as JSON under benchmarks/results/:
    store's bandwidth model, requests per rank-step.
 5. ``train_wait`` (``_train_wait.py``): how long a training loop with a fixed
    CPU step waits in ``next()`` per step on tgb.DataLoader vs the
-   DataLoader-over-memmap baseline, interleaved rounds.
+   DataLoader-over-memmap baseline, interleaved rounds; ``train_wait_cuda``:
+   the same with the step on a GPU and the batches delivered there (run where
+   a child process sees CUDA; skipped otherwise).
 6. ``ragged`` (``_ragged_read.py``): a VLM-shaped namespace (ragged pixel
    patches + text) read by one rank, bytes/s as a ratio to a raw memmap of the
    same bytes (issue 27: goal >= 0.5).
@@ -64,7 +66,7 @@ from _hot_path import hot_path  # noqa: E402  (a sibling module of this script)
 from _labels_read import labels_read  # noqa: E402
 from _ragged_read import ragged_read  # noqa: E402
 
-SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait", "ragged", "labels")
+SECTIONS = ("amplification", "requests", "hot_path", "remote", "train_wait", "train_wait_cuda", "ragged", "labels")
 from _train_wait import train_wait  # noqa: E402
 
 KB = 1000
@@ -283,10 +285,22 @@ def run_hot_path(args: argparse.Namespace) -> dict[str, Any]:
                         log=lambda line: print(line, flush=True))
 
 
-def run_train_wait(args: argparse.Namespace) -> dict[str, Any]:
+def run_train_wait(args: argparse.Namespace, device: str = "cpu") -> dict[str, Any] | None:
+    if device == "cuda" and not _child_sees_cuda():
+        print("train_wait_cuda: no CUDA device in this process's children; skipped", flush=True)
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         return train_wait(quick=args.quick, rounds=args.rounds, tmp=tmp, compute_ms=args.compute_ms,
-                          log=lambda line: print(line, flush=True))
+                          log=lambda line: print(line, flush=True), device=device)
+
+
+def _child_sees_cuda() -> bool:
+    """Asked of a child: CUDA initialised here would break the forked loop processes."""
+    import subprocess
+
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True, check=False)
+    return probe.stdout.strip() == "True"
 
 
 def run_ragged(args: argparse.Namespace) -> dict[str, Any]:
@@ -311,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 8], help="hot path: reader processes")
     parser.add_argument("--only", choices=SECTIONS,
                         default=None)
-    parser.add_argument("--compute-ms", type=float, default=5.0, help="train_wait: CPU time of one training step")
+    parser.add_argument("--compute-ms", type=float, default=5.0, help="train_wait: time of one training step (CPU, or GPU for train_wait_cuda)")
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/consumer_read.json)")
     add_results_arg(parser)
@@ -339,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             "hot_path": run_hot_path(args) if args.only in (None, "hot_path") else None,
             "remote": remote(args) if args.only in (None, "remote") else None,
             "train_wait": run_train_wait(args) if args.only in (None, "train_wait") else None,
+            "train_wait_cuda": run_train_wait(args, "cuda") if args.only in (None, "train_wait_cuda") else None,
             "ragged": run_ragged(args) if args.only in (None, "ragged") else None,
             "labels": run_labels(args) if args.only in (None, "labels") else None,
         }
@@ -354,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.only is not None and args.out.exists():  # refresh one section, keep the others
         previous = json.loads(args.out.read_text())
-        previous[args.only] = report[args.only]
+        if report[args.only] is not None:  # a section skipped here (no GPU) keeps its last figures
+            previous[args.only] = report[args.only]
         previous["machine"] = report["machine"]
         previous["sections_run"] = {**(previous.get("sections_run") or {}), **ran}
         report = previous

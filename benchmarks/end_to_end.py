@@ -48,7 +48,16 @@ kill falls mid-production whatever the speeds); one more (b) run with the
 trainer under ``cProfile`` (where its time goes). The model and the goals
 are in ``_e2e_analysis``.
 
+**On a GPU** (``--device cuda``, issue 29's "the real thing"): the trainer's
+model (``GPU_MODEL``) steps on the GPU in bf16 autocast, ending each step on
+its loss read back; (a) pins its batches and copies them there inside the
+wait, (b) reads with ``tgb.DataLoader(device="cuda")``. S is then the wall
+time of a step, so the CPU model of ``_e2e_analysis`` (a step that takes a
+core of T) does not describe the run: its figures are the measured steps/s.
+Results go to ``end_to_end_gpu.json``. ``--sweep-only`` runs the sweep alone.
+
 Usage: python benchmarks/end_to_end.py [--quick] [--rounds N] [--results-dir DIR]
+       [--device cuda] [--trainer-cores N] [--sweep-only]
        (also: tgb bench e2e [--quick])
 """
 
@@ -71,7 +80,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _e2e_analysis as model
 import _e2e_cpu as cpu
 import _e2e_images as img
-from _common import add_results_arg, results_dir, save
+from _common import _gpus, add_results_arg, results_dir, save
 from _e2e_runs import PREFETCH, SETUPS, Runner, summarise
 
 FULL = {"resolutions": [224, 448, 896], "batch": 8, "images": 48, "min_mp": 0.5, "max_mp": 2.0, "rounds": 3,
@@ -84,6 +93,10 @@ QUICK = {"resolutions": [56, 112], "batch": 2, "images": 4, "min_mp": 0.02, "max
          "schedule_steps": 3, "crash_steps": 14, "model": {"d_enc": 8, "d_model": 16, "layers": 1, "heads": 2},
          "shared": ["a2_shared", "b_shared"],  # a1_shared is close to b_shared on two cores
          "quiet": None, "max_foreign": None, "retries": 0, "gate_budget_s": 0.0}
+
+
+#: the trainer's model on a GPU (``--device cuda``): big enough that a step is not all kernel launches
+GPU_MODEL = {"d_enc": 256, "d_model": 1024, "layers": 8, "heads": 16}
 
 
 def rotate(items: list[Any], k: int) -> list[Any]:
@@ -108,6 +121,15 @@ class Sweep:
         print(f"  calibrate {res}: S {c['S_s'] * 1e3:.0f} ms, S+R {c['S_read_s'] * 1e3:.0f} ms, "
               f"D {c['D_s'] * 1e3:.0f} ms per step", flush=True)
 
+    def find_crossover(self, resolutions: list[int]) -> None:
+        self.crossover = model.crossover({res: self.cal[res][0]["D_s"] / self.cal[res][0]["S_s"]
+                                          for res in resolutions}, img.PATCH * img.MERGE)
+        if self.crossover in self.cal:
+            print(f"  D ≈ S at resolution {self.crossover} (of the sweep)", flush=True)
+        elif self.crossover is not None:
+            print(f"  D = S near resolution {self.crossover}: added to the sweep", flush=True)
+            self.calibrate(self.crossover)
+
     def plan(self, res: int) -> None:
         c = self.cal[res][0]
         steps = round(self.cfg["run_seconds"] / (c["S_s"] + c["D_s"]))
@@ -118,13 +140,8 @@ class Sweep:
         for res in resolutions:
             self.calibrate(res)
         if r == 0:
-            self.crossover = model.crossover({res: self.cal[res][0]["D_s"] / self.cal[res][0]["S_s"]
-                                              for res in resolutions}, img.PATCH * img.MERGE)
-            if self.crossover in self.cal:
-                print(f"  D ≈ S at resolution {self.crossover} (of the sweep)", flush=True)
-            elif self.crossover is not None:
-                print(f"  D = S near resolution {self.crossover}: added to the sweep", flush=True)
-                self.calibrate(self.crossover)
+            if self.cfg.get("find_crossover", True):
+                self.find_crossover(resolutions)
             for res in self.cal:
                 self.plan(res)
         for i, res in enumerate(rotate(sorted(self.cal), r)):
@@ -248,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine-note", default=None,
                         help="what the machine is, for the results (default: its cores and whether a GPU is seen)")
     parser.add_argument("--workdir", type=Path, default=None, help="namespaces and shards (default: /dev/shm)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the trainer steps: cuda puts the model (GPU_MODEL unless --model) on the GPU, "
+                        "(a) copies its pinned batches there, (b) reads with tgb.DataLoader(device='cuda'); "
+                        "results go to end_to_end_gpu.json")
+    parser.add_argument("--model", type=int, nargs=4, metavar=("D_ENC", "D_MODEL", "LAYERS", "HEADS"), default=None,
+                        help="the trainer's model (default: the mode's)")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="the sweep alone: no crossover search, resolution schedule, crash or profiled run")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     add_results_arg(parser)
@@ -272,6 +297,15 @@ def measure(args: argparse.Namespace) -> int:
         cfg["gate_budget_s"] = args.gate_budget
     if args.no_gate:
         cfg.update(quiet=None, max_foreign=None, retries=0, gate_budget_s=0.0)
+    if args.device == "cuda" and not _gpus():
+        raise ValueError("--device cuda: nvidia-smi names no GPU on this machine")
+    cfg["device"] = args.device
+    if args.device == "cuda":
+        cfg["model"] = GPU_MODEL
+    if args.model:
+        cfg["model"] = dict(zip(("d_enc", "d_model", "layers", "heads"), args.model))
+    if args.sweep_only:
+        cfg["find_crossover"] = False
     out_dir = results_dir(args)
     cpus = cpu.available_cpus()
     overlap = len(cpus) < 2 and args.quick  # one core: the quick check still runs, T and P being the same core
@@ -303,7 +337,8 @@ def measure(args: argparse.Namespace) -> int:
         by_key = {k: d for d, k in data["keys"].items()}
         digests = [by_key[f"s{i:06d}"] for i in range(samples)]
         runner = Runner(work, t=t, p=p, data=data, batch=cfg["batch"], warmup=cfg["warmup"], model=cfg["model"],
-                        outage=args.outage, timeout=600, quiet=cfg["quiet"], gate_budget_s=cfg["gate_budget_s"])
+                        outage=args.outage, timeout=600, quiet=cfg["quiet"], gate_budget_s=cfg["gate_budget_s"],
+                        device=args.device)
         print(f"nodes: T = {t}, P = {p}; setups {setups}; dataset {data['samples']} samples, "
               f"{data['image_mp_mean']:.2f} MP mean", flush=True)
         sweep = Sweep(runner, cfg, setups, digests)
@@ -311,19 +346,9 @@ def measure(args: argparse.Namespace) -> int:
             sweep.round(r)
         summary = {res: model.per_resolution(sweep.cal[res], sweep.runs[res], t=len(t), p=len(p))
                    for res in sorted(sweep.cal)}
-        mid = cfg["schedule"][1]
-        # a0 or a1: with two workers each counts its own steps, so a schedule at step N switches at 2N
-        best = max(("a0", "a1"), key=lambda a: summary.get(mid, summary[max(summary)])["setups"][a]
-                   ["steps_per_s"]["median"])
-        sched = schedule(runner, cfg, best, max(1, cfg["rounds"] - 1))
-        ahead = {res: s["D_over_S"]["median"] for res, s in summary.items() if s["D_over_S"]["median"] < 1}
-        crash_res = min(ahead, key=lambda res: abs(ahead[res] - 0.6)) if ahead else min(summary)
-        with_worker = max(("a1", "a2"), key=lambda a: summary[crash_res]["setups"][a]["steps_per_s"]["median"])
-        crashed = crash(runner, cfg, crash_res, with_worker, setups, digests, data)
-        prof_res = sweep.crossover if sweep.crossover in summary else max(summary)
-        profiled = runner.run(SETUPS["b"], prof_res, img.seq_len(prof_res), sweep.steps[prof_res], profile=True)
-        profile = {"resolution": prof_res, "setup": "b", **(profiled.get("profile") or {}),
-                   "run": summarise(profiled, cfg["warmup"])}
+        sched = crashed = profile = None
+        if not args.sweep_only:
+            sched, crashed, profile = after_sweep(runner, cfg, sweep, summary, setups, digests, data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows = [row for runs in sweep.runs.values() for name, rs in runs.items() for row in rs
@@ -333,8 +358,7 @@ def measure(args: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "quick": args.quick, "config": {k: v for k, v in cfg.items()},
         "machine_note": args.machine_note or _machine_note(),
-        "gpu": "none lent to this run: the trainer steps on CPU core(s) T" if not torch.cuda.is_available()
-        else f"{torch.cuda.get_device_name(0)} seen, not used (the GPU variant is not implemented here)",
+        "gpu": _gpu_note(args.device), "device": args.device, "sweep_only": args.sweep_only,
         "nodes": {"T": t, "P": p, "overlap": overlap,
                   "pinning": {name: SETUPS[name].describe(t, p) for name in setups}},
         "dataset": {k: v for k, v in data.items() if k not in ("urls", "keys", "jpegs")},
@@ -356,7 +380,7 @@ def measure(args: argparse.Namespace) -> int:
                  "disturbed": cfg["quiet"] is not None and (runner.gate_left_s == 0 or bool(disturbed))},
         "load": {"start": load_start, "end": cpu.loadavg()}, "seconds": time.monotonic() - started,
     }
-    save(out_dir, "end_to_end", result)
+    save(out_dir, "end_to_end_gpu" if args.device == "cuda" else "end_to_end", result)
     for name, g in result["goals"].items():
         print(f"goal {name}: {'met' if g['met'] else 'NOT met'} {g.get('values', g.get('value', ''))}", flush=True)
     if result["gate"]["disturbed"]:
@@ -364,6 +388,33 @@ def measure(args: argparse.Namespace) -> int:
               f"(gate waited {runner.gate_spent_s:.0f} s of {cfg['gate_budget_s']:.0f})", flush=True)
     print(f"end_to_end: {result['seconds']:.0f} s", flush=True)
     return 0
+
+
+def after_sweep(runner: Runner, cfg: dict[str, Any], sweep: Sweep, summary: dict[int, Any], setups: list[str],
+                digests: list[str], data: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The resolution schedule, the crash runs and the profiled (b) run."""
+    mid = cfg["schedule"][1]
+    # a0 or a1: with two workers each counts its own steps, so a schedule at step N switches at 2N
+    best = max(("a0", "a1"), key=lambda a: summary.get(mid, summary[max(summary)])["setups"][a]
+               ["steps_per_s"]["median"])
+    sched = schedule(runner, cfg, best, max(1, cfg["rounds"] - 1))
+    ahead = {res: s["D_over_S"]["median"] for res, s in summary.items() if s["D_over_S"]["median"] < 1}
+    crash_res = min(ahead, key=lambda res: abs(ahead[res] - 0.6)) if ahead else min(summary)
+    with_worker = max(("a1", "a2"), key=lambda a: summary[crash_res]["setups"][a]["steps_per_s"]["median"])
+    crashed = crash(runner, cfg, crash_res, with_worker, setups, digests, data)
+    prof_res = sweep.crossover if sweep.crossover in summary else max(summary)
+    profiled = runner.run(SETUPS["b"], prof_res, img.seq_len(prof_res), sweep.steps[prof_res], profile=True)
+    profile = {"resolution": prof_res, "setup": "b", **(profiled.get("profile") or {}),
+               "run": summarise(profiled, cfg["warmup"])}
+    return sched, crashed, profile
+
+
+def _gpu_note(device: str) -> str:
+    gpus = _gpus()  # nvidia-smi: CUDA is never initialised in this process, whose children are forked
+    if device == "cuda":
+        return f"{gpus[0] if gpus else 'a GPU'}: the trainer steps on it"
+    return "none lent to this run: the trainer steps on CPU core(s) T" if not gpus else \
+        f"{gpus[0]} seen, not used (--device cuda runs the trainer on it)"
 
 
 def _free_bytes(path: Path) -> int:
@@ -374,7 +425,8 @@ def _free_bytes(path: Path) -> int:
 
 
 def _machine_note() -> str:
-    gpu = "a GPU" if torch.cuda.is_available() else "no GPU"
+    gpus = _gpus()
+    gpu = gpus[0] if gpus else "no GPU"
     return f"{os.cpu_count()} cores ({len(cpu.available_cpus())} usable by this process), {gpu}"
 
 

@@ -21,6 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import COMMITTED
 from _report_e2e import e2e_section
+from _report_e2e_gpu import e2e_gpu_section
 
 ROOT = Path(__file__).resolve().parents[1]
 # issue 15 "Measured": one process, warm cache, 16M uint32 tokens, quiet 16-core machine (not this run)
@@ -274,7 +275,10 @@ def redis_section(r: dict[str, Any], amp: list[dict[str, Any]] | None) -> list[s
 
 def _when(r: dict[str, Any]) -> str:
     mach = r.get("machine") or {}
-    return f"run {mach['date_utc']}" if mach.get("date_utc") else "run date not recorded (an earlier run)"
+    if not mach.get("date_utc"):
+        return "run date not recorded (an earlier run)"
+    gpus = mach.get("gpus")
+    return f"run {mach['date_utc']}" + (f" on {gpus[0]} ({mach['cores']} cores)" if gpus else "")
 
 
 def _section_run(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -342,13 +346,20 @@ def collected_sections(results: dict[str, Any]) -> list[str]:
         tw = cr["train_wait"]
         out += [f"**Waiting per training step** (issue 15: no more than the DataLoader-over-memmap baseline; a loop "
                 f"with a {tw['compute_ms']:.0f} ms 1-thread CPU step, {tw['steps']} steps of 32×512 int64, "
-                f"{tw['rounds']} interleaved rounds, {_when(tw)}):", "",
-                "| loader | wait mean / p50 / p95 µs | × baseline (mean wait) |", "|---|---|---|"]
-        for r in tw["results"]:
-            out.append(f"| {r['loader']} | {r['wait_mean_us']:.0f} / {r['wait_p50_us']:.0f} / {r['wait_p95_us']:.0f} | "
-                       f"{r['wait_over_baseline']:.2f} |")
-        out += ["", "Worker processes (`_w2`) compete with the step for this machine's 2 cores, so they wait "
+                f"{tw['rounds']} interleaved rounds, {_when(tw)}):", "", *_train_wait_table(tw),
+                "", "Worker processes (`_w2`) compete with the step for this machine's 2 cores, so they wait "
                 "longer here than they would on a training node.", ""]
+    if cr and cr.get("train_wait_cuda") and cr["train_wait_cuda"].get("results"):
+        tw = cr["train_wait_cuda"]
+        out += [f"**Waiting per training step on a GPU** (the same loop with a {tw['compute_ms']:.0f} ms bf16 matmul "
+                "on the GPU ending on `.item()`; the baselines pin their batches and copy them with "
+                "`.to('cuda', non_blocking=True)` inside the wait, the `tgb` loaders deliver with `device='cuda'` "
+                f"(uint32 copied, cast on the device, one step ahead); {tw['rounds']} interleaved rounds, "
+                f"{_when(tw)}):", "", *_train_wait_table(tw), "",
+                "On a GPU the `tgb` loaders' wait also holds the device feed's own work for the next step: a pinned "
+                "copy of each tensor (unless the loader pinned it already) and the copy issued on the side stream; "
+                "with workers (`_w2`) or the reader thread (`tgb_prefetch`) each batch crosses one more hand-off "
+                "before it is pinned. `step + wait`: the loop's whole step, the side-stream copy included.", ""]
     lc = results.get("lifecycle")
     if lc:
         out += [f"**Lifecycle** (seed 000 §7.5: −72%, 34.85 → 9.76 GiB): peak bytes reduced by "
@@ -371,6 +382,16 @@ def collected_sections(results: dict[str, Any]) -> list[str]:
         out += [f"**Commit cost vs history** (delta manifest; {_when(cc)}): " + ", ".join(
             f"{k} {v:.2f}" for k, v in cc["ratios"].items()) + " (1.0 = commit cost independent of history).", ""]
     return out
+
+
+def _train_wait_table(tw: dict[str, Any]) -> list[str]:
+    rows = ["| loader | wait mean / p50 / p95 µs | × baseline (mean wait) | step + wait ms | × baseline |",
+            "|---|---|---|---|---|"]
+    for r in tw["results"]:
+        iters = (f"{r['iter_ms']:.2f} | {r['iter_over_baseline']:.2f}" if "iter_ms" in r else "— | —")
+        rows.append(f"| {r['loader']} | {r['wait_mean_us']:.0f} / {r['wait_p50_us']:.0f} / {r['wait_p95_us']:.0f} | "
+                    f"{r['wait_over_baseline']:.2f} | {iters} |")
+    return rows
 
 
 def multimodal_section(mm: dict[str, Any] | None) -> list[str]:
@@ -698,9 +719,12 @@ def main(argv: list[str] | None = None) -> int:
     sections = [("peers", lambda r: peers_section(r, plots)), ("peers_s3", peers_s3_section),
                 ("getbatch", lambda r: getbatch_section(r, plots)),
                 ("end_to_end", lambda r: e2e_section(r, plots)),
+                ("end_to_end_gpu", e2e_gpu_section),
                 ("redis_queue", lambda r: redis_section(r, (results.get("consumer_read") or {}).get("amplification")))]
     for name, fn in sections:
-        if name in results:
+        if name == "end_to_end_gpu":  # says what to run where it is missing
+            lines += fn(results.get(name))
+        elif name in results:
             lines += fn(results[name])
         else:
             lines += [f"## {name}", "", f"No `{name}.json` in the results directory: not run.", ""]
