@@ -371,8 +371,9 @@ def measure(args: argparse.Namespace) -> int:
         "quiet_rounds": {res: model.quiet_rounds(sweep.runs[res], sweep.cal[res], t=len(t), p=len(p),
                                                  max_foreign=cfg["max_foreign"]) for res in summary}
         if cfg["max_foreign"] is not None else None,
-        "projection": model.projection(summary, len(t)),
-        "goals": model.goals(summary, sweep.crossover, crashed),
+        # the model and issue 29's goals are of a trainer whose step holds a core of T: not of a GPU step
+        "projection": model.projection(summary, len(t)) if args.device == "cpu" else None,
+        "goals": model.goals(summary, sweep.crossover, crashed) if args.device == "cpu" else {},
         "paper": {name: {"local": a, "batchweave": b, "ratio": g} for name, (a, b, g) in model.PAPER.items()},
         "gate": {"quiet_cores": cfg["quiet"], "budget_s": cfg["gate_budget_s"], "waited_s": runner.gate_spent_s,
                  "exhausted": cfg["quiet"] is not None and runner.gate_left_s == 0,
@@ -381,6 +382,8 @@ def measure(args: argparse.Namespace) -> int:
         "load": {"start": load_start, "end": cpu.loadavg()}, "seconds": time.monotonic() - started,
     }
     save(out_dir, "end_to_end_gpu" if args.device == "cuda" else "end_to_end", result)
+    for res, s in summary.items():
+        print(f"{res}: (b) / best (a) {s['ratios']['b_over_best_a']['median']:.2f}x", flush=True)
     for name, g in result["goals"].items():
         print(f"goal {name}: {'met' if g['met'] else 'NOT met'} {g.get('values', g.get('value', ''))}", flush=True)
     if result["gate"]["disturbed"]:
