@@ -54,6 +54,21 @@ def test_chunks_cut_the_stream_in_order(docs, seq_len) -> None:
     assert flat.tolist() == tokens.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(docs=DOCS, seq_len=st.sampled_from([1, 2, 5, 16]), chunked=st.booleans(), pad_id=st.sampled_from([0, 9]))
+def test_rows_are_one_copy_per_span(docs, seq_len, chunked, pad_id) -> None:
+    """The rows are each span's tokens at its place and pad elsewhere (the strided copy of chunks included)."""
+    tokens, offsets = corpus(docs)
+    spans = chunk_spans(tokens.size, seq_len) if chunked else spans_from_bins(pack(np.asarray(docs), seq_len, "bfd"))
+    rows, lens, _ = token_rows(tokens, offsets, spans, seq_len, pad_id=pad_id, dtype=np.int64)
+    want = np.full((spans.rows, seq_len + 1), pad_id, dtype=np.int64)
+    at = np.zeros(spans.rows, dtype=np.int64)
+    for r, d, a, k in zip(spans.row.tolist(), spans.doc.tolist(), spans.start.tolist(), spans.length.tolist()):
+        want[r, at[r] : at[r] + k] = tokens[offsets[d] + a : offsets[d] + a + k]
+        at[r] += k
+    assert rows.dtype == np.int64 and np.array_equal(rows, want)
+
+
 def test_overflowing_spans_are_refused() -> None:
     from torch_tgb.transforms.token_rows import Spans
 

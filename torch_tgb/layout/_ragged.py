@@ -54,23 +54,27 @@ class RaggedRows(Sequence[torch.Tensor]):
     __slots__ = ("_bounds", "offsets", "values")
 
     def __init__(self, values: torch.Tensor, offsets: torch.Tensor) -> None:
-        if not isinstance(values, torch.Tensor) or values.dim() < 1:
-            raise LayoutError(f"RaggedRows: values must be a tensor with an item dim 0, got {_describe(values)}")
+        _check_values(values)
         if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64:
             raise LayoutError(f"RaggedRows: offsets must be an int64 tensor, got {_describe(offsets)}")
-        problem = check_offsets(int(values.shape[0]), offsets.detach().cpu().numpy(), None)
-        if problem is not None:
-            raise LayoutError(f"RaggedRows: {problem}")
-        self.values = values
-        self.offsets = offsets
-        self._bounds: list[int] = offsets.tolist()
+        self._set(values, offsets, _bounds(values, offsets.detach().cpu().numpy()))
 
     @classmethod
     def from_lengths(cls, values: torch.Tensor, lengths: Sequence[int] | np.ndarray) -> RaggedRows:
         """Rows of ``lengths[r]`` items each, in order, over ``values``."""
-        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-        torch.cumsum(torch.as_tensor(np.asarray(lengths, dtype=np.int64)), 0, out=offsets[1:])
-        return cls(values, offsets)
+        _check_values(values)
+        counts = np.asarray(lengths, dtype=np.int64)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = cls.__new__(cls)
+        rows._set(values, torch.from_numpy(offsets), _bounds(values, offsets))
+        return rows
+
+    def _set(self, values: torch.Tensor, offsets: torch.Tensor, bounds: list[int]) -> None:
+        """Hold ``values`` cut at ``offsets`` (``bounds``: the same as a list), already checked."""
+        self.values = values
+        self.offsets = offsets
+        self._bounds = bounds
 
     @classmethod
     def from_rows(cls, name: str, rows: Sequence[torch.Tensor]) -> RaggedRows:
@@ -98,13 +102,32 @@ class RaggedRows(Sequence[torch.Tensor]):
             if step != 1:
                 raise LayoutError("RaggedRows: a slice of rows must be contiguous (step 1)")
             stop = max(first, stop)
+            if first == 0 and stop == len(self):  # every row: these rows, as a tuple's full slice is the tuple
+                return self
             a, b = self._bounds[first], self._bounds[stop]
-            return RaggedRows(self.values[a:b], self.offsets[first : stop + 1] - a)
+            part = RaggedRows.__new__(RaggedRows)  # a slice of checked offsets is valid: not checked again
+            bounds = [x - a for x in self._bounds[first : stop + 1]]
+            part._set(self.values[a:b], self.offsets[first : stop + 1] - a, bounds)
+            return part
         row = range(len(self))[index]  # IndexError past the end, negative from the end
         return self.values[self._bounds[row] : self._bounds[row + 1]]
 
     def __repr__(self) -> str:
         return f"RaggedRows({len(self)} rows, values {tuple(self.values.shape)} {self.values.dtype})"
+
+
+def _check_values(values: object) -> None:
+    if not isinstance(values, torch.Tensor) or values.dim() < 1:
+        raise LayoutError(f"RaggedRows: values must be a tensor with an item dim 0, got {_describe(values)}")
+
+
+def _bounds(values: torch.Tensor, offsets: np.ndarray) -> list[int]:
+    """``offsets`` as a list, once :func:`check_offsets` finds nothing wrong with them (else LayoutError)."""
+    problem = check_offsets(int(values.shape[0]), offsets, None)
+    if problem is not None:
+        raise LayoutError(f"RaggedRows: {problem}")
+    bounds: list[int] = offsets.tolist()
+    return bounds
 
 
 def _describe(value: object) -> str:

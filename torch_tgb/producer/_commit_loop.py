@@ -74,6 +74,10 @@ class CommitLoop:
         self._closing = False
         self._stats = ProducerStats(epoch=epoch, committed_steps=committer.view.num_steps,
                                     committed_offsets=committed_offsets)
+        # counted on every append, so kept apart from _stats (a frozen value): folded in by stats()
+        self._appended = 0
+        self._bytes_written = 0
+        self._backpressure_s = 0.0
         self._safe_step = 0
         self._thread = threading.Thread(target=self._run, name=f"tgb-commit-{producer_id}", daemon=True)
         self._thread.start()
@@ -115,8 +119,8 @@ class CommitLoop:
             self._written_at[entry.offset] = time.monotonic()
             if state is not None:
                 self._states[entry.offset] = state
-            s = self._stats
-            self._stats = replace(s, appended=s.appended + 1, bytes_written=s.bytes_written + size)
+            self._appended += 1
+            self._bytes_written += size
             self._cond.notify_all()
 
     def _lag(self) -> int:
@@ -128,9 +132,7 @@ class CommitLoop:
         with self._cond:
             while len(self._pending) >= self.config.max_pending and self._error is None:
                 self._cond.wait(0.5)
-            self._stats = replace(
-                self._stats, paused_for_backpressure_s=self._stats.paused_for_backpressure_s + time.monotonic() - started
-            )
+            self._backpressure_s = self._backpressure_s + time.monotonic() - started
         self.raise_if_failed()
         if self.max_lag is None or self._lag() < self.max_lag:
             return
@@ -189,7 +191,8 @@ class CommitLoop:
     def stats(self) -> ProducerStats:
         """A frozen snapshot of the counters."""
         with self._cond:
-            return replace(self._stats, pending=len(self._pending), epoch=self.epoch)
+            return replace(self._stats, pending=len(self._pending), epoch=self.epoch, appended=self._appended,
+                           bytes_written=self._bytes_written, paused_for_backpressure_s=self._backpressure_s)
 
     # --- the committer thread --------------------------------------------------
 

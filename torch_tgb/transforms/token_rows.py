@@ -111,10 +111,27 @@ def token_rows(
         in_row = cum - cum[row_first[:-1]][spans.row]
         if bool((in_row + spans.length > seq_len).any()):
             raise ValueError(f"spans overflow a row of seq_len={seq_len}")
-        dest = (spans.row * width + in_row).tolist()
-        src = (np.asarray(offsets, dtype=np.int64)[spans.doc] + spans.start).tolist()
-        # one slice copy per span: spans are runs of tokens (a document's, or a row's worth), so this
-        # moves each token once at memcpy speed; an index per token would move three times its bytes
-        for d, a, k in zip(dest, src, spans.length.tolist()):
-            rows[d : d + k] = tokens[a : a + k]
+        dest = spans.row * width + in_row
+        src = np.asarray(offsets, dtype=np.int64)[spans.doc] + spans.start
+        _copy_spans(rows, tokens, dest, src, spans.length, seq_len)
     return rows.reshape(n, width), spans.length.astype(np.int32), row_first
+
+
+def _copy_spans(rows: np.ndarray, tokens: np.ndarray, dest: np.ndarray, src: np.ndarray, length: np.ndarray,
+                seq_len: int) -> None:
+    """``rows[dest[i]:][:length[i]] = tokens[src[i]:][:length[i]]`` for every span ``i`` (rows ``seq_len + 1`` wide).
+
+    One slice copy per span: spans are runs of tokens (a document's, or a row's
+    worth), so this moves each token once at memcpy speed; an index per token
+    would move three times its bytes. Full rows cut from one stretch of tokens
+    (concat-and-chunk: every span but the last) are one strided copy instead.
+    """
+    width, head = seq_len + 1, len(length) - 1
+    if (head > 1 and bool((length[:head] == seq_len).all()) and bool((np.diff(dest[:head]) == width).all())
+            and bool((np.diff(src[:head]) == seq_len).all())):
+        d, a = int(dest[0]), int(src[0])  # a span of seq_len starts its row: these are rows head after head
+        block = rows[d : d + head * width].reshape(head, width)
+        block[:, :seq_len] = tokens[a : a + head * seq_len].reshape(head, seq_len)
+        dest, src, length = dest[head:], src[head:], length[head:]
+    for d, a, k in zip(dest.tolist(), src.tolist(), length.tolist()):
+        rows[d : d + k] = tokens[a : a + k]

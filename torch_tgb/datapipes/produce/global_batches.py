@@ -64,6 +64,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.datapipes.produce._one_thread import cat_rows, take_rows
 from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import RaggedRows
@@ -299,7 +300,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             parts = [b.dense[name] for b in blocks]
             if real < size:
                 parts.append(pad[name].unsqueeze(0).expand(size - real, *pad[name].shape))
-            dense[name] = parts[0] if len(parts) == 1 else torch.cat(parts)
+            dense[name] = parts[0] if len(parts) == 1 else cat_rows(parts)
         values: dict[str, torch.Tensor] = {}
         lengths: dict[str, np.ndarray] = {}
         for name in ragged_names:
@@ -311,12 +312,12 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         parts_costs = self._attention_parts(seq_lens, lengths[SEQ_LENS_KEY])
         plan = self._plan(parts_costs)
         order = [i for rank in plan for micro in rank for i in micro]
-        index = None if order == list(range(size)) else torch.tensor(order, dtype=torch.int64)
+        reordered = order != list(range(size))
         batch: dict[str, Any] = {}
         for name in self._names([*first.dense, *ragged_names]):
             if name in dense:
-                batch[name] = dense[name] if index is None else dense[name].index_select(0, index)
-            elif index is None:  # the rows joined as they are: no tensor per row
+                batch[name] = take_rows(dense[name], order) if reordered else dense[name]
+            elif not reordered:  # the rows joined as they are: no tensor per row
                 batch[name] = RaggedRows.from_lengths(values[name], lengths[name])
             else:
                 rows = values[name].split(lengths[name].tolist())
@@ -350,10 +351,12 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self._slice_costs = slice_costs
         self._imbalance_sum += imbalance(slice_costs)
         self._counted += 1
+        micros = [micro for rank in plan for micro in rank]
         self._last = {
             "encoder": imbalance(part_costs(parts[:, 1], partition)),
             "backbone": imbalance(part_costs(parts[:, 2], partition)),
-            "micro": imbalance(part_costs(costs, [micro for rank in plan for micro in rank])),
+            # one micro-batch a slice: the micro-batches are the slices, their costs just summed
+            "micro": imbalance(slice_costs if len(micros) == len(partition) else part_costs(costs, micros)),
         }
         for name, value in self._last.items():
             self._sums[name] = self._sums.get(name, 0.0) + value
