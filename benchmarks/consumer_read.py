@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 8], help="hot path: reader processes")
     parser.add_argument("--only", choices=SECTIONS,
                         default=None)
-    parser.add_argument("--compute-ms", type=float, default=5.0, help="train_wait: time of one training step (CPU, or GPU for train_wait_cuda)")
+    parser.add_argument("--compute-ms", type=float, default=5.0,
+                        help="train_wait: time of one training step (CPU, or GPU for train_wait_cuda)")
     parser.add_argument("--link", type=float, default=2e9, help="shared link bytes/s for the whole world")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default RESULTS_DIR/consumer_read.json)")
     add_results_arg(parser)
