@@ -102,7 +102,7 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
         out["setups"][name] = row
     best_a = [max(runs[a][i]["steps_per_s"] for a in ("a0", "a1", "a2") if a in runs) for i in range(rounds)]
     ratios: dict[str, Any] = {}
-    for name in ("b", "c"):
+    for name in ("b", "c", "b_ahead"):
         if name in runs:
             r = [runs[name][i]["steps_per_s"] / best_a[i] for i in range(rounds)]
             ideal = [disaggregated_bound(si, di, p) / colocated_bound(si, di, t) for si, di in zip(s, d)]

@@ -170,8 +170,11 @@ def _loader(cfg: dict[str, Any]) -> Any:
                                            pin_memory=_device(cfg) == "cuda")
     from torch_tgb.datapipes.read.poller import PollPolicy
 
+    from torch_tgb.consumer.options import ReaderOptions
+
     return tgb.DataLoader(cfg["ns"], mesh=tgb.Mesh(dp_rank=0, dp_size=1), timeout=cfg.get("timeout", 300),
                           poll=PollPolicy(min_interval=0.005, max_interval=0.05),
+                          options=ReaderOptions(inline_local=False) if cfg.get("read_ahead") else None,
                           device="cuda" if _device(cfg) == "cuda" else None)
 
 

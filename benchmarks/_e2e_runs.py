@@ -39,12 +39,14 @@ PREFETCH = 4
 
 @dataclass(frozen=True)
 class Setup:
-    """``kind``: "colocated" | "processes" | "fleet"; ``shared``: trainer and data both on T ∪ P."""
+    """``kind``: "colocated" | "processes" | "fleet"; ``shared``: trainer and data both on T ∪ P;
+    ``read_ahead``: the trainer's tgb.DataLoader reads on a thread of its own (``inline_local=False``)."""
 
     name: str
     kind: str
     workers: int = 0
     shared: bool = False
+    read_ahead: bool = False
 
     def describe(self, t: list[int], p: list[int]) -> str:
         both = sorted(t + p)
@@ -53,12 +55,13 @@ class Setup:
             return f"trainer + {self.workers} DataLoader worker(s) on cores {where}"
         data = both if self.shared else p
         what = "tgb.produce process(es)" if self.kind == "processes" else "a Ray fleet (driver, GCS, raylet, actors)"
-        return f"trainer on cores {both if self.shared else t}; {what} on cores {data}"
+        reads = ", reading ahead on a thread" if self.read_ahead else ""
+        return f"trainer on cores {both if self.shared else t}{reads}; {what} on cores {data}"
 
 
 SETUPS = {s.name: s for s in (
     Setup("a0", "colocated", 0), Setup("a1", "colocated", 1), Setup("a2", "colocated", 2),
-    Setup("b", "processes"), Setup("c", "fleet"),
+    Setup("b", "processes"), Setup("c", "fleet"), Setup("b_ahead", "processes", read_ahead=True),
     Setup("a1_shared", "colocated", 1, shared=True), Setup("a2_shared", "colocated", 2, shared=True),
     Setup("b_shared", "processes", shared=True),
 )}
@@ -145,7 +148,7 @@ class Runner:
         cfg = {**base, "setup": "colocated" if setup.kind == "colocated" else "tgb", "prefetch": PREFETCH,
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
-               "timeout": self.timeout, "profile": profile, "device": self.device}
+               "timeout": self.timeout, "profile": profile, "device": self.device, "read_ahead": setup.read_ahead}
         if hold_at is not None:
             cfg["hold"] = {"at": hold_at, "file": str(self._path("hold").with_suffix(".json")), "max_s": 60}
         gate = self.gate()

@@ -9,6 +9,7 @@ import _e2e_analysis as model
 
 SETUP_LABELS = {"a0": "(a) colocated, 0 workers", "a1": "(a) colocated, 1 worker", "a2": "(a) colocated, 2 workers",
                 "b": "(b) tgb.produce processes on P", "c": "(c) Ray fleet on P",
+                "b_ahead": "(b), the trainer reading ahead on a thread",
                 "a1_shared": "(a) 1 worker, T ∪ P", "a2_shared": "(a) 2 workers, T ∪ P",
                 "b_shared": "(b) producer, T ∪ P"}
 
@@ -316,7 +317,7 @@ def _quiet_line(r: dict[str, Any], mach: dict[str, Any]) -> str:
 
 
 def _steps_table(summ: dict[int, Any], res: list[int]) -> list[str]:
-    names = [n for n in ("a0", "a1", "a2", "b", "c") if n in summ[res[0]]["setups"]]
+    names = [n for n in ("a0", "a1", "a2", "b", "b_ahead", "c") if n in summ[res[0]]["setups"]]
     out = ["**Steps/s** (median (min–max) over rounds; the ratios are per round, side by side):", "",
            "| resolution | " + " | ".join(SETUP_LABELS[n] for n in names) + " | (b) / best (a) | ideal | "
            "(b)/(a) ÷ ideal | (c) / best (a) |", "|---|" + "---|" * (len(names) + 4)]
@@ -370,7 +371,7 @@ def _detail_table(summ: dict[int, Any], res: list[int]) -> list[str]:
            "| resolution | setup | × bound | p50 / p95 ms | wait ms (share) | CPU s/step on T | first step s |",
            "|---|---|---|---|---|---|---|"]
     for x in res:
-        for name in ("a0", "a1", "a2", "b", "c"):
+        for name in ("a0", "a1", "a2", "b", "b_ahead", "c"):
             s = summ[x]["setups"].get(name)
             if s is None:
                 continue

@@ -17,7 +17,7 @@ def e2e_gpu_section(r: dict[str, Any] | None) -> list[str]:
     res = sorted(summ)
     nodes, cfg, ds = r["nodes"], r["config"], r["dataset"]
     mach = r.get("machine") or {}
-    names = [n for n in ("a0", "a1", "a2", "b", "c") if n in summ[res[0]]["setups"]]
+    names = [n for n in ("a0", "a1", "a2", "b", "b_ahead", "c") if n in summ[res[0]]["setups"]]
     out = [TITLE, "",
            f"**Machine.** {r.get('gpu')}; {mach.get('cores')} cores ({mach.get('cpu_model', 'CPU not recorded')}), "
            f"run {mach.get('date_utc', 'date not recorded')}. Trainer's node T = {nodes['T']} "
@@ -55,8 +55,12 @@ def e2e_gpu_section(r: dict[str, Any] | None) -> list[str]:
             "step per core); (b) by the GPU where its wait is small, and where it is not, by the trainer's own "
             "read of each step: `tgb.DataLoader` reads a local namespace on the training thread (read, checksum, "
             "pin, copy issued on the side stream), so that work grows with the bytes per step and shows up as "
-            "wait. Next step: read ahead in a thread (`ReaderOptions(inline_local=False)`) and pin into a reused "
-            "staging buffer rather than a fresh pinned copy per step, measured here side by side."]
+            "wait. " + ("`b_ahead` reads ahead on a thread (`ReaderOptions(inline_local=False)`); next: pin into a "
+                        "reused staging buffer rather than a fresh pinned copy per step, measured here side by side."
+                        if "b_ahead" in names else
+                        "Next steps, measured here side by side: read ahead on a thread (`ReaderOptions("
+                        "inline_local=False)`, the `b_ahead` setup that `--device cuda` runs from now on; not in "
+                        "this run), and pin into a reused staging buffer rather than a fresh pinned copy per step.")]
     exact = [row.get("exactly_once", {}).get("ok") for runs in r["runs"].values() for name, rows in runs.items()
              for row in rows if name == "b"]
     out += ["", f"Every (b) run delivered each of its samples exactly once: {all(exact) if exact else 'not checked'} "

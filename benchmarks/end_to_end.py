@@ -51,13 +51,14 @@ are in ``_e2e_analysis``.
 **On a GPU** (``--device cuda``, issue 29's "the real thing"): the trainer's
 model (``GPU_MODEL``) steps on the GPU in bf16 autocast, ending each step on
 its loss read back; (a) pins its batches and copies them there inside the
-wait, (b) reads with ``tgb.DataLoader(device="cuda")``. S is then the wall
+wait, (b) reads with ``tgb.DataLoader(device="cuda")``, and ``b_ahead`` the
+same with its reads on a thread (``--read-ahead`` adds it on CPU too). S is then the wall
 time of a step, so the CPU model of ``_e2e_analysis`` (a step that takes a
 core of T) does not describe the run: its figures are the measured steps/s.
 Results go to ``end_to_end_gpu.json``. ``--sweep-only`` runs the sweep alone.
 
 Usage: python benchmarks/end_to_end.py [--quick] [--rounds N] [--results-dir DIR]
-       [--device cuda] [--trainer-cores N] [--sweep-only]
+       [--device cuda] [--trainer-cores N] [--read-ahead] [--sweep-only]
        (also: tgb bench e2e [--quick])
 """
 
@@ -271,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
                         "results go to end_to_end_gpu.json")
     parser.add_argument("--model", type=int, nargs=4, metavar=("D_ENC", "D_MODEL", "LAYERS", "HEADS"), default=None,
                         help="the trainer's model (default: the mode's)")
+    parser.add_argument("--read-ahead", action="store_true",
+                        help="also (b) with the trainer reading on a thread of its own "
+                        "(b_ahead; on with --device cuda)")
     parser.add_argument("--sweep-only", action="store_true",
                         help="the sweep alone: no crossover search, resolution schedule, crash or profiled run")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
@@ -323,6 +327,8 @@ def measure(args: argparse.Namespace) -> int:
     if args.no_ray and "c" in setups:
         setups.remove("c")
         ray_note = "left out (--no-ray)"
+    if args.read_ahead or args.device == "cuda":
+        setups.append("b_ahead")
     if not args.no_shared:
         setups += cfg["shared"]
     base = args.workdir or (Path("/dev/shm") if _free_bytes(Path("/dev/shm")) > 2**30 else None)
@@ -383,7 +389,8 @@ def measure(args: argparse.Namespace) -> int:
     }
     save(out_dir, "end_to_end_gpu" if args.device == "cuda" else "end_to_end", result)
     for res, s in summary.items():
-        print(f"{res}: (b) / best (a) {s['ratios']['b_over_best_a']['median']:.2f}x", flush=True)
+        print(f"{res}: " + ", ".join(f"{key.removesuffix('_over_best_a')} / best (a) {v['median']:.2f}x"
+                                     for key, v in s["ratios"].items() if key.endswith("_over_best_a")), flush=True)
     for name, g in result["goals"].items():
         print(f"goal {name}: {'met' if g['met'] else 'NOT met'} {g.get('values', g.get('value', ''))}", flush=True)
     if result["gate"]["disturbed"]:

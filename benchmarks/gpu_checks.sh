@@ -30,8 +30,8 @@ step() {  # step NAME SECONDS COMMAND...: one check, its time limit, its log
 }
 step test_device 90 python3 -m pytest -q -p no:randomly tests/consumer/test_device.py
 step train_wait_cuda 120 python3 benchmarks/consumer_read.py --only train_wait_cuda --rounds 3 --out "$OUT/consumer_read.json"
-step e2e_gpu 220 python3 benchmarks/end_to_end.py --device cuda --trainer-cores 2 --no-gate --sweep-only --no-shared \
+step e2e_gpu 250 python3 benchmarks/end_to_end.py --device cuda --trainer-cores 2 --no-gate --sweep-only --no-shared \
     --no-ray --rounds 1 --results-dir "$OUT"
 step train_wait_cpu 70 python3 benchmarks/consumer_read.py --only train_wait --rounds 3 --out "$OUT/consumer_read.json"
-step labels 60 python3 benchmarks/consumer_read.py --only labels --rounds 5 --out "$OUT/consumer_read.json"
+step labels 50 python3 benchmarks/consumer_read.py --only labels --rounds 5 --out "$OUT/consumer_read.json"
 ls -la "$OUT"
