@@ -4,7 +4,14 @@
 #   2. consumer_read.py train_wait_cuda: the wait per step with the step on the GPU
 #   3. end_to_end.py --device cuda: the headline sweep with the trainer on the GPU (T = 2 cores)
 #   4. consumer_read.py train_wait and labels on the same machine (its CPU figures beside the GPU ones)
-# Usage (repository root; wheels of what the machine lacks in .whl/): OUT=/some/dir benchmarks/gpu_checks.sh
+# Usage (repository root): OUT=/some/dir benchmarks/gpu_checks.sh
+# A GPU machine without a package registry needs wheels of what its image lacks (its own torch stays): on a machine
+# with one, `echo /.whl/ >> .git/info/exclude` and
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     torchdata==0.11.0 google-crc32c==1.9.0 webdataset==1.0.2 braceexpand simplejpeg
+# then carry .whl along; this script installs them when `import torchdata` fails. About 6 minutes on an H200 machine
+# (2026-11-27: 16 cores, torch 2.11.0+cu130); each step has its own time limit, so one that hangs costs only its own.
 set -u
 OUT=${OUT:?set OUT to a folder for the results}
 export PYTHONUNBUFFERED=1
