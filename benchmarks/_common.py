@@ -75,7 +75,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "ram_bytes": _ram_bytes(),
         "cpu_model": _cpu_model(),
-        "gpus": _gpus(),
+        "gpus": gpu_names(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "numpy": numpy.__version__,
@@ -85,7 +85,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _gpus() -> list[str]:
+def gpu_names() -> list[str]:
     """The GPUs nvidia-smi names (without initialising CUDA in this process); [] where there is none."""
     import shutil
     import subprocess

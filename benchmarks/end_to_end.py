@@ -81,7 +81,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _e2e_analysis as model
 import _e2e_cpu as cpu
 import _e2e_images as img
-from _common import _gpus, add_results_arg, results_dir, save
+from _common import add_results_arg, gpu_names, results_dir, save
 from _e2e_runs import PREFETCH, SETUPS, Runner, summarise
 
 FULL = {"resolutions": [224, 448, 896], "batch": 8, "images": 48, "min_mp": 0.5, "max_mp": 2.0, "rounds": 3,
@@ -301,7 +301,7 @@ def measure(args: argparse.Namespace) -> int:
         cfg["gate_budget_s"] = args.gate_budget
     if args.no_gate:
         cfg.update(quiet=None, max_foreign=None, retries=0, gate_budget_s=0.0)
-    if args.device == "cuda" and not _gpus():
+    if args.device == "cuda" and not gpu_names():
         raise ValueError("--device cuda: nvidia-smi names no GPU on this machine")
     cfg["device"] = args.device
     if args.device == "cuda":
@@ -420,7 +420,7 @@ def after_sweep(runner: Runner, cfg: dict[str, Any], sweep: Sweep, summary: dict
 
 
 def _gpu_note(device: str) -> str:
-    gpus = _gpus()  # nvidia-smi: CUDA is never initialised in this process, whose children are forked
+    gpus = gpu_names()  # nvidia-smi: CUDA is never initialised in this process, whose children are forked
     if device == "cuda":
         return f"{gpus[0] if gpus else 'a GPU'}: the trainer steps on it"
     return "none lent to this run: the trainer steps on CPU core(s) T" if not gpus else \
@@ -435,7 +435,7 @@ def _free_bytes(path: Path) -> int:
 
 
 def _machine_note() -> str:
-    gpus = _gpus()
+    gpus = gpu_names()
     gpu = gpus[0] if gpus else "no GPU"
     return f"{os.cpu_count()} cores ({len(cpu.available_cpus())} usable by this process), {gpu}"
 

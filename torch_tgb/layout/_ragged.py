@@ -54,7 +54,8 @@ class RaggedRows(Sequence[torch.Tensor]):
     __slots__ = ("_bounds", "offsets", "values")
 
     def __init__(self, values: torch.Tensor, offsets: torch.Tensor) -> None:
-        _check_values(values)
+        if not isinstance(values, torch.Tensor) or values.dim() < 1:
+            raise LayoutError(f"RaggedRows: values must be a tensor with an item dim 0, got {_describe(values)}")
         if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64:
             raise LayoutError(f"RaggedRows: offsets must be an int64 tensor, got {_describe(offsets)}")
         self._set(values, offsets, _bounds(values, offsets.detach().cpu().numpy()))
@@ -62,13 +63,10 @@ class RaggedRows(Sequence[torch.Tensor]):
     @classmethod
     def from_lengths(cls, values: torch.Tensor, lengths: Sequence[int] | np.ndarray) -> RaggedRows:
         """Rows of ``lengths[r]`` items each, in order, over ``values``."""
-        _check_values(values)
         counts = np.asarray(lengths, dtype=np.int64)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        rows = cls.__new__(cls)
-        rows._set(values, torch.from_numpy(offsets), _bounds(values, offsets))
-        return rows
+        return cls(values, torch.from_numpy(offsets))
 
     def _set(self, values: torch.Tensor, offsets: torch.Tensor, bounds: list[int]) -> None:
         """Hold ``values`` cut at ``offsets`` (``bounds``: the same as a list), already checked."""
@@ -114,11 +112,6 @@ class RaggedRows(Sequence[torch.Tensor]):
 
     def __repr__(self) -> str:
         return f"RaggedRows({len(self)} rows, values {tuple(self.values.shape)} {self.values.dtype})"
-
-
-def _check_values(values: object) -> None:
-    if not isinstance(values, torch.Tensor) or values.dim() < 1:
-        raise LayoutError(f"RaggedRows: values must be a tensor with an item dim 0, got {_describe(values)}")
 
 
 def _bounds(values: torch.Tensor, offsets: np.ndarray) -> list[int]:

@@ -52,9 +52,6 @@ def encoder_costs(patches_per_row: Sequence[Sequence[int] | np.ndarray], *, beta
 
 def imbalance(costs: Sequence[float] | np.ndarray) -> float:
     """max / mean of ``costs`` (1.0 = perfect; 1.0 for no cost at all)."""
-    if isinstance(costs, list) and len(costs) == 1 and isinstance(costs[0], (int, float)):  # one part: max == mean
-        cost = float(costs[0])
-        return cost / cost if cost > 0 else 1.0
     values = np.asarray(costs, dtype=np.float64).reshape(-1)
     mean = float(values.mean()) if values.size else 0.0
     return float(values.max()) / mean if mean > 0 else 1.0
