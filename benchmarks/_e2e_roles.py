@@ -195,6 +195,25 @@ def _host(batch: dict[str, torch.Tensor], check: bool) -> dict[str, torch.Tensor
     return {k: batch[k].cpu() for k in keys}
 
 
+class OneWorkerDeath:
+    """A SIGCHLD handler for (a)'s kill: torch's raises wherever the main thread is when the worker dies, and again
+    at every later SIGCHLD while the dead worker is registered, after the loop too, where it would end the trainer
+    before it writes its result. This one lets torch's raise once, and only until the loop ends (``disarm``)."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.previous = signal.getsignal(signal.SIGCHLD)
+        signal.signal(signal.SIGCHLD, self)
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.armed and callable(self.previous):
+            self.armed = False  # first: its raise ends the loop
+            self.previous(signum, frame)
+
+    def disarm(self) -> None:
+        self.armed = False
+
+
 def trainer(cfg: dict[str, Any]) -> None:
     torch.set_num_threads(1)
     model = img.Trainer(img.ModelSpec(**cfg["model"]), _device(cfg))
@@ -212,34 +231,40 @@ def trainer(cfg: dict[str, Any]) -> None:
     killed_t = None
     profiler = cProfile.Profile() if cfg.get("profile") else None
     started = time.monotonic()
+    death: OneWorkerDeath | None = None
     try:
-        for step in range(steps):
-            t0 = time.monotonic()
-            try:
-                batch = _on_device(next(it), cfg)
-            except StopIteration:
-                break
-            t1, c1 = time.monotonic(), time.thread_time()
-            model.step(batch)
-            t2, c2 = time.monotonic(), time.thread_time()
-            rec["end"].append(t2)
-            rec["wait"].append(t1 - t0)
-            rec["compute"].append(t2 - t1)
-            rec["compute_cpu"].append(c2 - c1)
-            rec["bytes"].append(img.batch_bytes(batch))
-            check = bool(cfg.get("check_every")) and step % cfg["check_every"] == 0
-            host = _host(batch, check)
-            rec["captions"].append(img.row_digests(host))
-            rec["res"].append(int(host["image_grid_thw"][0, 1]) * img.PATCH)
-            if check:
-                checks.update(list(img.first_image_digests(host).items())[:1])
-            if step + 1 == warmup:
-                first = cpu.snapshot(pids)
-                if profiler is not None:
-                    profiler.enable()
-            if step == kill_at and worker_pids:  # (a): the trainer's own worker dies, as in seed 000 §2.2
-                os.kill(worker_pids[0], signal.SIGKILL)
-                killed_t = time.monotonic()
+        try:
+            for step in range(steps):
+                t0 = time.monotonic()
+                try:
+                    batch = _on_device(next(it), cfg)
+                except StopIteration:
+                    break
+                t1, c1 = time.monotonic(), time.thread_time()
+                model.step(batch)
+                t2, c2 = time.monotonic(), time.thread_time()
+                rec["end"].append(t2)
+                rec["wait"].append(t1 - t0)
+                rec["compute"].append(t2 - t1)
+                rec["compute_cpu"].append(c2 - c1)
+                rec["bytes"].append(img.batch_bytes(batch))
+                check = bool(cfg.get("check_every")) and step % cfg["check_every"] == 0
+                host = _host(batch, check)
+                rec["captions"].append(img.row_digests(host))
+                rec["res"].append(int(host["image_grid_thw"][0, 1]) * img.PATCH)
+                if check:
+                    checks.update(list(img.first_image_digests(host).items())[:1])
+                if step + 1 == warmup:
+                    first = cpu.snapshot(pids)
+                    if profiler is not None:
+                        profiler.enable()
+                if step == kill_at and worker_pids:  # (a): the trainer's own worker dies, as in seed 000 §2.2
+                    death = OneWorkerDeath()
+                    killed_t = time.monotonic()
+                    os.kill(worker_pids[0], signal.SIGKILL)
+        finally:
+            if death is not None:
+                death.disarm()
     except Exception as exc:  # noqa: BLE001 - (a)'s death on a killed worker is the measurement
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     last = cpu.snapshot(pids)
