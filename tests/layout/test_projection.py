@@ -187,14 +187,20 @@ def test_plan_over_real_objects_matches_direct_slicing(topo):
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.integers(1, 5), width=st.integers(2, 9), extra=st.booleans())
-def test_whole_token_rows_take_the_short_way_to_the_same_batch(rows, width, extra):
-    """A one-piece, one-chunk ``labels_from`` step (the common token-rows read) skips the general join."""
+@given(rows=st.integers(1, 5), width=st.integers(2, 9), extra=st.booleans(), layout=st.sampled_from(
+    ["contiguous", "offset", "transposed", "every_other_column"]))
+def test_whole_token_rows_take_the_short_way_to_the_same_batch(rows, width, extra, layout):
+    """A one-piece, one-chunk ``labels_from`` step (the common token-rows read) skips the general join; its
+    views (``as_strided``) are the slices', whatever the rows' strides and storage offset."""
     from fractions import Fraction
 
     from torch_tgb.layout._projection import Piece, Segment, StepReads
 
-    piece = {"input_ids": torch.arange(rows * width).view(rows, width), "seq_lens": torch.arange(rows)}
+    tokens = {"contiguous": lambda: torch.arange(rows * width).view(rows, width),
+              "offset": lambda: torch.arange(rows * width + 3)[3:].view(rows, width),
+              "transposed": lambda: torch.arange(rows * width).view(width, rows).t(),
+              "every_other_column": lambda: torch.arange(rows * width * 2).view(rows, 2 * width)[:, ::2]}[layout]()
+    piece = {"input_ids": tokens, "seq_lens": torch.arange(rows)}
     if extra:
         piece["position_ids"] = torch.arange(rows * (width - 1)).view(rows, width - 1)
     reads = StepReads(pieces=(Piece(0, 0, 0),), parts=((Segment(0, Fraction(0), Fraction(1)),),),
@@ -204,7 +210,8 @@ def test_whole_token_rows_take_the_short_way_to_the_same_batch(rows, width, extr
     assert fast.keys() == general.keys()
     for name in general:
         assert torch.equal(fast[name], general[name]), name
-    assert torch.equal(fast["labels"][:, :-1], fast["input_ids"][:, 1:])
+        assert fast[name].stride() == general[name].stride(), name
+    assert torch.equal(fast["labels"], tokens[:, 1:]) and torch.equal(fast["input_ids"], tokens[:, :-1])
 
 
 def test_whole_token_rows_of_one_column_say_what_is_wrong():

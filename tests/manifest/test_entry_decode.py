@@ -46,3 +46,30 @@ def test_object_size_zero_means_absent_on_both_paths() -> None:
     obj = {**GOOD, "object_size": 0, "start": 0}
     assert _entry_fast(obj) == TGBEntry._from_fields(obj, what="entry")
     assert _entry_fast(obj).object_size is None
+
+
+KEYS = st.sampled_from(["data/p0/a.tgb", "data/p1/b.tgb", "other/p0/a.tgb", "data/../x.tgb", "data//x", "/data/x"])
+PRODUCERS = st.sampled_from(["p0", "p-1.x", "", "-p", "p/0"])
+SIZES = st.sampled_from([0, 1, 240, 3800, 4040, 4096, 5000, 64 * 1024 * 1024 + 1])
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=st.lists(st.fixed_dictionaries(
+    {"key": KEYS, "producer": PRODUCERS, "size": SIZES, "footer_offset": SIZES, "footer_length": SIZES},
+    optional={"start": SIZES, "object_size": SIZES}), min_size=1, max_size=4))
+def test_a_list_decodes_as_each_entry_does(items: list[dict]) -> None:
+    """``from_json_list`` (names checked once per pair, messages formatted on failure only) accepts exactly what
+    ``from_json`` of each item accepts, and fails with the first failing item's own message and index."""
+    objs = [{**GOOD, **item} for item in items]
+    try:
+        expected: tuple[TGBEntry, ...] | str = tuple(
+            TGBEntry.from_json(o, what=f"v entry {i}") for i, o in enumerate(objs))
+    except ManifestError as e:
+        expected = str(e)
+    try:
+        got: tuple[TGBEntry, ...] | str = TGBEntry.from_json_list(objs, what="v")
+    except ManifestError as e:
+        got = str(e)
+    assert got == expected
+    if not isinstance(got, str):
+        assert all(e._fits() for e in got)

@@ -115,6 +115,26 @@ def test_size_and_depth_limits() -> None:
         load_json(b'{"a": ' + very_deep + b"}", what="x")
 
 
+def test_a_versions_entries_are_not_depth_walked_but_checked_flat() -> None:
+    """``load_json(flat="entries")`` skips the depth walk there only: a nested entry is refused by the entry
+    checks (with its index), deep nesting anywhere else by the walk."""
+    deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
+    text = json.dumps(good_version(1))
+    nested_entry = text.replace('"entries": [', '"entries": [' + deep + ", ", 1).encode()
+    with pytest.raises(ManifestError, match="entry 0: expected an object"):
+        Version.decode(nested_entry, number=1)
+    nested_field = json.loads(text)
+    nested_field["entries"][1]["key"] = json.loads(deep)
+    with pytest.raises(ManifestError, match="entry 1: field 'key' must be a string"):
+        decode(nested_field)
+    nested_producer = text.replace('"producers": {', '"producers": {"x": ' + deep + ", ", 1).encode()
+    with pytest.raises(ManifestError, match="nested"):
+        Version.decode(nested_producer, number=1)
+    assert load_json(b'{"entries": ' + deep.encode() + b"}", what="x", flat="entries")["entries"]
+    with pytest.raises(ManifestError, match="nested"):
+        load_json(b'{"entries": ' + deep.encode() + b"}", what="x")
+
+
 def test_fold_checks_continuity() -> None:
     first = decode(good_version(1))
     state = fold(EMPTY_STATE, first)

@@ -117,7 +117,8 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
                 in_order=True,
                 snapshot_every_n_steps=1,
             )
-        self._stall = 0.0
+        # seconds the loop waited in next(): in a list, since DataLoader.__setattr__ costs per step
+        self._stall = [0.0]
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
         self._consumption = Consumption()  # what the training loop consumed, for frameworks that fetch ahead
@@ -213,6 +214,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self._held = None
 
     def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
+        stall = self._stall
         while True:
             started = time.perf_counter()
             try:
@@ -222,7 +224,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
                     self._checker.check_end()
                 return
             finally:
-                self._stall += time.perf_counter() - started
+                stall[0] += time.perf_counter() - started
             if type(batch) is SharedStep:
                 batch = batch.unpack()
             meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
@@ -256,7 +258,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in _worker_readers(StatefulDataLoader.state_dict(self))
                               if STATS_KEY in r)
         fields = own.to_json()
-        fields["stall_s"] = self._stall
+        fields["stall_s"] = self._stall[0]
         return ConsumerStats.from_json(fields)
 
 

@@ -339,9 +339,11 @@ class SliceRun:
         self._first = reader.verify == "first"
         self._never = not (self._always or self._first)
         self._ragged = bool(info.ragged)
-        self._plan: tuple[tuple[str, np.dtype, int, int, tuple[int, ...], torch.dtype | None, torch.dtype | None],
-                          ...] = tuple((name, np_dtype, count, offset, shape, view, None)
-                                       for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
+        # (name, stored dtype, count, offset, shape, torch view, torch cast, numpy cast): cast_with sets the casts
+        self._plan: tuple[tuple[str, np.dtype, int, int, tuple[int, ...], torch.dtype | None, torch.dtype | None,
+                                np.dtype | None], ...] = tuple(
+            (name, np_dtype, count, offset, shape, view, None, None)
+            for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
 
     def cast_with(self, cast: IntegerCast) -> bool:
         """Cast each tensor as it is read, by ``cast``'s rules (the run path's single slice: no second pass).
@@ -355,7 +357,8 @@ class SliceRun:
             if rule == CHECK:
                 return False
             targets.append(cast.dtype if rule == WIDEN else None)
-        self._plan = tuple((*row[:6], target) for row, target in zip(self._plan, targets))
+        self._plan = tuple((*row[:6], target, _numpy_twin(target) if row[5] is None else None)
+                           for row, target in zip(self._plan, targets))
         return True
 
     def __len__(self) -> int:
@@ -370,11 +373,14 @@ class SliceRun:
         buffer = self.buffer
         out = {}
         j = 0
-        for name, np_dtype, count, offset, shape, view, cast in self._plan:
+        for name, np_dtype, count, offset, shape, view, cast, np_cast in self._plan:
             arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
             if check and google_crc32c.value(arr) != crcs[j]:
                 raise crc_mismatch(self.key, self.info, name, crcs[j])
             j += 1
+            if np_cast is not None:  # numpy's cast copy is cheaper per call than torch's .to
+                out[name] = torch.from_numpy(arr.astype(np_cast).reshape(shape))
+                continue
             tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
             if view is not None:
                 tensor = tensor.view(view)
@@ -384,6 +390,16 @@ class SliceRun:
         if check and self._first:
             self._reader._mark_range(self.key, start)
         return out
+
+
+def _numpy_twin(dtype: torch.dtype | None) -> np.dtype | None:
+    """The numpy dtype of torch ``dtype`` (None: none, as for bfloat16, or no dtype)."""
+    if dtype is None:
+        return None
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:
+        return None
 
 
 def read_slice(

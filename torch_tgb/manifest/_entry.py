@@ -8,7 +8,9 @@ accepts exactly what the field-by-field path accepts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import functools
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, cast
 
 from torch_tgb.errors import InvalidKey, ManifestError
@@ -86,6 +88,32 @@ class TGBEntry:
         return entry
 
     @classmethod
+    def from_json_list(cls, items: Sequence[object], *, what: str) -> tuple[TGBEntry, ...]:
+        """:meth:`from_json` of each item (a version's ``entries``); an error names ``what`` and the item's index.
+
+        The message is only formatted for an item that fails: a version holds
+        up to thousands of entries, and each reader decodes every one.
+        """
+        out = []
+        for obj in items:
+            entry = _entry_fast(obj)
+            if entry is None or not entry._fits():
+                return cls._worded(items, what=what)
+            out.append(entry)
+        return tuple(out)
+
+    @classmethod
+    def _worded(cls, items: Sequence[object], *, what: str) -> tuple[TGBEntry, ...]:
+        return tuple(cls.from_json(obj, what=f"{what} entry {i}") for i, obj in enumerate(items))
+
+    def _fits(self) -> bool:
+        """Whether :meth:`validate` passes (it words why not): names checked once per distinct pair."""
+        return (_names_ok(self.key, self.producer) and self.footer_length <= MAX_FOOTER_BYTES
+                and 0 <= self.start <= self.footer_offset
+                and (self.object_size is None or self.object_size >= self.size)
+                and self.footer_offset + self.footer_length <= self.size)
+
+    @classmethod
     def _from_fields(cls, obj: object, *, what: str) -> TGBEntry:
         f = Fields(obj, what=what)
         entry = cls(
@@ -133,7 +161,25 @@ class TGBEntry:
             )
 
 
+@functools.lru_cache(maxsize=1024)
+def _names_ok(key: str, producer: str) -> bool:
+    """Whether ``key`` is a valid key inside ``data/`` and ``producer`` a valid producer id (as ``validate`` checks).
+
+    Entries of one segment share their key and producer: the checks run once per pair, not once per entry.
+    """
+    try:
+        validate_key(key)
+        validate_producer_id(producer)
+    except (InvalidKey, ValueError):
+        return False
+    return key.startswith(DATA_PREFIX)
+
+
 _ENTRY_FIELDS = frozenset(f.name for f in fields(TGBEntry))  # the JSON keys are the field names (to_json)
+_REQUIRED = frozenset(f.name for f in fields(TGBEntry) if f.default is MISSING)
+_DEFAULTS = {f.name: f.default for f in fields(TGBEntry) if f.default is not MISSING}
+_STRINGS = frozenset({"key", "producer"})
+_new = object.__new__
 
 
 def _entry_fast(obj: object) -> TGBEntry | None:
@@ -141,19 +187,22 @@ def _entry_fast(obj: object) -> TGBEntry | None:
 
     Accepts exactly what ``TGBEntry._from_fields`` accepts and nothing more
     (``tests/manifest/test_entry_decode.py`` holds the two paths to that), so
-    only error wording lives in the slow path.
+    only error wording lives in the slow path. The entry's fields are the
+    object's own values, set at once (a frozen dataclass's ``__init__`` sets
+    them one ``object.__setattr__`` at a time: most of a decode).
     """
-    if type(obj) is not dict or not obj.keys() <= _ENTRY_FIELDS:
+    if type(obj) is not dict or not _REQUIRED <= obj.keys() <= _ENTRY_FIELDS:
         return None
-    get = obj.get
-    key, producer = get("key"), get("producer")
-    numbers = (get("size"), get("footer_offset"), get("footer_length"), get("offset"),
-               get("samples", 0), get("tokens", 0), get("start", 0), get("object_size", 0))
-    if type(key) is not str or type(producer) is not str:
-        return None
-    for n in numbers:
-        if type(n) is not int or n < 0:
+    for name, value in obj.items():
+        if name in _STRINGS:
+            if type(value) is not str:
+                return None
+        elif type(value) is not int or value < 0:
             return None
-    size, footer_offset, footer_length, offset, samples, tokens, start, object_size = cast("tuple[int, ...]", numbers)
-    return TGBEntry(key, size, footer_offset, footer_length, producer, offset, samples, tokens, start,
-                    object_size or None)
+    entry = _new(TGBEntry)
+    fields_ = entry.__dict__
+    fields_.update(_DEFAULTS)
+    fields_.update(obj)
+    if not fields_["object_size"]:  # 0: absent (no object has 0 bytes)
+        fields_["object_size"] = None
+    return cast(TGBEntry, entry)

@@ -26,8 +26,15 @@ def dump_json(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def load_json(data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES) -> dict[str, Any]:
-    """Parse ``data`` as a JSON object; ``what`` names it in errors."""
+def load_json(
+    data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES, flat: str | None = None
+) -> dict[str, Any]:
+    """Parse ``data`` as a JSON object; ``what`` names it in errors.
+
+    Containers nested deeper than :data:`MAX_DEPTH` are refused, except inside
+    the top-level field ``flat``: its caller checks each of its items to be an
+    object of scalars (a version's thousands of entries, not walked twice).
+    """
     if len(data) > max_bytes:
         raise ManifestError(f"{what}: {len(data)} bytes exceeds the metadata limit of {max_bytes}")
     try:
@@ -40,7 +47,7 @@ def load_json(data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES) ->
         raise ManifestError(f"{what}: expected a JSON object, got {type(value).__name__}")
     # a path nests no deeper than the brackets that open containers, counted with any inside strings
     if not isinstance(data, bytes) or data.count(b"[") + data.count(b"{") > MAX_DEPTH:
-        _check_depth(value, what)
+        _check_depth(value if flat is None else {k: v for k, v in value.items() if k != flat}, what)
     return value
 
 

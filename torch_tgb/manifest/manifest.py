@@ -56,6 +56,9 @@ class Manifest:
         self.store = store
         self.snapshot_every = snapshot_every
         self._versions = VersionCache(cache_size)
+        # a replay fetches versions on threads from a remote store only: a local file answers in microseconds,
+        # and starting a pool's threads took milliseconds on a busy machine (a reader's open paid it each time)
+        self._fetch_on_threads = store.local_path(version_key(1)) is None and store.max_in_flight > 1
         self._boundary = BoundaryView()
         self._lock = threading.Lock()  # guards _state's compare-and-set
         # starting points only, read again when it matters (a plain attribute store is atomic under the GIL)
@@ -175,10 +178,10 @@ class Manifest:
         return _reads.read_snapshot(self.store, number, where=self.where)
 
     def replay(self, state: ManifestState, until: int) -> ManifestState:
-        """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently)."""
+        """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently from a remote store)."""
         numbers = list(range(state.version + 1, until + 1))
         missing = self._versions.missing(numbers)
-        if len(missing) > 1:
+        if len(missing) > 1 and self._fetch_on_threads:
             workers = min(len(missing), self.store.max_in_flight, 16)
             with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
                 list(pool.map(self.try_read_version, missing))  # fills the cache; errors re-raise below

@@ -41,6 +41,8 @@ __all__ = [
 #: the ``format`` field of every manifest object this code writes and reads
 FORMAT = "tgb-manifest/1"
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
+#: a version's field of TGB entries
+ENTRIES = "entries"
 
 
 def _check_format(f: Fields) -> None:
@@ -154,7 +156,8 @@ class Version:
     def decode(cls, data: bytes, *, number: int, where: str = "") -> Version:
         """Parse and validate the bytes of ``_tgb/log/<number>``; errors name the version."""
         what = f"{where}manifest version={number}"
-        f = Fields(load_json(data, what=what), what=what)
+        # the entries are checked item by item to be flat objects of scalars: no depth walk over them
+        f = Fields(load_json(data, what=what, flat=ENTRIES), what=what)
         _check_format(f)
         stored = f.integer("version", minimum=1)
         if stored != number:
@@ -163,9 +166,7 @@ class Version:
         if not _TOKEN.match(token):
             raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
         first_step = f.integer("first_step")
-        entries = tuple(
-            TGBEntry.from_json(e, what=f"{what} entry {i}") for i, e in enumerate(f.array("entries"))
-        )
+        entries = TGBEntry.from_json_list(f.array(ENTRIES), what=what)
         producers = _producers_from_json(f.mapping("producers"), what=what)
         job = f.optional_mapping("job")
         version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"),
