@@ -663,6 +663,12 @@ def ingest_reading(points: list[dict[str, Any]], against_commit: str = "?") -> s
     return " ".join(parts)
 
 
+def _spread(row: dict[str, Any]) -> str:
+    """A reader's ratio per round, as a range."""
+    per = row.get("ratio_per_round") or [row["ratio_to_baseline"]]
+    return f"{min(per):.2f}–{max(per):.2f} per round" if len(per) > 1 else "one round"
+
+
 def labels_reading(labels: dict[str, Any]) -> str:
     by = {r["reader"]: r for r in labels["results"]}
     goal = labels["goal_ratio"]
@@ -670,7 +676,8 @@ def labels_reading(labels: dict[str, Any]) -> str:
     views, loader = by.get("tgb_loader_views"), by.get("tgb_loader")
     if views:
         text += (f" The floor's tensors (a slice and its shift of one int64 copy) through `tgb.DataLoader`: "
-                 f"{views['ratio_to_baseline']:.2f}× the floor (`derive=()`, goal ≥ {goal}×: "
+                 f"{views['ratio_to_baseline']:.2f}× the floor, the median of its rounds "
+                 f"({_spread(views)}; `derive=()`, goal ≥ {goal}×: "
                  f"{verdict(views['ratio_to_baseline'] >= goal)}). The reader maps the slice, checks its CRC32C and "
                  "casts the rows to int64 once as it views them; `input_ids` and `labels` are two views of that "
                  "copy, as the floor's are, and the -100 at sequence ends is the training step's "

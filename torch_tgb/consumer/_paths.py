@@ -182,13 +182,15 @@ class ReadPath(ABC):
         if ignored is not None:
             shift = tensors[LABELS_KEY]
             if shift.dtype == self._label_dtype and not shift.dtype.is_floating_point:  # cast as read: numpy's copy
-                labels = torch.from_numpy(shift.numpy().copy())
+                array = shift.numpy().copy()
+                array.reshape(-1)[ignored] = IGNORE_INDEX
+                labels = torch.from_numpy(array)
             else:
                 labels = shift.to(self._label_dtype, memory_format=torch.contiguous_format, copy=True)
-            if labels.dtype.is_floating_point:  # bfloat16 has no numpy twin
-                labels.view(-1).index_fill_(0, torch.from_numpy(ignored), IGNORE_INDEX)
-            else:
-                labels.numpy().reshape(-1)[ignored] = IGNORE_INDEX
+                if labels.dtype.is_floating_point:  # bfloat16 has no numpy twin
+                    labels.view(-1).index_fill_(0, torch.from_numpy(ignored), IGNORE_INDEX)
+                else:
+                    labels.numpy().reshape(-1)[ignored] = IGNORE_INDEX
             out[LABELS_KEY] = labels
         for name, array in derived.items():  # a copy each step: a training step may write into what it got
             out[name] = torch.from_numpy(array.copy())
