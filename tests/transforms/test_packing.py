@@ -33,6 +33,38 @@ def test_bfd_never_loses_or_duplicates_a_token(lengths, seq_len):
     assert pack_bfd(lengths, seq_len) == bins  # deterministic
 
 
+def _bfd_by_the_book(lengths: list[int], seq_len: int) -> list[list[tuple[int, int, int]]]:
+    """Best-fit decreasing as its definition reads: full chunks first (one row each, in document order), then
+    the partial chunks longest first (ties: lower document), each into the row with the least free space that
+    holds it (ties: the row that reached that free space last), else a new row. Quadratic: a reference."""
+    rows: list[list[tuple[int, int, int]]] = []
+    for doc, n in enumerate(lengths):
+        rows += [[(doc, k * seq_len, (k + 1) * seq_len)] for k in range(n // seq_len)]
+    chunks = sorted(((n % seq_len, doc, n - n % seq_len) for doc, n in enumerate(lengths) if n % seq_len),
+                    key=lambda c: (-c[0], c[1]))
+    free: dict[int, int] = {}  # row -> its free space, in the order rows reached it
+    for length, doc, start in chunks:
+        fits = [(space, -order) for order, (row, space) in enumerate(free.items()) if space >= length]
+        if fits:
+            space, neg = min(fits)
+            row = list(free)[-neg]
+            del free[row]
+        else:
+            row, space = len(rows), seq_len
+            rows.append([])
+        rows[row].append((doc, start, start + length))
+        if space - length:
+            free[row] = space - length
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 90), max_size=50), seq_len=st.integers(1, 32))
+def test_bfd_is_best_fit_decreasing_by_the_book(lengths, seq_len):
+    """The vectorised full chunks, the numpy sort and the free-space index give the textbook packing."""
+    assert pack_bfd(np.asarray(lengths, dtype=np.int64), seq_len) == _bfd_by_the_book(lengths, seq_len)
+
+
 def test_bfd_best_fit_example():
     # 7 then 5 (new rows), 3 fits the row with 3 free (best fit, not first fit), 1 -> row with 1 free
     bins = pack_bfd([7, 5, 3, 1, 10], 10)

@@ -69,37 +69,39 @@ def pack_bfd(doc_lengths: Sequence[int] | np.ndarray, seq_len: int) -> list[list
     distinct free sizes.
     """
     lengths = _lengths(doc_lengths, seq_len)
-    bins: list[list[Span]] = []
-    rest: list[tuple[int, int, int]] = []  # (length, doc, start) of the partial chunks
-    for doc, n in enumerate(lengths.tolist()):
-        full, tail = divmod(n, seq_len)
-        for k in range(full):  # a full chunk fills a row by itself
-            bins.append([(doc, k * seq_len, (k + 1) * seq_len)])
-        if tail:
-            rest.append((tail, doc, full * seq_len))
-    rest.sort(key=lambda c: (-c[0], c[1]))
-    # free space -> rows with exactly that much free space (stack: deterministic)
+    full, tail = np.divmod(lengths, seq_len)
+    # a full chunk fills a row by itself: those rows first, in document then chunk order
+    docs = np.repeat(np.arange(len(lengths)), full)
+    firsts = np.cumsum(full) - full  # each document's first full row
+    starts = (np.arange(len(docs)) - np.repeat(firsts, full)) * seq_len
+    bins: list[list[Span]] = [[(d, a, a + seq_len)] for d, a in zip(docs.tolist(), starts.tolist())]
+    # the partial chunks, longest first, ties by document (a stable sort of the documents in order)
+    partial = np.flatnonzero(tail)
+    order = partial[np.argsort(-tail[partial], kind="stable")]
+    rest = zip(tail[order].tolist(), order.tolist(), (full[order] * seq_len).tolist())
+    # free space -> rows with exactly that much free space (a stack: deterministic), and the sorted free sizes
     by_free: dict[int, list[int]] = {}
-    free_sizes: list[int] = []  # sorted distinct keys of by_free
+    free_sizes: list[int] = []
+    find, insort = bisect.bisect_left, bisect.insort
     for length, doc, start in rest:
-        i = bisect.bisect_left(free_sizes, length)
+        i = find(free_sizes, length)
         if i < len(free_sizes):
             free = free_sizes[i]
             rows = by_free[free]
             row = rows.pop()
             if not rows:
-                del by_free[free]
-                free_sizes.pop(i)
+                del free_sizes[i], by_free[free]
+            bins[row].append((doc, start, start + length))
         else:
             free, row = seq_len, len(bins)
-            bins.append([])
-        bins[row].append((doc, start, start + length))
+            bins.append([(doc, start, start + length)])
         left = free - length
         if left:
-            if left not in by_free:
-                by_free[left] = []
-                bisect.insort(free_sizes, left)
-            by_free[left].append(row)
+            rows = by_free.get(left)
+            if rows is None:
+                rows = by_free[left] = []
+                insort(free_sizes, left)
+            rows.append(row)
     return bins
 
 
