@@ -537,6 +537,7 @@ def token_rows_section(ingest: dict[str, Any] | None, cr: dict[str, Any] | None,
     if points and "ratio_to_disk_read" in points[0]:
         c = ingest["corpus"]  # type: ignore[index]
         against = ingest.get("against") if all("speedup" in p for p in points) else None  # type: ignore[union-attr]
+        cached = all("tgb_cached_tok_per_s" in p for p in points)  # ingest.json of before the cached runs: without
         out += [f"One corpus of {c['tokens'] / 1e6:.0f} M uint16 tokens ({c['docs']:,} documents of 50–3000 tokens) "
                 f"as a token file, Parquet, Lance and WebDataset tars; each point a fresh process: the format's own "
                 f"library reads it from the disk (page cache dropped) and from the page cache, then `tgb.produce` "
@@ -545,13 +546,16 @@ def token_rows_section(ingest: dict[str, Any] | None, cr: dict[str, Any] | None,
                 f"{ingest['global_batch']} ({_when(ingest)}). Goals (issue 28): ≥ 50 M tok/s and ≥ 0.25× numpy's "
                 "read for the token file, ≥ 0.3× for Parquet and Lance, ≤ 2.2 B/token at rest.", "",
                 "| source | packing | tgb M tok/s | library read from disk M tok/s | × | from cache M tok/s | × | "
-                "B/token at rest | peak RSS MiB |" + (" before M tok/s | speed-up |" if against else ""),
-                "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if against else "")]
+                + ("tgb from cache M tok/s | × the library's from cache | " if cached else "")
+                + "B/token at rest | peak RSS MiB |" + (" before M tok/s | speed-up |" if against else ""),
+                "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if cached else "") + ("---|---|" if against else "")]
         for p in points:
             out.append(f"| {p['source']} | {p['packing']} | {p['tgb_tok_per_s'] / 1e6:.1f} | "
                        f"{p['library_read_disk_tok_per_s'] / 1e6:.0f} | {p['ratio_to_disk_read']:.3f} | "
                        f"{p['library_read_cached_tok_per_s'] / 1e6:.0f} | {p['ratio_to_cached_read']:.3f} | "
-                       f"{p['bytes_per_token']:.3f} | {p['peak_rss_mb']:.0f} |"
+                       + (f"{p['tgb_cached_tok_per_s'] / 1e6:.1f} | {p['cached_ratio_to_cached_read']:.3f} | "
+                          if cached else "")
+                       + f"{p['bytes_per_token']:.3f} | {p['peak_rss_mb']:.0f} |"
                        + (f" {p['against_tok_per_s'] / 1e6:.1f} | {p['speedup']:.2f}× |" if against else ""))
         if against:
             out += ["", f"Each point is the median of {ingest['rounds']} rounds; every round also ran the same point "
@@ -594,6 +598,25 @@ def _speedups(points: list[dict[str, Any]], source: str) -> list[float]:
     return [p["speedup"] for p in points if p["source"] == source and p.get("speedup")]
 
 
+def _ratios(points: list[dict[str, Any]], key: str) -> str:
+    return f"{min(p[key] for p in points):.3f}–{max(p[key] for p in points):.3f}×"
+
+
+def _arrow_goal(arrow: list[dict[str, Any]]) -> str:
+    """Parquet and Lance against issue 28's 0.3x: each cache state like for like, and the mixed one."""
+    disk, mixed = min(p["ratio_to_disk_read"] for p in arrow), min(p["ratio_to_cached_read"] for p in arrow)
+    text = (f"Parquet and Lance (goal ≥ 0.3× their library's own read): from the disk, both: "
+            f"{_ratios(arrow, 'ratio_to_disk_read')} ({verdict(disk >= 0.3)})")
+    if all("cached_ratio_to_cached_read" in p for p in arrow):
+        cache = min(p["cached_ratio_to_cached_read"] for p in arrow)
+        cores = max(p.get("library_read_cached_cores", 0.0) for p in arrow)
+        text += (f"; from the page cache, both: {_ratios(arrow, 'cached_ratio_to_cached_read')} "
+                 f"({verdict(cache >= 0.3)}; the library's cached read used up to {cores:.1f} cores, Arrow decoding "
+                 "on its own threads, where the source decodes on one thread and packs and writes on another)")
+    return (text + f"; tgb from the disk against the library from the cache: {_ratios(arrow, 'ratio_to_cached_read')} "
+            f"({verdict(mixed >= 0.3)}).")
+
+
 def ingest_reading(points: list[dict[str, Any]], against_commit: str = "?") -> str:
     """What the ingest table says against issue 28's goals, from its own figures."""
     by = {(p["source"], p["packing"]): p for p in points}
@@ -619,10 +642,7 @@ def ingest_reading(points: list[dict[str, Any]], against_commit: str = "?") -> s
                      f"{max(p['ratio_to_disk_read'] for p in units):.3f}× numpy's read from the disk.")
     arrow = [p for p in points if p["source"] in ("parquet", "lance")]
     if arrow:
-        worst = min(p["ratio_to_cached_read"] for p in arrow)
-        parts.append(f"Parquet and Lance: {worst:.3f}–{max(p['ratio_to_cached_read'] for p in arrow):.3f}× their "
-                     f"library's read from the cache (goal ≥ 0.3×: {verdict(worst >= 0.3)}), "
-                     f"{min(p['ratio_to_disk_read'] for p in arrow):.2f}× or more of their read from the disk.")
+        parts.append(_arrow_goal(arrow))
     parts.append(
         "Where the time goes (cProfile of `tgb.produce` over the token file): the source reads a window's "
         "documents in one bulk call (one `pread` per run of adjacent documents, into one array) and keeps the "
