@@ -672,7 +672,8 @@ def ingest_reading(points: list[dict[str, Any]], against_commit: str = "?") -> s
            and (tf_up := _speedups(points, "token-file")) else "")
         + " Tried and measured without a gain here: advising merged extents "
         "(sorted by offset, the kernel reads in file order while the shuffle needs them in another; 20–30% "
-        "slower from a cold cache). A token file's own read is one "
+        "slower from a cold cache), and advising the whole file at the first read (the same, worse: 0.60–0.65× "
+        "of the block advice, 2026-11-27). A token file's own read is one "
         "sequential copy (GB/s from the page cache"
         + (f", {min(disk) * 2 / 1e9:.1f}–{max(disk) * 2 / 1e9:.1f} GB/s from this machine's disk in this run"
            if (disk := [p["library_read_disk_tok_per_s"] for p in points if p["source"] in ("token-file", "write_dataset")])
