@@ -58,7 +58,7 @@ class ArrowSource(UnitSource):
         tokenizer: Tokenizer | None = None,
         extra: Sequence[str] = (),
         batch_size: int = 256,
-        decode_ahead: int = 2,
+        decode_ahead: int = 4,
         storage_options: dict[str, Any] | None = None,
         **options: Unpack[ReadOptions],
     ) -> None:
