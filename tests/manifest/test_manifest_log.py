@@ -244,6 +244,26 @@ def test_local_directory_store(tmp_path) -> None:
     assert sorted(k for k in store.list("_tgb/snapshots/")) == [snapshot_key(4), snapshot_key(8), snapshot_key(12)]
 
 
+def test_replay_uses_threads_for_a_remote_store_only(tmp_path, store, monkeypatch) -> None:
+    """A local directory's versions are read one after another (a thread pool costs more than the reads); a
+    store without local paths still fetches them concurrently. Both fold the same state."""
+    import concurrent.futures
+
+    pools: list[int] = []
+    real = concurrent.futures.ThreadPoolExecutor
+
+    def counting(*args, **kwargs):
+        pools.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", counting)
+    local = LocalStore(tmp_path)
+    for s in (local, store):
+        build(s, 7, snapshot_every=100)  # no snapshot: a cold head() replays all 8 versions
+    assert Manifest(local).head().num_steps == 21 and not pools
+    assert Manifest(store).head().num_steps == 21 and pools
+
+
 def test_cold_start_racing_a_reclamation(store) -> None:
     """B4: a reclaimer pass between the hint read and the probes; head() starts again from the new boundary."""
     c = started(store, "p0", snapshot_every=1000)
