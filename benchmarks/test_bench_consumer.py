@@ -155,3 +155,31 @@ def test_worker_handover_one_buffer_vs_per_tensor(benchmark, three_tensor_ns: st
         return n
 
     assert benchmark.pedantic(run, rounds=3, iterations=1) == STEPS
+
+
+def _version_of(entries: int) -> bytes:
+    """The bytes of a version holding ``entries`` TGBs of one segment (what a bulk producer commits)."""
+    from torch_tgb.manifest import ProducerState, TGBEntry, Version
+
+    tgbs = tuple(TGBEntry(key="data/p0/e000001-o000000000000-0a1b2c3d.tgb", size=(i + 1) * 33688,
+                          footer_offset=(i + 1) * 33688 - 408, footer_length=384, producer="p0", offset=i,
+                          samples=32, tokens=16416, start=i * 33688, object_size=entries * 33688)
+                 for i in range(entries))
+    return Version(1, "0123456789abcdef", 0, tgbs, {"p0": ProducerState(1, entries)}, False, 0.0).encode()
+
+
+def test_bench_version_decode_1024_entries(benchmark) -> None:
+    """A reader decodes every version it replays: 1024 entries of one segment (a bulk producer's commit)."""
+    from torch_tgb.manifest import Version
+
+    data = _version_of(1024)
+    version = benchmark(lambda: Version.decode(data, number=1))
+    assert len(version.entries) == 1024
+
+
+def test_bench_reader_open_local(benchmark, segment_ns: str) -> None:
+    """Opening a local namespace through its first batch: dataset.json, the manifest's state, the first run's footers."""
+    def first() -> torch.Tensor:
+        return next(iter(TGBDataset(segment_ns, mesh=Mesh(0, 1))))["input_ids"]
+
+    assert benchmark(first).shape == SHAPE
