@@ -97,11 +97,11 @@ def pack_bfd(doc_lengths: Sequence[int] | np.ndarray, seq_len: int) -> list[list
             bins.append([(doc, start, start + length)])
         left = free - length
         if left:
-            rows = by_free.get(left)
-            if rows is None:
-                rows = by_free[left] = []
+            stack = by_free.get(left)
+            if stack is None:
+                stack = by_free[left] = []
                 insort(free_sizes, left)
-            rows.append(row)
+            stack.append(row)
     return bins
 
 
