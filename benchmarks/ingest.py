@@ -216,7 +216,7 @@ def worker(args: argparse.Namespace) -> None:
                     config=ProducerConfig.bulk(SEGMENT_BYTES), progress=False)
         return time.perf_counter() - started
 
-    print(json.dumps({**reads, **_timed_twice(produce, lambda: evict(files, root), args.work)}))
+    print(json.dumps({**reads, **_timed_cold_and_cached(produce, lambda: evict(files, root), args.work)}))
 
 
 def run_worker(kind: str, packing: str, root: Path, work: Path, commit_every: int, tree: str | None) -> dict[str, Any]:
@@ -357,10 +357,12 @@ def write_dataset_worker(args: argparse.Namespace) -> None:
                           global_batch_size=GLOBAL_BATCH, packing=args.packing, progress=False)
         return time.perf_counter() - started
 
-    print(json.dumps({**reads, **_timed_twice(write, lambda: evict("token-file", root), args.work)}))
+    print(json.dumps({**reads, **_timed_cold_and_cached(write, lambda: evict("token-file", root), args.work)}))
 
 
-def _timed_twice(write: Callable[[Path], float], evict_source: Callable[[], None], work: str) -> dict[str, float]:
+def _timed_cold_and_cached(
+    write: Callable[[Path], float], evict_source: Callable[[], None], work: str
+) -> dict[str, float]:
     """``write`` into a fresh namespace from the disk (the source evicted first), then best of 2 from the cache."""
     ns = Path(tempfile.mkdtemp(prefix="tgb-ingest-ns-", dir=work))
     evict_source()

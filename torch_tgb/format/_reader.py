@@ -22,7 +22,7 @@ import torch
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._decode import ByteSource, check_ragged_slice, crc_mismatch, decode_slice, writable
-from torch_tgb.format._dtypes import CHECK, WIDEN, IntegerCast
+from torch_tgb.format._dtypes import CHECK, WIDEN, IntegerCast, dtype_of_tensor
 from torch_tgb.format._footer import TRAILER_SIZE, parse_footer, parse_trailer
 from torch_tgb.format._footer_view import Footer, SliceInfo
 from torch_tgb.format._run import parse_footer_run
@@ -393,13 +393,9 @@ class SliceRun:
 
 
 def _numpy_twin(dtype: torch.dtype | None) -> np.dtype | None:
-    """The numpy dtype of torch ``dtype`` (None: none, as for bfloat16, or no dtype)."""
-    if dtype is None:
-        return None
-    try:
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:
-        return None
+    """The numpy dtype of torch ``dtype`` from the format's dtype table (None: no dtype, or only a stand-in)."""
+    known = None if dtype is None else dtype_of_tensor(dtype)
+    return None if known is None or known.needs_view else known.numpy_dtype
 
 
 def read_slice(

@@ -95,23 +95,19 @@ class TGBEntry:
         up to thousands of entries, and each reader decodes every one.
         """
         out = []
-        for obj in items:
-            entry = _entry_fast(obj)
-            if entry is None or not entry._fits():
-                return cls._worded(items, what=what)
-            out.append(entry)
-        return tuple(out)
-
-    @classmethod
-    def _worded(cls, items: Sequence[object], *, what: str) -> tuple[TGBEntry, ...]:
+        try:
+            for obj in items:
+                entry = _entry_fast(obj)
+                if entry is None:
+                    break
+                entry.validate(what=what)
+                out.append(entry)
+            else:
+                return tuple(out)
+        except ManifestError:
+            pass
+        # an item left the fast path: decode them all field by field, an error worded with its item's index
         return tuple(cls.from_json(obj, what=f"{what} entry {i}") for i, obj in enumerate(items))
-
-    def _fits(self) -> bool:
-        """Whether :meth:`validate` passes (it words why not): names checked once per distinct pair."""
-        return (_names_ok(self.key, self.producer) and self.footer_length <= MAX_FOOTER_BYTES
-                and 0 <= self.start <= self.footer_offset
-                and (self.object_size is None or self.object_size >= self.size)
-                and self.footer_offset + self.footer_length <= self.size)
 
     @classmethod
     def _from_fields(cls, obj: object, *, what: str) -> TGBEntry:
@@ -133,16 +129,17 @@ class TGBEntry:
 
     def validate(self, *, what: str) -> None:
         """Raise :class:`ManifestError` unless the entry is well-formed and inside the namespace."""
-        try:
-            validate_key(self.key)
-        except InvalidKey as e:
-            raise ManifestError(f"{what}: {e}") from e
-        if not self.key.startswith(DATA_PREFIX):
-            raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
-        try:
-            validate_producer_id(self.producer)
-        except ValueError as e:
-            raise ManifestError(f"{what}: {e}") from e
+        if not _names_ok(self.key, self.producer):  # checked once per distinct pair; worded here
+            try:
+                validate_key(self.key)
+            except InvalidKey as e:
+                raise ManifestError(f"{what}: {e}") from e
+            if not self.key.startswith(DATA_PREFIX):
+                raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
+            try:
+                validate_producer_id(self.producer)
+            except ValueError as e:
+                raise ManifestError(f"{what}: {e}") from e
         if self.footer_length > MAX_FOOTER_BYTES:
             raise ManifestError(
                 f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
@@ -165,7 +162,8 @@ class TGBEntry:
 def _names_ok(key: str, producer: str) -> bool:
     """Whether ``key`` is a valid key inside ``data/`` and ``producer`` a valid producer id (as ``validate`` checks).
 
-    Entries of one segment share their key and producer: the checks run once per pair, not once per entry.
+    Entries of one segment share their key and producer: the checks run once per pair, not once per entry
+    (:meth:`TGBEntry.validate` words what is wrong when this says False).
     """
     try:
         validate_key(key)
