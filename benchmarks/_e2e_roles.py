@@ -41,7 +41,6 @@ from torchdata.nodes import BaseNode
 
 import torch_tgb as tgb
 from torch_tgb.layout import RaggedRows
-from torch_tgb.errors import NamespaceSealed
 
 
 def resolution_of(spec: Any) -> Any:
@@ -131,10 +130,11 @@ def producer(cfg: dict[str, Any]) -> None:
     node = TimedPipeline(build_pipeline(cfg, tuple(cfg["shard"])), cfg["out"], cfg.get("hold"))
     if cfg.get("go") and not ready():
         return
-    try:
-        report = tgb.produce(cfg["ns"], node, producer_id=cfg["producer_id"], layout=img.layout(), seal=True,
-                             commit_policy=cfg.get("commit_policy", "dac"), progress=False)
-    except NamespaceSealed:  # a replacement of a producer killed after its last commit: nothing left to do
+    # shard i of a job of n declared shards: the namespace is sealed when every shard is done, whatever the
+    # order they start and finish in (a producer sealing on its own could end the stream before another registered)
+    report = tgb.produce(cfg["ns"], node, shard=tuple(cfg["shard"]), layout=img.layout(),
+                         commit_policy=cfg.get("commit_policy", "dac"), progress=False)
+    if report.already_complete:  # a replacement of a producer killed after its shard was done: nothing left to do
         Path(cfg["out"]).write_text(json.dumps({"batches": 0, "cpu_s_per_step": None, "sealed_before_start": True}))
         return
     if not Path(cfg["out"]).exists():  # a resumed producer whose pipeline had nothing left

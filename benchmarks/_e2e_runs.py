@@ -115,8 +115,7 @@ class Runner:
         self.gate()
         ns = self._path("ns-cal")
         prod = self._path("producer").with_suffix(".json")
-        cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "producer_id": "cal", "shard": [0, 1],
-               "out": str(prod)}
+        cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "shard": [0, 1], "out": str(prod)}
         if self.start("producer", cfg, self.p).wait(timeout=self.timeout) != 0:
             raise RuntimeError(f"calibration producer failed at resolution {resolution}")
         out = self._path("calibrate").with_suffix(".json")
@@ -196,7 +195,7 @@ class Runner:
                 break
 
     def _producer_cfg(self, cfg: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        out = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")}, "producer_id": f"p{index}",
+        out = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")},
                "shard": [index, count], "out": str(self._path(f"producer-p{index}").with_suffix(".json"))}
         if index == 0 and "hold" in cfg:
             out["hold"] = cfg["hold"]

@@ -108,8 +108,12 @@ def run_producer(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir)
     urls = write_images(workdir, args.images)
     per = -(-args.steps // args.producers)
+    # The stream is open-ended (epochs=None) and the trainer stops at --steps, so no producer seals it: with
+    # producers started independently, seal=True on one that finishes before another has registered would end
+    # the stream early. A finite data set is a job of declared shards (produce(shard=(k, n))), sealed when all
+    # its shards are done.
     report = tgb.produce(str(workdir / "ns"), pipeline(urls, args.producer, args.producers, args.world, args),
-                         producer_id=f"p{args.producer}", layout=layout(args.world), max_steps=per, seal=True,
+                         producer_id=f"p{args.producer}", layout=layout(args.world), max_steps=per, seal=False,
                          commit_policy="fixed:2", progress=False)
     done = f"offsets {report.start_offset}..{report.end_offset - 1}" if report.batches else "nothing left to produce"
     print(f"producer p{args.producer}: {done}", flush=True)
@@ -246,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     batches = iter(loader)
     started, images, first_loss, loss = time.perf_counter(), 0, None, torch.tensor(0.0)
     for step in range(start, stop):
-        batch = next(batches)
+        batch = next(batches, None)
+        if batch is None:
+            raise SystemExit(f"rank {rank}: the stream is sealed after {step} steps; --steps {args.steps} asks for more")
         logits = model(batch)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), batch["labels"].reshape(-1).long(), ignore_index=-100)
         first_loss = loss.item() if first_loss is None else first_loss
@@ -278,14 +284,18 @@ def main(argv: list[str] | None = None) -> int:
             argv = without_stop_after(sys.argv[1:])
             cmd = shlex.join(["torchrun", "--nproc-per-node", str(world), "--standalone", sys.argv[0], *argv])
             print(f"stopped after step {stop} (simulated preemption). To resume, run: {cmd}", flush=True)
+    failed = 0
     for proc in producers:
         if stop < args.steps:
             proc.terminate()  # preempted: the producers stop too; their committed state is where they resume
+        elif proc.wait() != 0:
+            failed += 1
+            print(f"producer {proc.args[-3]} exited {proc.returncode}", file=sys.stderr, flush=True)
         proc.wait()
     dist.barrier()
     del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
