@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 
 import pytest
 
-from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound, StorageFull
+from torch_tgb.errors import ConditionalWriteUnsupported, InvalidKey, ObjectNotFound, StorageError, StorageFull
 from torch_tgb.storage import LocalStore
+from torch_tgb.storage import _local_writer as local_writer
 from torch_tgb.storage import local as local_module
 
 
@@ -146,6 +148,57 @@ def test_a_writer_finishes_short_writes(root, monkeypatch):
     assert writer.write_at(20, [b"xyz"]) == 23
     writer.commit()
     assert store.get("short") == b"abcdefghiklmno" + bytes(6) + b"xyz"
+
+
+def test_a_writer_syncs_in_the_background_as_it_goes_and_the_commit_syncs_the_rest(root, monkeypatch):
+    """Every WRITEBACK_BYTES a background fdatasync (off the caller's thread); the commit still fsyncs the file."""
+    monkeypatch.setattr(local_writer, "WRITEBACK_BYTES", 1000)
+    store = LocalStore(root / "ns")
+    background, synced = [], []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (background.append(threading.current_thread().name),
+                                                     real_fdatasync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    writer = store.open_writer("data/seg")
+    writer.write_at(0, [b"a" * 600])
+    assert not background  # below the stretch
+    writer.write_at(600, [b"b" * 600])
+    writer._join_sync()  # the test waits for it; a producer would go on encoding
+    assert background == ["tgb-writeback"]
+    writer.write_at(1200, [b"c" * 500])  # 500 since the last sync started: none
+    writer._join_sync()
+    assert background == ["tgb-writeback"]
+    writer.write_at(1700, [b"d" * 600])
+    writer.commit()
+    assert background == ["tgb-writeback"] * 2 and len(synced) == 2  # the file, then its directory
+    assert store.get("data/seg") == b"a" * 600 + b"b" * 600 + b"c" * 500 + b"d" * 600
+
+
+def test_a_failed_background_sync_fails_the_commit(root, monkeypatch):
+    """An I/O error seen by a background sync is not lost: the commit raises it and publishes nothing."""
+    monkeypatch.setattr(local_writer, "WRITEBACK_BYTES", 100)
+    store = LocalStore(root / "ns")
+    store.put("keep", b"old")
+
+    def broken(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    writer = store.open_writer("keep")
+    writer.write_at(0, [b"x" * 200])
+    with pytest.raises(StorageError, match="keep"):
+        writer.commit()
+    assert store.get("keep") == b"old"
+    assert os.listdir(root / "ns") == ["keep"]  # the temp file went with the failed commit
+
+
+def test_a_writer_without_fsync_starts_no_background_sync(root, monkeypatch):
+    monkeypatch.setattr(local_writer, "WRITEBACK_BYTES", 100)
+    monkeypatch.setattr(os, "fdatasync", lambda fd: pytest.fail("fsync=False syncs nothing"))
+    writer = LocalStore(root / "ns", fsync=False).open_writer("seg")
+    writer.write_at(0, [b"x" * 500])
+    writer.write_at(500, [b"y" * 500])
+    writer.commit()
 
 
 def test_disk_full_mid_writer_publishes_nothing(root, monkeypatch):
