@@ -3,7 +3,9 @@ processes or (c) a Ray fleet on the producer node; its summary.
 
 ``Runner.run(setup, resolution, steps)`` forks the trainer (``_e2e_roles``)
 on the setup's trainer cores and the producers on theirs (``_e2e_proc``),
-waits until all are built and says ``GO`` to all. A crash run (``hold_at``)
+waits until all are built and says ``GO`` to all. (b)'s producer ``i`` of
+``n`` is shard ``i`` of a job of ``n`` declared shards, so the namespace is
+sealed when every shard is done. A crash run (``hold_at``)
 stops producer 0 (or the fleet's actor of shard 0) at that batch
 (``_e2e_roles.hold_for_kill``): (b) the orchestrator SIGKILLs it there and
 starts a replacement with the same producer id ``outage`` seconds later; (c)

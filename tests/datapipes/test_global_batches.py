@@ -70,6 +70,28 @@ def test_batches_are_equal_count_slices_with_recorded_order_and_costs(method: st
         )
 
 
+@pytest.mark.parametrize("micro_batches", [1, 2])
+@pytest.mark.parametrize("rows", ["arrays", "tokens"])
+def test_stats_are_the_sums_of_each_slice_and_micro_batch(micro_batches: int, rows: str) -> None:
+    """slice_costs, imbalance and micro_imbalance: the batch's own row costs summed per slice and micro-batch."""
+    web = IterableWrapper(documents(1_000_000, skewed_lengths(3, 80, 60)))
+    packed = Pack(web, 32, window=16, method="bfd", rows=rows)
+    layout = tgb.Layout.token_rows(2) if rows == "tokens" else tgb.Layout(dp=2)
+    node = GlobalBatches(packed, global_batch_size=8, layout=layout, balance="kk", micro_batches=micro_batches)
+    seen = []
+    for batch in node:
+        costs = batch["row_cost"].numpy()
+        slices = costs.reshape(2, -1).sum(axis=1)
+        micros = costs.reshape(2 * micro_batches, -1).sum(axis=1)
+        stats = node.stats()
+        assert stats.slice_costs == pytest.approx(slices.tolist())
+        assert stats.imbalance == pytest.approx(slices.max() / slices.mean())
+        assert stats.micro_imbalance == pytest.approx(micros.max() / micros.mean())
+        assert stats.backbone_imbalance == pytest.approx(slices.max() / slices.mean())  # text rows: backbone = cost
+        seen.append(slices.max() / slices.mean())
+    assert len(seen) > 3 and node.stats().mean_imbalance == pytest.approx(np.mean(seen))
+
+
 def test_balancing_lowers_the_largest_slice_cost() -> None:
     worst = {}
     for method in (None, "kk"):

@@ -68,7 +68,6 @@ from torch_tgb.datapipes.produce._one_thread import cat_rows, take_rows
 from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import RaggedRows
-from torch_tgb.transforms import part_costs
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
 from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
@@ -341,23 +340,19 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
     def _finish(self, batch: dict[str, Any], parts: np.ndarray, plan: list[list[list[int]]], real: int,
                 tokens: int) -> dict[str, Any]:
         """``batch`` (rows in ``plan``'s order) with the balance's ``row_index``/``row_cost``; counters updated."""
-        costs = parts[:, 0]
-        partition = [[i for micro in rank for i in micro] for rank in plan]
-        order = [i for part in partition for i in part]
+        order = [i for rank in plan for micro in rank for i in micro]
+        ordered = parts[order]  # (cost, encoder, backbone) of each row, in the batch's order
         if self.balance is not None:
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
-            batch["row_cost"] = torch.from_numpy(costs[order])
-        slice_costs = part_costs(costs, partition)
-        self._slice_costs = slice_costs
-        self._imbalance_sum += imbalance(slice_costs)
+            batch["row_cost"] = torch.from_numpy(np.ascontiguousarray(ordered[:, 0]))
+        # micro_batch_plan gives every micro-batch as many rows: their sums, and the slices', by reshaping
+        micro_sums = ordered.reshape(sum(len(rank) for rank in plan), -1, 3).sum(axis=1)
+        slice_sums = micro_sums.reshape(len(plan), -1, 3).sum(axis=1)
+        self._slice_costs = slice_sums[:, 0].tolist()
+        self._imbalance_sum += imbalance(slice_sums[:, 0])
         self._counted += 1
-        micros = [micro for rank in plan for micro in rank]
-        self._last = {
-            "encoder": imbalance(part_costs(parts[:, 1], partition)),
-            "backbone": imbalance(part_costs(parts[:, 2], partition)),
-            # one micro-batch a slice: the micro-batches are the slices, their costs just summed
-            "micro": imbalance(slice_costs if len(micros) == len(partition) else part_costs(costs, micros)),
-        }
+        self._last = {"encoder": imbalance(slice_sums[:, 1]), "backbone": imbalance(slice_sums[:, 2]),
+                      "micro": imbalance(micro_sums[:, 0])}
         for name, value in self._last.items():
             self._sums[name] = self._sums.get(name, 0.0) + value
         self._counts["batches"] += 1
