@@ -169,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         if stop < args.steps:
             print(f"stopped after step {stop} (simulated preemption). To resume, run: {resume_command(world)}",
                   flush=True)
-    for proc in producers:
-        proc.wait()
+    failed = [proc for proc in producers if proc.wait() != 0]
+    for proc in failed:
+        print(f"producer {proc.args[proc.args.index('--producer-id') + 1]} exited {proc.returncode}", file=sys.stderr,
+              flush=True)
     dist.barrier()
     del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()
-    return 0
+    return 1 if failed else 0
 
 
 def resume_command(world: int) -> str:
