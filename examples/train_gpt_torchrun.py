@@ -169,10 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         if stop < args.steps:
             print(f"stopped after step {stop} (simulated preemption). To resume, run: {resume_command(world)}",
                   flush=True)
-    failed = [proc for proc in producers if proc.wait() != 0]
-    for proc in failed:
-        print(f"producer {proc.args[proc.args.index('--producer-id') + 1]} exited {proc.returncode}", file=sys.stderr,
-              flush=True)
+    codes = [proc.wait() for proc in producers]
+    failed = [k for k, code in enumerate(codes) if code != 0]
+    for k in failed:
+        print(f"producer p{k} exited {codes[k]}", file=sys.stderr, flush=True)
     dist.barrier()
     del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()

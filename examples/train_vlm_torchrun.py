@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(start, stop):
         batch = next(batches, None)
         if batch is None:
-            raise SystemExit(f"rank {rank}: the stream is sealed after {step} steps; --steps {args.steps} asks for more")
+            raise SystemExit(f"rank {rank}: the stream is sealed after {step} steps; --steps {args.steps} asks "
+                             "for more")
         logits = model(batch)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), batch["labels"].reshape(-1).long(), ignore_index=-100)
         first_loss = loss.item() if first_loss is None else first_loss
@@ -284,14 +285,14 @@ def main(argv: list[str] | None = None) -> int:
             argv = without_stop_after(sys.argv[1:])
             cmd = shlex.join(["torchrun", "--nproc-per-node", str(world), "--standalone", sys.argv[0], *argv])
             print(f"stopped after step {stop} (simulated preemption). To resume, run: {cmd}", flush=True)
-    failed = 0
+    preempted = stop < args.steps
     for proc in producers:
-        if stop < args.steps:
-            proc.terminate()  # preempted: the producers stop too; their committed state is where they resume
-        elif proc.wait() != 0:
-            failed += 1
-            print(f"producer {proc.args[-3]} exited {proc.returncode}", file=sys.stderr, flush=True)
-        proc.wait()
+        if preempted:
+            proc.terminate()  # the producers stop too; their committed state is where they resume
+    codes = [proc.wait() for proc in producers]
+    failed = [] if preempted else [k for k, code in enumerate(codes) if code != 0]
+    for k in failed:
+        print(f"producer p{k} exited {codes[k]}", file=sys.stderr, flush=True)
     dist.barrier()
     del model  # drop DDP's reducer first: its process group then goes in destroy_process_group, GIL released
     dist.destroy_process_group()
