@@ -19,22 +19,24 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
+
+#: what a child runs: ``run(role, cfg)`` (``_e2e_runs.run_role``)
+Run = Callable[[str, dict[str, Any]], None]
 
 _CTX = mp.get_context("fork")
 _conn: Connection | None = None  # the child's end of its pipe (set in the child only)
 
 
-def _child(role: str, cfg: dict[str, Any], cores: list[int], conn: Connection, session: bool) -> None:
+def _child(run: Run, role: str, cfg: dict[str, Any], cores: list[int], conn: Connection, session: bool) -> None:
     global _conn
     if session:
         os.setsid()
     os.sched_setaffinity(0, set(cores))
     _conn = conn
-    import _e2e_roles
-
-    _e2e_roles.run(role, cfg)
+    run(role, cfg)
 
 
 def send(message: Any) -> None:
@@ -55,12 +57,12 @@ def ready() -> bool:
 
 
 class Proc:
-    """``role`` in a forked child on ``cores``; see the module docstring."""
+    """``run(role, cfg)`` in a forked child on ``cores``; see the module docstring."""
 
-    def __init__(self, role: str, cfg: dict[str, Any], cores: list[int], *, session: bool = False) -> None:
+    def __init__(self, run: Run, role: str, cfg: dict[str, Any], cores: list[int], *, session: bool = False) -> None:
         self.role = role
         self.conn, child = _CTX.Pipe()
-        self.process = _CTX.Process(target=_child, args=(role, cfg, sorted(cores), child, session),
+        self.process = _CTX.Process(target=_child, args=(run, role, cfg, sorted(cores), child, session),
                                     name=f"e2e-{role}")
         self.process.start()
         child.close()

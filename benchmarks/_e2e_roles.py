@@ -342,19 +342,5 @@ def calibrate(cfg: dict[str, Any]) -> None:
                                             "bytes_per_step": img.batch_bytes(batches[0])}))
 
 
+#: the roles run in one process (the fleet driver, ``_e2e_ray.fleet``, is the other): ``_e2e_runs.run_role``
 ROLES = {"trainer": trainer, "producer": producer, "calibrate": calibrate}
-
-
-def run(role: str, cfg: dict[str, Any]) -> None:
-    if role == "fleet":
-        import _e2e_ray
-
-        _e2e_ray.fleet(cfg)
-    else:
-        ROLES[role](cfg)
-
-
-def main(role: str, config: str) -> int:
-    """A role by hand (``end_to_end.py --role NAME --config PATH``): no orchestrator, so no READY/GO."""
-    run(role, json.loads(Path(config).read_text()))
-    return 0

@@ -31,12 +31,24 @@ from typing import Any
 
 import _e2e_cpu as cpu
 from _common import pct
+import _e2e_roles
 from _e2e_proc import Proc
 from _e2e_roles import read_hold
 
 
 #: batches each colocated DataLoader worker makes ahead (``prefetch_factor``)
 PREFETCH = 4
+
+
+def run_role(role: str, cfg: dict[str, Any]) -> None:
+    """What a forked child (``_e2e_proc.Proc``) or ``end_to_end.py --role`` runs: one role of ``_e2e_roles``, or
+    the Ray fleet's driver (``_e2e_ray.fleet``, imported only then)."""
+    if role == "fleet":
+        import _e2e_ray
+
+        _e2e_ray.fleet(cfg)
+    else:
+        _e2e_roles.ROLES[role](cfg)
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ class Runner:
 
     def start(self, role: str, cfg: dict[str, Any], cores: list[int], *, session: bool = False) -> Proc:
         self._path(f"cfg-{role}").with_suffix(".json").write_text(json.dumps(cfg))  # for a rerun by hand
-        return Proc(role, cfg, cores, session=session)
+        return Proc(run_role, role, cfg, cores, session=session)
 
     def base(self, resolution: Any, seq: int, steps: int) -> dict[str, Any]:
         return {"urls": self.data["urls"][:steps], "resolution": resolution, "batch": self.batch, "seq": seq}

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -282,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     add_results_arg(parser)
     args = parser.parse_args(argv)
     if args.role:
-        import _e2e_roles
+        import _e2e_runs
 
-        return _e2e_roles.main(args.role, args.config)
+        _e2e_runs.run_role(args.role, json.loads(Path(args.config).read_text()))  # by hand: no READY/GO
+        return 0
     try:
         return measure(args)
     except Exception as exc:  # noqa: BLE001 - a failure says what failed (a suite runs this as a subprocess and shows its output)
