@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from _report_e2e import SETUP_LABELS, med, rng
+from _report_common import med, rng
+from _report_e2e import SETUP_LABELS
 
 TITLE = "### 3b. End to end with the trainer on a GPU (`end_to_end.py --device cuda`)"
 
