@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Parquet"]
 
+#: Parquet/Arrow files a source keeps open at once (see :meth:`Parquet._file`)
+MAX_OPEN_FILES = 16
+
 
 class Parquet(ArrowSource):
     """Documents of the rows of Parquet (and Arrow IPC) files; units are row groups (record batches).
@@ -65,25 +68,42 @@ class Parquet(ArrowSource):
         self._set_num_units(len(self._units), where)
 
     def _file(self, f: int) -> Any:
-        """A ``ParquetFile``, or for an Arrow IPC file its ``Table`` (memory mapped when local)."""
+        """A ``ParquetFile``, or for an Arrow IPC file its ``Table`` (memory mapped when local).
+
+        At most :data:`MAX_OPEN_FILES` stay open, the least recently read
+        dropped first: a corpus of thousands of files (a Hugging Face dataset's
+        shards) would otherwise hold a descriptor and a mapping for each, and
+        run out of descriptors (``ulimit -n`` is often 1024). A dropped file
+        closes once no reader of it is left (a unit being read keeps its own).
+        """
         path = self.paths[f]
-        if path not in self._handles and "://" not in path:
+        handle = self._handles.pop(path, None)
+        if handle is None:
+            handle = self._open(path)
+            while len(self._handles) >= MAX_OPEN_FILES:
+                del self._handles[next(iter(self._handles))]  # the least recently read
+        self._handles[path] = handle  # the most recently read last
+        return handle
+
+    def _open(self, path: str) -> Any:
+        if "://" not in path:
             _check_regular(path)  # a FIFO would block the open forever
-        if path not in self._handles and _is_arrow(path):
-            self._handles[path] = self._arrow_table(path)
-        if path not in self._handles:
-            try:
-                if "://" in path:
-                    fsspec = require("fsspec", "parquet")
-                    fs, inner = fsspec.core.url_to_fs(path, **self.storage_options)
-                    self._handles[path] = pq.ParquetFile(fs.open(inner, "rb"))
-                else:
-                    self._handles[path] = pq.ParquetFile(path, memory_map=True)
-            except FileNotFoundError as e:
-                raise SourceError(f"{path}: no such Parquet file") from e
-            except Exception as e:  # pyarrow raises ArrowInvalid (a ValueError) and OSError
-                raise SourceError(f"{path}: not a Parquet file: {e}") from e
-        return self._handles[path]
+        if _is_arrow(path):
+            return self._arrow_table(path)
+        try:
+            if "://" in path:
+                fsspec = require("fsspec", "parquet")
+                fs, inner = fsspec.core.url_to_fs(path, **self.storage_options)
+                return pq.ParquetFile(fs.open(inner, "rb"))
+            return pq.ParquetFile(path, memory_map=True)
+        except FileNotFoundError as e:
+            raise SourceError(f"{path}: no such Parquet file") from e
+        except pa.ArrowInvalid as e:  # a ValueError: the bytes are not Parquet
+            raise SourceError(f"{path}: not a Parquet file: {e}") from e
+        except OSError as e:  # the file is there but cannot be opened or read (permissions, descriptors, I/O)
+            raise SourceError(f"{path}: cannot read the Parquet file: {e}") from e
+        except Exception as e:  # anything else pyarrow raises on a bad file
+            raise SourceError(f"{path}: not a Parquet file: {e}") from e
 
     def _arrow_table(self, path: str) -> Any:
         try:

@@ -1,0 +1,110 @@
+"""A Parquet corpus of more files than may stay open: read whole, in the same order, with few descriptors.
+
+A Hugging Face dataset is often thousands of Parquet shards; a source that
+kept every file open ran out of descriptors past ``ulimit -n`` (1024 here)
+and called the file it failed on "not a Parquet file".
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.sources._corpus import counts, make_docs, write_parquet
+from torch_tgb import sources
+from torch_tgb.errors import SourceError
+
+pytest.importorskip("pyarrow")
+parquet = pytest.importorskip("torch_tgb.sources.parquet")
+
+FILES = 12
+
+
+def _open_under(root: Path) -> int:
+    """Descriptors of this process open on files under ``root``."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(root))
+        except OSError:  # closed meanwhile
+            pass
+    return n
+
+
+class _Watch:
+    """The most descriptors open under ``root`` at once, sampled on a thread while reading."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.most, self._stop = root, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.most = max(self.most, _open_under(self.root))
+            self._stop.wait(0.001)
+
+    def __enter__(self) -> _Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.most = max(self.most, _open_under(self.root))
+
+
+@pytest.fixture()
+def many_files(tmp_path: Path) -> tuple[Path, list[np.ndarray]]:
+    docs = make_docs(120, seed=3)
+    write_parquet(tmp_path, docs, files=FILES, row_group=3)
+    return tmp_path, docs
+
+
+def _bulk(source: sources.Parquet) -> list[tuple[int, ...]]:
+    out = []
+    while True:
+        got = source.take_tokens(7)
+        assert got is not None, "the bulk path applies here"
+        flat, offsets = got
+        if len(offsets) < 2:
+            return out
+        out += [tuple(int(x) for x in flat[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
+@pytest.mark.parametrize("path", ["next", "bulk"])
+def test_more_files_than_may_stay_open_read_every_document_in_the_same_order(many_files, monkeypatch, path):
+    root, docs = many_files
+    def run(limit: int) -> tuple[list[tuple[int, ...]], dict, int]:
+        monkeypatch.setattr(parquet, "MAX_OPEN_FILES", limit)
+        with _Watch(root) as watch:
+            source = sources.Parquet(str(root), seed=7)
+            got = ([tuple(int(x) for x in d["tokens"]) for d in source] if path == "next" else _bulk(source))
+            state = source.state_dict()
+            most = _open_under(root)  # before the source (and the files it keeps) goes
+        del source
+        gc.collect()
+        assert _open_under(root) == 0  # a source dropped closes its files
+        return got, state, max(most, watch.most)
+
+    read = {limit: run(limit) for limit in (1000, 2)}
+    assert counts(np.array(d) for d in read[2][0]) == counts(docs)  # every document once
+    assert read[2][0] == read[1000][0] and read[2][1] == read[1000][1]  # the limit changes no order and no state
+    assert read[1000][2] >= FILES  # the scan opened every file: without the limit they stay open
+    assert read[2][2] <= 2 + 1  # the files kept, and at most one more: the unit being read keeps its own
+
+
+def test_a_file_that_cannot_be_opened_is_not_called_a_bad_file(tmp_path, monkeypatch):
+    write_parquet(tmp_path, make_docs(10), files=1)
+
+    def refuse(*args, **kwargs):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(parquet.pq, "ParquetFile", refuse)
+    with pytest.raises(SourceError, match=r"part-000.parquet: cannot read the Parquet file: .*Too many open files"):
+        sources.Parquet(str(tmp_path))
