@@ -81,3 +81,22 @@ def test_bad_arguments():
         partition_bounds(10, 0)
     with pytest.raises(ValueError):
         window_permutation(3, seed=-1, epoch=0, unit=0, window=0)
+
+
+def test_an_assignment_holds_one_copy_of_the_order():
+    """A token file's order has a unit per document (10^8 and more in a large corpus): one shard takes the
+    permutation itself, with no second copy of the whole order at any moment; a shard of several owns its slice,
+    so the whole permutation is freed once it is cut."""
+    import tracemalloc
+
+    n = 1_000_000
+    tracemalloc.start()
+    try:
+        whole = shard_assignment(n, shard_index=0, shard_count=1, seed=3, epoch=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert whole.dtype == np.int64 and np.array_equal(whole, permutation(n, 3, 1))
+    assert peak < 1.5 * n * 8, f"peak {peak} bytes for an order of {n * 8}"
+    part = shard_assignment(1000, shard_index=1, shard_count=4, seed=3, epoch=1)
+    assert part.dtype == np.int64 and part.base is None and np.array_equal(part, permutation(1000, 3, 1)[250:500])

@@ -31,6 +31,7 @@ and each document is copied out as it is yielded.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +95,15 @@ class TokenFile(UnitSource):
         else:
             self.num_docs = -(-len(tokens) // chunk_tokens)
         self._set_num_units(-(-self.num_docs // docs_per_unit), self.path)
+        if self.num_units > LARGE_ORDER_UNITS:
+            fits = 1 << max(0, (-(-self.num_docs // LARGE_ORDER_UNITS) - 1).bit_length())  # a power of two
+            warnings.warn(
+                f"{self.path}: {self.num_units:,} units of {docs_per_unit} document(s): every epoch's order is a "
+                f"permutation of them that each producer builds whole in memory ({self.num_units * 8 / 2**30:.1f} "
+                f"GiB, about 7-9 s per 10^8 units on one core); docs_per_unit={fits} keeps it under "
+                f"{LARGE_ORDER_UNITS * 8 / 2**30:.0f} GiB (the documents of a unit are read in file order)",
+                stacklevel=2,
+            )
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -371,6 +381,8 @@ def _as_array(tokens: np.ndarray | torch.Tensor) -> np.ndarray:
 
 #: how far a token file's bulk reads keep the kernel reading ahead of them (:meth:`TokenFile._read_ahead`)
 READ_AHEAD_BYTES = 32 << 20
+#: units above which a token file warns that its per-epoch order (int64, built whole) is large: 1 GiB
+LARGE_ORDER_UNITS = 1 << 27
 #: a token file of at most this many bytes is advised by blocks (:meth:`TokenFile._new_blocks`), a larger one
 #: by document: the blocks around a shuffle's next documents are mostly wanted soon only when the file is small
 #: next to the read-ahead budget (here at most 4x it); in a larger file they would be read for one document each

@@ -47,7 +47,8 @@ def shard_assignment(num_units: int, *, shard_index: int, shard_count: int, seed
         raise ValueError(f"need 0 <= shard_index < shard_count, got {shard_index=}, {shard_count=}")
     order = permutation(num_units, seed, epoch)
     bounds = partition_bounds(num_units, shard_count)
-    return order[bounds[shard_index] : bounds[shard_index + 1]].astype(np.int64)
+    # one shard takes it all, without a second copy of the whole order; a slice is copied so the rest is freed
+    return order[bounds[shard_index] : bounds[shard_index + 1]].astype(np.int64, copy=shard_count > 1)
 
 
 def window_permutation(size: int, *, seed: int, epoch: int, unit: int, window: int) -> np.ndarray:
