@@ -1,8 +1,9 @@
-"""A Parquet corpus of more files than may stay open: read whole, in the same order, with few descriptors.
+"""A Parquet corpus of many files: read whole, in the same order, with few descriptors; its footers read in parallel.
 
 A Hugging Face dataset is often thousands of Parquet shards; a source that
 kept every file open ran out of descriptors past ``ulimit -n`` (1024 here)
-and called the file it failed on "not a Parquet file".
+and called the file it failed on "not a Parquet file"; and it read the
+footers one after the other, a round trip each on an object store.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +110,51 @@ def test_a_file_that_cannot_be_opened_is_not_called_a_bad_file(tmp_path, monkeyp
     monkeypatch.setattr(parquet.pq, "ParquetFile", refuse)
     with pytest.raises(SourceError, match=r"part-000.parquet: cannot read the Parquet file: .*Too many open files"):
         sources.Parquet(str(tmp_path))
+
+
+def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
+    """A filesystem whose every open waits 50 ms (an object store's round trip) sees the footers' opens overlap,
+    and the source made from it reads the same documents as from local copies of the files."""
+    fsspec = pytest.importorskip("fsspec")
+    import pyarrow.parquet as pq
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class SlowFS(MemoryFileSystem):
+        protocol = "tgbslowmem"
+        store: dict = {}  # noqa: RUF012 - MemoryFileSystem keeps its files on the class: these are this test's
+        pseudo_dirs: list = [""]  # noqa: RUF012
+        guard = threading.Lock()
+        active = most = 0
+
+        @classmethod
+        def _strip_protocol(cls, path):
+            return MemoryFileSystem._strip_protocol(path.removeprefix(f"{cls.protocol}://"))
+
+        def _open(self, path, mode="rb", **kwargs):
+            cls = type(self)
+            with cls.guard:
+                cls.active += 1
+                cls.most = max(cls.most, cls.active)
+            try:
+                time.sleep(0.05)
+                return super()._open(path, mode, **kwargs)
+            finally:
+                with cls.guard:
+                    cls.active -= 1
+
+    fsspec.register_implementation(SlowFS.protocol, SlowFS, clobber=True)
+    docs = make_docs(60, seed=5)
+    local = write_parquet(tmp_path, docs, files=FILES, row_group=3)
+    fs = SlowFS()
+    urls = []
+    for path in local:
+        with fs.open(f"/corpus/{Path(path).name}", "wb") as f:
+            f.write(Path(path).read_bytes())
+        urls.append(f"{SlowFS.protocol}:///corpus/{Path(path).name}")
+    SlowFS.most = 0
+    remote = sources.Parquet(urls, seed=1)
+    assert SlowFS.most > 1, "the footers were read one at a time"
+    here = sources.Parquet(local, seed=1)
+    assert remote.num_units == here.num_units
+    assert [tuple(int(x) for x in d["tokens"]) for d in remote] == [tuple(int(x) for x in d["tokens"]) for d in here]
+    assert counts(d["tokens"] for d in sources.Parquet(urls)) == counts(docs)

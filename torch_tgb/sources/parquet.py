@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch_tgb.errors import SourceError
 from torch_tgb.sources._base import require
@@ -35,6 +36,10 @@ __all__ = ["Parquet"]
 
 #: Parquet/Arrow files a source keeps open at once (see :meth:`Parquet._file`)
 MAX_OPEN_FILES = 16
+#: footers read at once while a source is made (see :func:`_scan`)
+SCAN_THREADS = 16
+
+_T = TypeVar("_T")
 
 
 class Parquet(ArrowSource):
@@ -53,19 +58,21 @@ class Parquet(ArrowSource):
         super().__init__(column=column, **options)
         self.paths = _expand(paths)
         self._units: list[tuple[int, int, int]] = []  # (file index, row group, rows)
-        for f, path in enumerate(self.paths):
-            handle = self._file(f)
-            if _is_arrow(path):
-                self._check_schema(handle.schema, path)
-                self._units += [(f, b, batch.num_rows) for b, batch in enumerate(handle.to_batches())]
-                continue
-            self._check_schema(handle.schema_arrow, path)
-            meta = handle.metadata
-            self._units += [(f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+        for f, (path, (schema, rows)) in enumerate(zip(self.paths, _scan(self._describe, self.paths))):
+            self._check_schema(schema, path)
+            self._units += [(f, unit, n) for unit, n in enumerate(rows)]
         where = ", ".join(self.paths) or "Parquet(paths=[])"
         if self._units and not any(rows for _, _, rows in self._units):  # row groups of 0 rows: nothing either
             raise SourceError(f"{where}: empty source, nothing to read (0 rows)")
         self._set_num_units(len(self._units), where)
+
+    def _describe(self, path: str) -> tuple[Any, list[int]]:
+        """``(schema, rows of each unit)`` of one file, from its footer (opened for this only)."""
+        handle = self._open(path)
+        if _is_arrow(path):
+            return handle.schema, [batch.num_rows for batch in handle.to_batches()]
+        meta = handle.metadata
+        return handle.schema_arrow, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
 
     def _file(self, f: int) -> Any:
         """A ``ParquetFile``, or for an Arrow IPC file its ``Table`` (memory mapped when local).
@@ -138,6 +145,30 @@ class Parquet(ArrowSource):
             batch = self._file(f).select(self.columns).to_batches()[group]
             return (batch.slice(i, batch_size) for i in range(start, rows, batch_size)), 0
         return self._file(f).iter_batches(batch_size=batch_size, row_groups=[group], columns=self.columns), start
+
+
+def _scan(describe: Callable[[str], _T], paths: list[str]) -> Iterator[_T]:
+    """``describe(path)`` of every path, in order, :data:`SCAN_THREADS` at a time.
+
+    A footer on an object store is a round trip or more: thousands of shards
+    read one after the other would take minutes before the first document. A
+    failure is raised where its path comes in order (the files after it are
+    not waited for); a scan of more than a few seconds shows a progress bar on
+    a terminal.
+    """
+    if len(paths) <= 1:
+        yield from map(describe, paths)
+        return
+    from torch_tgb._progress import progress
+
+    pool = ThreadPoolExecutor(min(SCAN_THREADS, len(paths)), thread_name_prefix="tgb-parquet-scan")
+    try:
+        with progress(total=len(paths), desc="reading Parquet footers", unit="file", delay=2.0) as bar:
+            for described in pool.map(describe, paths):
+                bar.update()
+                yield described
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
