@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += collected_sections(results)
     if "hot_tier" in results:
         lines += hot_tier_section(results["hot_tier"])
-    lines += token_rows_section(results.get("ingest"), results.get("consumer_read"), results.get("ingest_floor"),
+    lines += token_rows_section(results.get("ingest") or results.get("ingest_quick"), results.get("consumer_read"), results.get("ingest_floor"),
                                 results.get("storage"))
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)

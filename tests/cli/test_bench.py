@@ -53,7 +53,7 @@ def test_bench_quick_completes_and_writes_valid_json(tmp_path, capfd):
     printed = capfd.readouterr().out
     assert str(out) in printed
     written = sorted(p.stem for p in out.glob("*.json"))
-    assert {"peers", "peers_s3", "getbatch", "commit_cost"} <= set(written), written
+    assert {"peers", "peers_s3", "getbatch", "commit_cost", "ingest_quick"} <= set(written), written
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
         assert data["machine"]["cores"] >= 1
@@ -63,6 +63,8 @@ def test_bench_quick_completes_and_writes_valid_json(tmp_path, capfd):
     s3 = json.loads((out / "peers_s3.json").read_text())
     assert "skipped" in s3 or s3["peers"]["torch_tgb"]["matches_local"], s3  # moto is in the test extra
     assert "torch_tgb" in page.read_text() and (tmp_path / "docs" / "benchmarks" / "peers.png").exists()
+    section = page.read_text().split("## 7.")[1]  # issue 28's section, from ingest --quick's own figures
+    assert "| token-file | none |" in section and "B/token" in section, section[:2000]
 
 
 def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path, capfd):

@@ -39,6 +39,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("balance", ["--quick"]),
         ("hot_tier", ["--quick"]),
         ("multimodal", ["--quick"]),
+        ("ingest", ["--quick"]),
     ],
     "all": [
         ("peers", []),
@@ -51,6 +52,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("balance", []),
         ("hot_tier", ["--s3"]),
         ("multimodal", []),
+        ("ingest", ["--rounds", "3"]),
+        ("ingest_floor", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],
 }
