@@ -4,7 +4,8 @@ Tokens come from a ``.npy`` member (``field="tokens.npy"``: a 1-D integer
 array, loaded without pickle) or from a text member (``text_field="txt"``,
 UTF-8; a ``json`` member's ``caption`` or ``text`` string) tokenized with
 ``tokenizer=``. Units of sharding are the tar shards
-(``urls``: a list, or one string with ``{000..009}`` brace ranges). Local
+(``urls``: one or a list, each expanded: ``{000..009}`` brace ranges, a
+local directory (its tar files, sorted), a local glob pattern). Local
 paths are opened directly, URLs with a scheme through fsspec
 (``storage_options``); the tar stream is split into samples by
 ``webdataset``'s ``tar_file_iterator`` and ``group_by_keys``. A tar cannot
@@ -29,6 +30,7 @@ refuses (``"no_image"``).
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -239,7 +241,30 @@ def _is_v7_header(head: bytes) -> bool:
 
 
 def _expand(urls: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    if isinstance(urls, (str, os.PathLike)):
-        braceexpand = require("braceexpand", "webdataset")
-        return list(braceexpand.braceexpand(os.fspath(urls)))
-    return [os.fspath(u) for u in urls]
+    """The shards of ``urls`` (one or a list), each expanded: ``{a..b}`` ranges, a local directory's tar files and a
+    local glob pattern's matches (``*``, ``?``, ``[...]``), the last two in sorted order."""
+    items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
+    return [shard for item in items for shard in _expand_one(os.fspath(item))]
+
+
+def _expand_one(url: str) -> list[str]:
+    if "://" not in url and os.path.isdir(url):
+        found = sorted(name for name in os.listdir(url) if name.endswith(_TAR_SUFFIXES))
+        if not found:
+            raise SourceError(f"{url}: no tar shards ({', '.join('*' + s for s in _TAR_SUFFIXES)}) in the directory")
+        return [os.path.join(url, name) for name in found]
+    braceexpand = require("braceexpand", "webdataset")
+    out: list[str] = []
+    for one in braceexpand.braceexpand(url):
+        if "://" in one or not any(c in one for c in "*?[") or os.path.isfile(one):  # a name with a bracket
+            out.append(one)
+            continue
+        matched = sorted(glob.glob(one))
+        if not matched:
+            raise SourceError(f"{one}: no tar shard matches the pattern")
+        out += matched
+    return out
+
+
+#: what a directory of shards is read for (``tarfile`` opens each, compressed or not)
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
