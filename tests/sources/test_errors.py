@@ -20,6 +20,8 @@ def test_source_error_is_a_tgb_value_error():
 def test_token_file_bad_inputs(tmp_path):
     with pytest.raises(SourceError, match="missing.npy: no such token file"):
         sources.TokenFile(tmp_path / "missing.npy")
+    with pytest.raises(SourceError, match="a directory, not a token file"):
+        sources.TokenFile(tmp_path)
     raw = tmp_path / "t.bin"
     np.arange(10, dtype=np.uint16).tofile(raw)
     with pytest.raises(SourceError, match="t.bin: a raw token file needs dtype="):

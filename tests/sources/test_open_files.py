@@ -158,3 +158,11 @@ def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
     assert remote.num_units == here.num_units
     assert [tuple(int(x) for x in d["tokens"]) for d in remote] == [tuple(int(x) for x in d["tokens"]) for d in here]
     assert counts(d["tokens"] for d in sources.Parquet(urls)) == counts(docs)
+
+
+def test_a_glob_pattern_names_the_files_it_matches_in_sorted_order(tmp_path):
+    paths = write_parquet(tmp_path, make_docs(30), files=4)  # part-000.parquet .. part-003.parquet
+    assert sources.Parquet(str(tmp_path / "part-*.parquet")).paths == paths
+    assert sources.Parquet([str(tmp_path / "part-00[23].parquet"), paths[0]]).paths == [*paths[2:], paths[0]]
+    with pytest.raises(SourceError, match=r"nope-\*\.parquet: no Parquet or Arrow file matches the pattern"):
+        sources.Parquet(str(tmp_path / "nope-*.parquet"))

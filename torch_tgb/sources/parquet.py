@@ -8,13 +8,15 @@ in file order, counted when the source is made. A Parquet unit is read with
 ``ParquetFile.iter_batches`` on its one row group; an Arrow file is memory
 mapped (zero copy) and a unit is one of its record batches. Resuming inside a
 unit decodes it again and drops the rows already read. Paths are local files,
-directories (their ``*.parquet`` files, else their ``*.arrow`` files, sorted)
-or fsspec URLs (``s3://...``, opened with ``storage_options``; an Arrow file
-is then read whole). Needs the ``parquet`` extra (pyarrow).
+directories (their ``*.parquet`` files, else their ``*.arrow`` files, sorted),
+local glob patterns (their matches, sorted) or fsspec URLs (``s3://...``,
+opened with ``storage_options``; an Arrow file is then read whole). Needs the
+``parquet`` extra (pyarrow).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
@@ -172,10 +174,17 @@ def _scan(describe: Callable[[str], _T], paths: list[str]) -> Iterator[_T]:
 
 
 def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The files of ``paths`` (one or a list): a local directory's Parquet files (else its Arrow files) and a local
+    glob pattern's matches (``*``, ``?``, ``[...]``), both sorted; anything else as named."""
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     out: list[str] = []
     for item in (os.fspath(i) for i in items):
-        if "://" not in item and os.path.isdir(item):
+        if "://" not in item and any(c in item for c in "*?[") and not os.path.isfile(item):
+            matched = sorted(glob.glob(item))
+            if not matched:
+                raise SourceError(f"{item}: no Parquet or Arrow file matches the pattern")
+            out += matched
+        elif "://" not in item and os.path.isdir(item):
             names = sorted(os.listdir(item))
             found = [n for n in names if n.endswith(".parquet")] or [n for n in names if _is_arrow(n)]
             if not found:

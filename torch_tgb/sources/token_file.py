@@ -316,7 +316,8 @@ class TokenFile(UnitSource):
 
 def _open_tokens(path: str, dtype: np.dtype | None) -> np.ndarray:
     if not os.path.isfile(path):
-        raise SourceError(f"{path}: no such token file")
+        what = "a directory, not a token file (name its .npy or .bin)" if os.path.isdir(path) else "no such token file"
+        raise SourceError(f"{path}: {what}")
     try:
         if path.endswith(".npy"):
             array: Any = np.load(path, mmap_mode="r", allow_pickle=False)
