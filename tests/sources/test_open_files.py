@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -112,11 +113,10 @@ def test_a_file_that_cannot_be_opened_is_not_called_a_bad_file(tmp_path, monkeyp
         sources.Parquet(str(tmp_path))
 
 
-def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
-    """A filesystem whose every open waits 50 ms (an object store's round trip) sees the footers' opens overlap,
-    and the source made from it reads the same documents as from local copies of the files."""
+def _slow_fs() -> Any:
+    """A memory filesystem (``tgbslowmem://``) whose every open waits 50 ms, an object store's round trip; it counts
+    the opens, and the most at once."""
     fsspec = pytest.importorskip("fsspec")
-    import pyarrow.parquet as pq
     from fsspec.implementations.memory import MemoryFileSystem
 
     class SlowFS(MemoryFileSystem):
@@ -124,7 +124,7 @@ def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
         store: dict = {}  # noqa: RUF012 - MemoryFileSystem keeps its files on the class: these are this test's
         pseudo_dirs: list = [""]  # noqa: RUF012
         guard = threading.Lock()
-        active = most = 0
+        active = most = opened = 0
 
         @classmethod
         def _strip_protocol(cls, path):
@@ -134,6 +134,7 @@ def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
             cls = type(self)
             with cls.guard:
                 cls.active += 1
+                cls.opened += 1
                 cls.most = max(cls.most, cls.active)
             try:
                 time.sleep(0.05)
@@ -143,21 +144,50 @@ def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
                     cls.active -= 1
 
     fsspec.register_implementation(SlowFS.protocol, SlowFS, clobber=True)
-    docs = make_docs(60, seed=5)
-    local = write_parquet(tmp_path, docs, files=FILES, row_group=3)
-    fs = SlowFS()
+    return SlowFS
+
+
+def _upload(fs: Any, local: list[str], folder: str) -> list[str]:
     urls = []
     for path in local:
-        with fs.open(f"/corpus/{Path(path).name}", "wb") as f:
+        with fs.open(f"/{folder}/{Path(path).name}", "wb") as f:
             f.write(Path(path).read_bytes())
-        urls.append(f"{SlowFS.protocol}:///corpus/{Path(path).name}")
-    SlowFS.most = 0
+        urls.append(f"{fs.protocol}:///{folder}/{Path(path).name}")
+    return urls
+
+
+def test_the_footers_of_remote_files_are_read_several_at_a_time(tmp_path):
+    """The footers' opens overlap on a slow filesystem, and the source made from it reads the same documents as from
+    local copies of the files."""
+    slow = _slow_fs()
+    docs = make_docs(60, seed=5)
+    local = write_parquet(tmp_path, docs, files=FILES, row_group=3)
+    urls = _upload(slow(), local, "corpus")
+    slow.most = 0
     remote = sources.Parquet(urls, seed=1)
-    assert SlowFS.most > 1, "the footers were read one at a time"
+    assert slow.most > 1, "the footers were read one at a time"
     here = sources.Parquet(local, seed=1)
     assert remote.num_units == here.num_units
     assert [tuple(int(x) for x in d["tokens"]) for d in remote] == [tuple(int(x) for x in d["tokens"]) for d in here]
     assert counts(d["tokens"] for d in sources.Parquet(urls)) == counts(docs)
+
+
+def test_a_refused_file_stops_the_scan_of_the_files_after_it(tmp_path):
+    """The first file has no ``input_ids`` column: the source is refused as soon as its footer is read, and the
+    footers after it are not read on in the background while the error is handled."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    slow = _slow_fs()
+    pq.write_table(pa.table({"text": ["no token column"]}), str(tmp_path / "a-000.parquet"))
+    (tmp_path / "good").mkdir()
+    local = [str(tmp_path / "a-000.parquet"), *write_parquet(tmp_path / "good", make_docs(60), files=48, row_group=2)]
+    urls = _upload(slow(), local, "refused")
+    slow.opened = 0
+    with pytest.raises(SourceError, match="a-000.parquet"):
+        sources.Parquet(urls)
+    time.sleep(0.4)  # 48 footers at 16 at a time take 0.15 s: a scan left running would have opened them all
+    assert slow.opened < len(urls), f"{slow.opened} of {len(urls)} files opened after the first was refused"
 
 
 def test_a_glob_pattern_names_the_files_it_matches_in_sorted_order(tmp_path):

@@ -60,9 +60,13 @@ class Parquet(ArrowSource):
         super().__init__(column=column, **options)
         self.paths = _expand(paths)
         self._units: list[tuple[int, int, int]] = []  # (file index, row group, rows)
-        for f, (path, (schema, rows)) in enumerate(zip(self.paths, _scan(self._describe, self.paths))):
-            self._check_schema(schema, path)
-            self._units += [(f, unit, n) for unit, n in enumerate(rows)]
+        scan = _scan(self._describe, self.paths)
+        try:
+            for f, (path, (schema, rows)) in enumerate(zip(self.paths, scan)):
+                self._check_schema(schema, path)
+                self._units += [(f, unit, n) for unit, n in enumerate(rows)]
+        finally:
+            scan.close()  # a file refused: the footers not read yet are cancelled now, not when the error is gone
         where = ", ".join(self.paths) or "Parquet(paths=[])"
         if self._units and not any(rows for _, _, rows in self._units):  # row groups of 0 rows: nothing either
             raise SourceError(f"{where}: empty source, nothing to read (0 rows)")
