@@ -19,7 +19,7 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -153,7 +153,7 @@ class Parquet(ArrowSource):
         return self._file(f).iter_batches(batch_size=batch_size, row_groups=[group], columns=self.columns), start
 
 
-def _scan(describe: Callable[[str], _T], paths: list[str]) -> Iterator[_T]:
+def _scan(describe: Callable[[str], _T], paths: list[str]) -> Generator[_T, None, None]:
     """``describe(path)`` of every path, in order, :data:`SCAN_THREADS` at a time.
 
     A footer on an object store is a round trip or more: thousands of shards
