@@ -255,10 +255,10 @@ def run_point(kind: str, packing: str, root: Path, work: Path, commit_every: int
     if others:
         other = float(np.median([r["tokens"] / r["tgb_s"] for r in others]))
         compared = {"against_tok_per_s": round(other), "speedup": round(tgb_rate / other, 3),
-                    "rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in runs],
+                    "rounds_tok_per_s": [round(x) for x in rate["tgb_s"]],
                     "against_rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in others]}
     elif rounds > 1:
-        compared = {"rounds_tok_per_s": [round(r["tokens"] / r["tgb_s"]) for r in runs]}
+        compared = {"rounds_tok_per_s": [round(x) for x in rate["tgb_s"]]}
     if rounds > 1:
         compared.update(rounds_library_read_disk_tok_per_s=[round(x) for x in rate["cold_s"]],
                         rounds_ratio_to_disk_read=[round(x, 4) for x in ratios["disk"]])

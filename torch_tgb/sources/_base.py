@@ -25,6 +25,7 @@ reading a unit itself (not a tar, truncated file) always raise.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
@@ -49,6 +50,7 @@ __all__ = [
     "Tokenizer",
     "UnitSource",
     "as_tokens",
+    "glob_matches",
     "require",
     "tokenize",
 ]
@@ -326,6 +328,21 @@ class UnitSource(BaseNode[Document]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._pid = os.getpid()  # a copy (a spawned worker) opens its own files: nothing inherited
+
+
+def glob_matches(path: str, what: str) -> list[str] | None:
+    """The files a local glob pattern (``*``, ``?``, ``[...]``) matches, sorted; None where ``path`` is not one.
+
+    A URL, a path without those characters and an existing file (a name with a
+    bracket) are not patterns. A pattern that matches nothing is refused,
+    ``what`` naming the files it was for.
+    """
+    if "://" in path or not any(c in path for c in "*?[") or os.path.isfile(path):
+        return None
+    matched = sorted(glob.glob(path))
+    if not matched:
+        raise SourceError(f"{path}: no {what} matches the pattern")
+    return matched
 
 
 def as_tokens(values: Any, where: str) -> torch.Tensor | SourceError:

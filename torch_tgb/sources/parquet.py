@@ -16,7 +16,6 @@ opened with ``storage_options``; an Arrow file is then read whole). Needs the
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -24,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import require
+from torch_tgb.sources._base import glob_matches, require
 
 pq = require("pyarrow.parquet", "parquet")
 pa = require("pyarrow", "parquet")
@@ -183,10 +182,8 @@ def _expand(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) ->
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     out: list[str] = []
     for item in (os.fspath(i) for i in items):
-        if "://" not in item and any(c in item for c in "*?[") and not os.path.isfile(item):
-            matched = sorted(glob.glob(item))
-            if not matched:
-                raise SourceError(f"{item}: no Parquet or Arrow file matches the pattern")
+        matched = glob_matches(item, "Parquet or Arrow file")
+        if matched is not None:
             out += matched
         elif "://" not in item and os.path.isdir(item):
             names = sorted(os.listdir(item))

@@ -30,7 +30,6 @@ refuses (``"no_image"``).
 
 from __future__ import annotations
 
-import glob
 import io
 import json
 import os
@@ -43,7 +42,16 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, as_tokens, require, tokenize
+from torch_tgb.sources._base import (
+    Document,
+    ReadOptions,
+    Tokenizer,
+    UnitSource,
+    as_tokens,
+    glob_matches,
+    require,
+    tokenize,
+)
 from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
 
 if TYPE_CHECKING:
@@ -256,13 +264,8 @@ def _expand_one(url: str) -> list[str]:
     braceexpand = require("braceexpand", "webdataset")
     out: list[str] = []
     for one in braceexpand.braceexpand(url):
-        if "://" in one or not any(c in one for c in "*?[") or os.path.isfile(one):  # a name with a bracket
-            out.append(one)
-            continue
-        matched = sorted(glob.glob(one))
-        if not matched:
-            raise SourceError(f"{one}: no tar shard matches the pattern")
-        out += matched
+        matched = glob_matches(one, "tar shard")
+        out += [one] if matched is None else matched
     return out
 
 
