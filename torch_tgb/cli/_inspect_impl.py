@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
 from torch_tgb.cli._common import CommandError, format_table, human_bytes
+from torch_tgb.manifest.keys import number_of
 
 if TYPE_CHECKING:
     from torch_tgb.manifest import ManifestState
@@ -61,8 +62,8 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         boundary = manifest.gc_boundary()
         newest = manifest.read_version(latest) if latest > 0 else None
         snapshot_keys = store.list(manifest_mod.SNAPSHOT_PREFIX)
-        snapshot_versions = sorted(
-            int(k.rsplit("/", 1)[-1].split(".")[0]) for k in snapshot_keys if k.rsplit("/", 1)[-1].split(".")[0].isdigit()
+        snapshot_versions = sorted(  # a snapshot's parts (<v>.part<k>.json) are not snapshots of their own
+            n for k in snapshot_keys if (n := number_of(k, manifest_mod.SNAPSHOT_PREFIX)) is not None
         )
         log_keys = store.list(manifest_mod.LOG_PREFIX)
         retired = retired_ids(store)

@@ -1,7 +1,8 @@
-"""Checks of what a producer hands the log: its id (a path segment of object keys) and its pipeline state.
+"""Checks of what a producer hands the log: its id (a path segment of object keys), its pipeline state, metadata.
 
-Both become part of every snapshot and of object keys, so both are bounded
-and validated before anything is written.
+They become part of object keys, versions, snapshots and ``dataset.json``, so
+each is bounded and validated before anything is written: a writer never
+writes what every reader would then refuse (a namespace no one can open).
 """
 
 from __future__ import annotations
@@ -10,14 +11,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from torch_tgb.manifest._json import dump_json, load_json
+from torch_tgb.errors import ManifestError
+from torch_tgb.manifest._json import MAX_DATASET_BYTES, MAX_DEPTH, dump_json, load_json
 
-__all__ = ["MAX_STATE_BYTES", "encode_producer_state", "validate_producer_id"]
+__all__ = [
+    "MAX_METADATA_DEPTH",
+    "MAX_STATE_BYTES",
+    "MAX_STATE_DEPTH",
+    "check_metadata",
+    "encode_producer_state",
+    "validate_producer_id",
+]
 
-#: largest pipeline state (canonical JSON) a producer may commit with an offset. A snapshot
-#: holds every producer's state and a reader accepts 8 MiB of metadata: 256 producers at this
-#: limit (a source position is a few hundred bytes)
+#: largest pipeline state (canonical JSON) a producer may commit with an offset (a source position is a few
+#: hundred bytes). A snapshot holds every producer's state, in parts when it outgrows one metadata object.
 MAX_STATE_BYTES = 32 * 1024
+#: deepest nesting of a pipeline state: a version (and a snapshot) holds it at ``producers.<id>.state``
+MAX_STATE_DEPTH = MAX_DEPTH - 3
+#: deepest nesting of a namespace's metadata: ``dataset.json`` holds it at ``metadata``
+MAX_METADATA_DEPTH = MAX_DEPTH - 1
 _PRODUCER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -43,13 +55,41 @@ def encode_producer_state(state: object, *, producer_id: str, offset: int) -> di
     where = f"producer {producer_id!r} offset={offset}"
     if not isinstance(state, Mapping):
         raise ValueError(f"{where}: state must be a JSON object (a dict), got {type(state).__name__}")
+    return _round_trip(
+        state, f"{where}: state", max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH, held="a manifest version",
+        advice="commit a position, not the data: e.g. file index and record offset",
+    )
+
+
+def check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``metadata`` as a dict, once known to fit ``dataset.json``: JSON, at most 1 MiB, nested at most 15 deep.
+
+    ``dataset.json`` is written once and read by every rank: metadata that a
+    reader would refuse would leave a namespace no one can open, so it is
+    refused here, before the producer touches storage (``ValueError``).
+    """
+    metadata = dict(metadata or {})
+    _round_trip(
+        metadata, "metadata", max_bytes=MAX_DATASET_BYTES, max_depth=MAX_METADATA_DEPTH, held="dataset.json",
+        advice="every rank reads dataset.json at start: store a path or a digest of large content, not the content",
+    )
+    return metadata
+
+
+def _round_trip(value: Mapping[str, Any], what: str, *, max_bytes: int, max_depth: int, held: str,
+                advice: str) -> dict[str, Any]:
+    """``value``'s JSON round trip, once it is JSON of at most ``max_bytes`` nested at most ``max_depth`` deep.
+
+    Else ``ValueError`` naming ``what``: ``held`` is the object that would hold
+    it (``MAX_DEPTH - max_depth`` levels down), refused by every reader.
+    """
     try:
-        data = dump_json(state)
+        data = dump_json(value)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: state is not JSON-serialisable: {e}") from e
-    if len(data) > MAX_STATE_BYTES:
-        raise ValueError(
-            f"{where}: state is {len(data)} bytes of JSON, over the limit of {MAX_STATE_BYTES} "
-            "(commit a position, not the data: e.g. file index and record offset)"
-        )
-    return load_json(data, what=f"state of {where}")
+        raise ValueError(f"{what} is not JSON-serialisable: {e}") from e
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} is {len(data)} bytes of JSON, over the limit of {max_bytes} ({advice})")
+    try:
+        return load_json(data, what=what, max_bytes=max_bytes, max_depth=max_depth)
+    except ManifestError as e:  # nested too deeply for the object that would hold it
+        raise ValueError(f"{e} ({held} holds it {MAX_DEPTH - max_depth} levels deep)") from None

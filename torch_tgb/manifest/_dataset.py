@@ -14,7 +14,7 @@ from torch_tgb.errors import (
     ObjectNotFound,
     SchemaMismatch,
 )
-from torch_tgb.manifest._json import dump_json
+from torch_tgb.manifest._json import MAX_DATASET_BYTES, dump_json
 from torch_tgb.manifest._reads import read_bounded
 from torch_tgb.manifest.keys import DATASET_KEY, boundary_key
 from torch_tgb.manifest.records import DatasetInfo, GCBoundary
@@ -81,10 +81,16 @@ def ensure_dataset(
     metadata = dict(metadata or {})
     fingerprint = schema_fingerprint(layout, schema, metadata)
     ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
+    data = ours.encode()
+    if len(data) > MAX_DATASET_BYTES:  # written once, read by every rank: never write what readers refuse
+        raise ValueError(
+            f"{store.url}: {DATASET_KEY} would be {len(data)} bytes (layout, schema of {len(schema)} keys, metadata), "
+            f"over the {MAX_DATASET_BYTES}-byte limit every reader holds it to"
+        )
     stored = None
     for _ in range(8):
         try:
-            if store.put_if_absent(DATASET_KEY, ours.encode()):
+            if store.put_if_absent(DATASET_KEY, data):
                 # The first GC-boundary generation: a reader's boundary read is then one LIST that finds one
                 # (without any, it also reads the pre-generation _tgb/gc_boundary.json).
                 store.put_if_absent(boundary_key(0, 0), dump_json(GCBoundary().to_json()))

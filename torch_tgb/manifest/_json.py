@@ -13,10 +13,12 @@ from typing import Any, NoReturn
 
 from torch_tgb.errors import ManifestError
 
-__all__ = ["MAX_DEPTH", "MAX_METADATA_BYTES", "dump_json", "load_json", "Fields"]
+__all__ = ["MAX_DATASET_BYTES", "MAX_DEPTH", "MAX_METADATA_BYTES", "dump_json", "load_json", "Fields"]
 
-#: largest metadata object (version, snapshot, dataset.json) a reader accepts
+#: largest metadata object (a version, a snapshot or one of its parts) a reader accepts
 MAX_METADATA_BYTES = 8 * 1024 * 1024
+#: largest ``_tgb/dataset.json`` a reader accepts (every rank reads it at start)
+MAX_DATASET_BYTES = 1024 * 1024
 #: deepest nesting of containers a reader accepts (real objects need 4)
 MAX_DEPTH = 16
 
@@ -27,11 +29,12 @@ def dump_json(value: Mapping[str, Any]) -> bytes:
 
 
 def load_json(
-    data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES, flat: str | None = None
+    data: bytes, *, what: str, max_bytes: int = MAX_METADATA_BYTES, flat: str | None = None,
+    max_depth: int = MAX_DEPTH,
 ) -> dict[str, Any]:
     """Parse ``data`` as a JSON object; ``what`` names it in errors.
 
-    Containers nested deeper than :data:`MAX_DEPTH` are refused, except inside
+    Containers nested deeper than ``max_depth`` (:data:`MAX_DEPTH`) are refused, except inside
     the top-level field ``flat``: its caller checks each of its items to be an
     object of scalars (a version's thousands of entries, not walked twice).
     """
@@ -46,8 +49,8 @@ def load_json(
     if not isinstance(value, dict):
         raise ManifestError(f"{what}: expected a JSON object, got {type(value).__name__}")
     # a path nests no deeper than the brackets that open containers, counted with any inside strings
-    if not isinstance(data, bytes) or data.count(b"[") + data.count(b"{") > MAX_DEPTH:
-        _check_depth(value if flat is None else {k: v for k, v in value.items() if k != flat}, what)
+    if not isinstance(data, bytes) or data.count(b"[") + data.count(b"{") > max_depth:
+        _check_depth(value if flat is None else {k: v for k, v in value.items() if k != flat}, what, max_depth)
     return value
 
 
@@ -55,13 +58,13 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-finite number {name} is not allowed")
 
 
-def _check_depth(value: object, what: str) -> None:
+def _check_depth(value: object, what: str, max_depth: int) -> None:
     # Iterative walk: a recursive one could itself be driven into RecursionError.
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ManifestError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels")
+        if depth > max_depth:
+            raise ManifestError(f"{what}: JSON nested deeper than {max_depth} levels")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
         elif isinstance(item, list):

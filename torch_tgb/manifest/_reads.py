@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._snapshot_parts import join_parts, parts_of, split_snapshot
 from torch_tgb.manifest.keys import (
     GC_BOUNDARY_KEY,
     GC_BOUNDARY_PREFIX,
@@ -21,9 +22,10 @@ from torch_tgb.manifest.keys import (
     boundary_of,
     number_of,
     snapshot_key,
+    snapshot_part_key,
 )
 from torch_tgb.manifest.records import EMPTY_STATE, FORMAT, GCBoundary, ManifestState
-from torch_tgb.storage import ObjectStore
+from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = [
     "Reclaimed",
@@ -66,21 +68,47 @@ def read_hint(store: ObjectStore, *, where: str) -> int:
 
 
 def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestState | None:
-    """The snapshot of version ``number``, or ``None`` if none was written."""
+    """The snapshot of version ``number`` (its parts joined, if any), or ``None`` if none was written.
+
+    A part that is gone (the Reclaimer deletes a snapshot below the GC
+    boundary part by part) makes the snapshot gone too.
+    """
     key = snapshot_key(number)
     try:
         data = read_bounded(store, key, where=where)
     except ObjectNotFound:
         return None
-    state = ManifestState.decode(data, what=f"{where}{key}")
+    what = f"{where}{key}"
+    obj = load_json(data, what=what)
+    count = parts_of(obj, what=what)
+    if count:
+        requests = [RangeRequest(snapshot_part_key(number, k), 0, MAX_METADATA_BYTES + 1) for k in range(count)]
+        try:
+            parts = [part for part in store.get_ranges(requests) if isinstance(part, bytes)]  # failures raise
+        except ObjectNotFound:
+            return None
+        if len(parts) != count:
+            raise ManifestError(f"{what}: {len(parts)} of its {count} parts could be read")
+        for k, part in enumerate(parts):
+            if len(part) > MAX_METADATA_BYTES:
+                raise ManifestError(f"{what} part {k}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
+        obj = join_parts(obj, parts, version=number, what=what)
+    state = ManifestState.from_json(obj, what=what)
     if state.version != number:
-        raise ManifestError(f"{where}{key}: snapshot says version={state.version}")
+        raise ManifestError(f"{what}: snapshot says version={state.version}")
     return state
 
 
 def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> None:
-    """Write the snapshot of ``state.version`` (idempotent) and move the hint forward to it."""
-    store.put(snapshot_key(state.version), state.encode())
+    """Write the snapshot of ``state.version`` (idempotent) and move the hint forward to it.
+
+    A snapshot too large for one object goes in parts, written before the
+    header that names them: a reader that finds the header finds its parts.
+    """
+    header, parts = split_snapshot(state)
+    for k, part in enumerate(parts):
+        store.put(snapshot_part_key(state.version, k), part)
+    store.put(snapshot_key(state.version), header)
     if read_hint(store, where=where) < state.version:
         # Racing hint writers may move it back a little: it is only a starting point.
         store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": state.version}))

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.manifest._json import MAX_METADATA_BYTES
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
@@ -303,6 +304,11 @@ class Committer:
         candidate.check_offsets(what=what)
         fold(self.view, candidate, where=self.manifest.where)
         data = candidate.encode()
+        if len(data) > MAX_METADATA_BYTES:  # every reader would refuse it, and the namespace with it
+            raise ManifestError(
+                f"{what}: {len(data)} bytes of JSON ({len(candidate.entries)} entries), over the metadata limit of "
+                f"{MAX_METADATA_BYTES}: commit at most MAX_VERSION_ENTRIES entries per version"
+            )
         self._hook("before_commit")
         created: bool | None
         recognised = False

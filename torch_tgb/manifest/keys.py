@@ -22,6 +22,7 @@ __all__ = [
     "object_name",
     "parse_object_name",
     "snapshot_key",
+    "snapshot_part_key",
     "version_key",
 ]
 
@@ -39,6 +40,11 @@ def version_key(number: int) -> str:
 
 def snapshot_key(number: int) -> str:
     return f"{SNAPSHOT_PREFIX}{number:020d}.json"
+
+
+def snapshot_part_key(number: int, part: int) -> str:
+    """Part ``part`` of a snapshot too large for one object; it sorts right after the snapshot's own key."""
+    return f"{SNAPSHOT_PREFIX}{number:020d}.part{part:05d}.json"
 
 
 def boundary_key(version: int, step: int) -> str:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch_tgb.errors import ManifestError
-from torch_tgb.manifest._checks import MAX_STATE_BYTES, encode_producer_state, validate_producer_id
+from torch_tgb.manifest._checks import MAX_STATE_BYTES, check_metadata, encode_producer_state, validate_producer_id
 from torch_tgb.manifest._entry import DATA_PREFIX, MAX_FOOTER_BYTES, TGBEntry
-from torch_tgb.manifest._json import Fields, dump_json, load_json
+from torch_tgb.manifest._json import MAX_DATASET_BYTES, Fields, dump_json, load_json
 from torch_tgb.manifest.jobs import JobSpec
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "FORMAT",
     "MAX_FOOTER_BYTES",
     "MAX_STATE_BYTES",
+    "MAX_VERSION_ENTRIES",
     "PRODUCER_STATUSES",
     "DatasetInfo",
     "GCBoundary",
@@ -34,6 +35,7 @@ __all__ = [
     "ProducerState",
     "TGBEntry",
     "Version",
+    "check_metadata",
     "encode_producer_state",
     "validate_producer_id",
 ]
@@ -107,6 +109,11 @@ def _producers_from_json(obj: Mapping[str, Any], *, what: str) -> dict[str, Prod
             raise ManifestError(f"{what}: {e}") from e
         producers[pid] = ProducerState.from_json(value, what=f"{what} producer {pid!r}")
     return producers
+
+
+#: most entries one version carries: an entry's JSON is at most ~520 bytes (a 128-character producer id), so a
+#: full version stays near half the metadata limit a reader accepts, with room for the producer's state
+MAX_VERSION_ENTRIES = 8192
 
 
 @dataclass(frozen=True)
@@ -226,7 +233,11 @@ class ManifestState:
 
     @classmethod
     def decode(cls, data: bytes, *, what: str) -> ManifestState:
-        f = Fields(load_json(data, what=what), what=what)
+        return cls.from_json(load_json(data, what=what), what=what)
+
+    @classmethod
+    def from_json(cls, obj: object, *, what: str) -> ManifestState:
+        f = Fields(obj, what=what)
         _check_format(f)
         job = f.optional_mapping("job")
         state = cls(
@@ -290,7 +301,7 @@ class DatasetInfo:
 
     @classmethod
     def decode(cls, data: bytes, *, what: str) -> DatasetInfo:
-        f = Fields(load_json(data, what=what, max_bytes=1024 * 1024), what=what)
+        f = Fields(load_json(data, what=what, max_bytes=MAX_DATASET_BYTES), what=what)
         _check_format(f)
         info = cls(f.mapping("layout"), f.mapping("schema"), f.mapping("metadata"), f.string("fingerprint"), f.number("created_at"))
         f.done()

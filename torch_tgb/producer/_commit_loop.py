@@ -22,6 +22,7 @@ from typing import Any
 
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.manifest import Committer, TGBEntry
+from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
 from torch_tgb.manifest.watermarks import safe_boundary
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.dac import ema
@@ -232,8 +233,8 @@ class CommitLoop:
             if wait > 0:
                 self._cond.wait(wait)
                 continue
-            limit = self.policy.max_entries
-            batch = self._pending[:limit] if limit else list(self._pending)
+            limit = min(self.policy.max_entries or MAX_VERSION_ENTRIES, MAX_VERSION_ENTRIES)
+            batch = self._pending[:limit]
             return batch, (mark if len(batch) == n else None)
 
     def _run(self) -> None:

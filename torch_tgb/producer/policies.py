@@ -7,7 +7,8 @@ A policy answers two questions for the producer's committer thread:
   pending entries and the seconds since the last attempt finished;
 - ``on_attempt(...)``: learn from an attempt's outcome.
 
-``max_entries`` caps how many pending entries one version carries.
+``max_entries`` caps how many pending entries one version carries (never more
+than ``manifest.records.MAX_VERSION_ENTRIES``, which keeps a version readable).
 Count policies (Naive, Fixed, Incr) wait for entries; time policies (AIMD,
 DAC) wait for a gap. ``flush()`` overrides "wait for entries" but never a gap.
 
@@ -41,7 +42,7 @@ class CommitPolicy(abc.ABC):
 
     #: short name used in stats and benchmarks
     name: str = "policy"
-    #: most entries one version may carry (``None``: all pending)
+    #: most entries one version may carry (``None``: all pending, up to ``MAX_VERSION_ENTRIES``)
     max_entries: int | None = None
 
     @abc.abstractmethod

@@ -29,7 +29,7 @@ from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
-from torch_tgb.manifest.records import encode_producer_state
+from torch_tgb.manifest.records import check_metadata, encode_producer_state
 from torch_tgb.producer._commit_loop import CommitLoop
 from torch_tgb.producer._segment import SegmentWriter
 from torch_tgb.producer.config import ProducerConfig
@@ -76,13 +76,13 @@ class Producer:
             raise TypeError(f"layout must be a torch_tgb.Layout, got {type(layout).__name__}")
         if max_lag is not None and max_lag < 1:
             raise ValueError(f"max_lag={max_lag} must be >= 1 or None")
+        self._metadata = check_metadata(metadata)
         self.layout = layout
         self.max_lag = max_lag
         self.config = config or ProducerConfig()
         self.policy = make_policy(commit_policy)
         self._owns_store = not isinstance(ns, ObjectStore)
         self.store = open_store(ns, storage_options)
-        self._metadata = dict(metadata or {})
         self._dataset: DatasetInfo | None = None
         ensure_conditional_writes(self.store)  # one read once the namespace was probed
         self.manifest = Manifest(self.store, snapshot_every=self.config.snapshot_every)

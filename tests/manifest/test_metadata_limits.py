@@ -1,0 +1,162 @@
+"""Writers never write a metadata object that readers refuse: a namespace nobody could open again.
+
+Found by trying a job of many shards, each committing a pipeline state: the
+snapshot holding all their states outgrew the 8 MiB a reader accepts, and
+every later open failed. The same held for a version of a very large
+segment's entries, for oversized metadata in ``dataset.json`` and for a
+pipeline state nested deeper than a version can hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import torch_tgb as tgb
+from torch_tgb.checkpoint import Reclaimer, record_watermark
+from torch_tgb.errors import ManifestError
+from torch_tgb.manifest import Manifest, ManifestState, ProducerState
+from torch_tgb.manifest import _reads, _snapshot_parts
+from torch_tgb.manifest._json import load_json
+from torch_tgb.manifest.jobs import JobSpec
+from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key, snapshot_part_key
+from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
+from torch_tgb.producer import Producer, ProducerConfig
+from torch_tgb.storage import LocalStore, MemoryStore
+
+LAYOUT = tgb.Layout(dp=1, seq_keys=("input_ids",))
+BATCH = {"input_ids": torch.zeros(1, 4, dtype=torch.int16)}
+
+
+def _state(states: list[int], version: int = 7) -> ManifestState:
+    producers = {f"p{i:04d}": ProducerState(1, i + 1, 1.5, {"pos": "x" * n} if n else None, "done" if i % 2 else "open")
+                 for i, n in enumerate(states)}
+    return ManifestState(version, len(states), False, producers, JobSpec.sharded("job", max(1, len(states))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 900), max_size=40), st.integers(200, 3000), st.integers(300, 2000))
+def test_split_snapshot_round_trips_and_bounds_each_part(states, whole_bytes, part_bytes) -> None:
+    state = _state(states)
+    header, parts = _snapshot_parts.split_snapshot(state, whole_bytes=whole_bytes, part_bytes=part_bytes)
+    if len(state.encode()) <= whole_bytes:
+        assert (header, parts) == (state.encode(), [])
+        return
+    assert parts and len(header) < len(state.encode())
+    for part in parts:  # whole producers, at most part_bytes of them (+ the part's own fields), or one alone
+        assert len(part) <= part_bytes + 100 or len(json.loads(part)["producers"]) == 1
+    obj = load_json(header, what="header")
+    assert _snapshot_parts.parts_of(obj, what="header") == len(parts)
+    joined = _snapshot_parts.join_parts(obj, parts, version=state.version, what="header")
+    assert ManifestState.from_json(joined, what="joined") == state
+
+
+def test_join_refuses_parts_of_another_snapshot_or_repeated_producers() -> None:
+    state = _state([500] * 10)
+    header, parts = _snapshot_parts.split_snapshot(state, whole_bytes=100, part_bytes=1200)
+    obj = load_json(header, what="h")
+    _snapshot_parts.parts_of(obj, what="h")
+    with pytest.raises(ManifestError, match="version=7 part=0"):
+        _snapshot_parts.join_parts(obj, [parts[0], parts[0]], version=7, what="h")
+    other, other_parts = _snapshot_parts.split_snapshot(_state([500] * 10, version=8), whole_bytes=100, part_bytes=1200)
+    with pytest.raises(ManifestError, match="names version=8"):
+        _snapshot_parts.join_parts(obj, other_parts, version=7, what="h")
+    with pytest.raises(ManifestError, match="'parts' must be an integer"):
+        _snapshot_parts.parts_of({"parts": 0, "producers": {}}, what="h")
+
+
+def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole() -> None:
+    store = MemoryStore()
+    state = _state([30_000] * 300, version=16)  # 300 shards at about the state limit: ~9 MiB of JSON
+    assert len(state.encode()) > _reads.MAX_METADATA_BYTES
+    _reads.put_snapshot(store, state, where="")
+    keys = store.list(SNAPSHOT_PREFIX)
+    assert keys[0] == snapshot_key(16) and keys[1:] == [snapshot_part_key(16, k) for k in range(len(keys) - 1)]
+    assert all(store.stat(k).size <= _reads.MAX_METADATA_BYTES for k in keys)
+    assert _reads.read_snapshot(store, 16, where="") == state
+    store.delete(snapshot_part_key(16, 1))  # the Reclaimer deletes an old snapshot part by part
+    assert _reads.read_snapshot(store, 16, where="") is None
+
+
+def test_a_job_whose_snapshots_need_parts_reads_resumes_and_reclaims(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(_snapshot_parts, "WHOLE_BYTES", 2048)  # parts from a few shards on, not from 300
+    monkeypatch.setattr(_snapshot_parts, "PART_BYTES", 1024)
+    store = LocalStore(str(tmp_path))
+    spec = JobSpec.sharded("job", 12)
+    for i in range(12):
+        with Producer(store, producer_id=spec.producer_id(i), layout=LAYOUT, job=spec,
+                      config=ProducerConfig(snapshot_every=4)) as p:
+            p.append(BATCH, offset=0, state={"shard": i, "pad": "y" * 300})
+            p.close(seal=i % 2 == 1)  # odd shards finish, even ones stop and resume below
+    names = os.listdir(tmp_path / SNAPSHOT_PREFIX)
+    assert any(".part" in n for n in names)
+    for i in range(0, 12, 2):
+        with Producer(store, producer_id=spec.producer_id(i), layout=LAYOUT, job=spec) as p:
+            assert p.resume_offset == 1 and p.resume_state == {"shard": i, "pad": "y" * 300}
+            p.close(seal=True)
+    fresh = Manifest(LocalStore(str(tmp_path)))
+    assert fresh.head().sealed and len(fresh.head().producers) == 12
+    assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == 12
+    record_watermark(store, "ck", {"tgb_cursor": {"step": 12, "version": fresh.latest_version()}})
+    Reclaimer(store).run_once()
+    kept = os.listdir(tmp_path / SNAPSHOT_PREFIX)
+    boundary = fresh.gc_boundary().version
+    assert boundary > 0 and all(int(n[:20]) >= boundary for n in kept)  # older headers and parts are gone
+    assert Manifest(LocalStore(str(tmp_path))).head() == fresh.head()
+
+
+def test_one_version_carries_at_most_max_version_entries(tmp_path) -> None:
+    n = MAX_VERSION_ENTRIES + 1500  # all pending at once, as a policy of large counts or big segments make them
+    config = ProducerConfig(max_pending=2 * n, segment_tgbs=n)
+    with Producer(str(tmp_path), producer_id="p0", layout=LAYOUT, commit_policy=f"fixed:{2 * n}", config=config) as p:
+        for offset in range(n):
+            p.append(BATCH, offset=offset)
+        p.close(seal=True)
+    manifest = Manifest(LocalStore(str(tmp_path)))
+    sizes = [len(manifest.read_version(v).entries) for v in range(1, manifest.latest_version() + 1)]
+    assert max(sizes) == MAX_VERSION_ENTRIES and sum(sizes) == n
+    assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == n
+
+
+def test_a_version_over_the_reader_limit_is_refused_not_written(tmp_path, monkeypatch) -> None:
+    from torch_tgb.manifest import commit
+
+    monkeypatch.setattr(commit, "MAX_METADATA_BYTES", 600)
+    producer = Producer(str(tmp_path), producer_id="p0", layout=LAYOUT, commit_policy="fixed:4")
+    for offset in range(4):
+        producer.append(BATCH, offset=offset)
+    with pytest.raises(ManifestError, match="over the metadata limit of 600"):
+        producer.close()
+    assert Manifest(LocalStore(str(tmp_path))).head().num_steps == 0  # nothing committed, still readable
+
+
+def test_metadata_too_large_or_not_json_is_refused_before_anything_is_written(tmp_path) -> None:
+    with pytest.raises(ValueError, match="over the limit of 1048576"):
+        Producer(str(tmp_path / "a"), producer_id="p0", layout=LAYOUT, metadata={"notes": "x" * (1 << 20)})
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        Producer(str(tmp_path / "b"), producer_id="p0", layout=LAYOUT, metadata={"f": object()})
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def _nested(depth: int) -> dict:
+    state: dict = {"leaf": 1}
+    for _ in range(depth - 1):
+        state = {"n": state}
+    return state
+
+
+def test_a_state_nested_deeper_than_a_version_holds_is_refused(tmp_path) -> None:
+    with Producer(str(tmp_path), producer_id="p0", layout=LAYOUT) as p:
+        with pytest.raises(ValueError, match="nested deeper than 13 levels"):
+            p.append(BATCH, offset=0, state=_nested(14))
+        p.append(BATCH, offset=0, state=_nested(13))  # the deepest that fits is stored and read back
+        p.close()
+    with Producer(str(tmp_path), producer_id="p0", layout=LAYOUT) as p:
+        assert p.resume_state == _nested(13)
+        p.close(seal=True)
+    assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == 1
