@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 
 import pytest
 import torch
@@ -71,7 +72,7 @@ def test_join_refuses_parts_of_another_snapshot_or_repeated_producers() -> None:
 
 
 def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole() -> None:
-    store = MemoryStore()
+    store = MemoryStore(f"parts-{uuid.uuid4().hex}")
     state = _state([30_000] * 300, version=16)  # 300 shards at about the state limit: ~9 MiB of JSON
     assert len(state.encode()) > _reads.MAX_METADATA_BYTES
     _reads.put_snapshot(store, state, where="")
@@ -81,6 +82,7 @@ def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole() -
     assert _reads.read_snapshot(store, 16, where="") == state
     store.delete(snapshot_part_key(16, 1))  # the Reclaimer deletes an old snapshot part by part
     assert _reads.read_snapshot(store, 16, where="") is None
+    store.destroy()
 
 
 def test_a_job_whose_snapshots_need_parts_reads_resumes_and_reclaims(tmp_path, monkeypatch) -> None:
