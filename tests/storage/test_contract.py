@@ -15,6 +15,7 @@ from torch_tgb.storage import (
     RetryingStore,
     open_store,
 )
+from torch_tgb.errors import StorageError, TransientStorageError
 from torch_tgb.testing.store_contract import StoreContract
 
 
@@ -152,3 +153,34 @@ def test_local_and_wrapped_stores_pickle(tmp_path):
     store.put("k", b"v")
     for s in (store, FaultyStore(LocalStore(tmp_path)), LatencyStore(LocalStore(tmp_path), rtt=0)):
         assert pickle.loads(pickle.dumps(s)).get("k") == b"v"
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize(("code", "error"), [("SlowDown", TransientStorageError), ("AccessDenied", StorageError)])
+def test_s3_delete_raises_for_keys_deleteobjects_refused_inside_a_200(s3_namespace, code, error, monkeypatch):
+    """DeleteObjects answers 200 with an ``Errors`` list: those keys are not deleted, and the caller must know.
+
+    (s3fs's bulk delete sends Quiet and ignores the list: the Reclaimer would
+    have counted them as reclaimed.)
+    """
+    store = FsspecStore(*s3_namespace)
+    for key in ("a", "b", "c"):
+        store.put(key, b"x")
+    real = store.fs._call_s3
+
+    async def refuse_b(method, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if method != "delete_objects":
+            return await real(method, *args, **kwargs)
+        objects = kwargs["Delete"]["Objects"]
+        kept = [o for o in objects if o["Key"].endswith("/b")]
+        kwargs["Delete"] = {**kwargs["Delete"], "Objects": [o for o in objects if o not in kept]}
+        out = await real(method, *args, **kwargs)
+        return {**out, "Errors": [{"Key": o["Key"], "Code": code, "Message": "refused"} for o in kept]}
+
+    monkeypatch.setattr(store.fs, "_call_s3", refuse_b)
+    with pytest.raises(error, match=f"1 key\\(s\\) not deleted, the first .*b'.*{code}"):
+        store.delete(["a", "b", "c"])
+    monkeypatch.undo()
+    assert store.list() == ["b"]  # the others went; "b" is still there, as the error says
+    store.delete(["b", "never-there"])  # and a retry deletes it; a missing key is no error
+    assert store.list() == []

@@ -310,11 +310,12 @@ class FsspecStore(ObjectStore):
         paths = [self._path(k) for k in keys]
         if not paths:
             return
-        bulk = getattr(self.fs, "_bulk_delete", None)
         try:
-            if bulk is not None and isinstance(self.fs, AsyncFileSystem):
-                for i in range(0, len(paths), 1000):  # S3 DeleteObjects takes up to 1000 keys
-                    sync(self.fs.loop, bulk, paths[i : i + 1000])
+            if hasattr(self.fs, "_bulk_delete") and isinstance(self.fs, AsyncFileSystem):  # s3fs: DeleteObjects
+                for i in range(0, len(paths), 1000):  # it takes up to 1000 keys
+                    failed = sync(self.fs.loop, _delete_objects, self.fs, paths[i : i + 1000])
+                    if failed:
+                        raise _DeleteFailed(failed)
                 return
             for key, path in zip(keys, paths):
                 try:
@@ -326,6 +327,31 @@ class FsspecStore(ObjectStore):
 
     def close(self) -> None:
         """Nothing to release eagerly: s3fs closes its session with the file system."""
+
+
+class _DeleteFailed(Exception):
+    """Keys DeleteObjects answered with an error (HTTP 200 and an ``Errors`` list): ``response`` as botocore's."""
+
+    def __init__(self, failed: list[dict[str, Any]]) -> None:
+        first = failed[0]
+        super().__init__(f"{len(failed)} key(s) not deleted, the first {first.get('Key')!r}: "
+                         f"{first.get('Code')} {first.get('Message', '')}".rstrip())
+        self.response = {"Error": {"Code": first.get("Code")}}  # what translate() reads: SlowDown is transient
+
+
+async def _delete_objects(fs: Any, paths: list[str]) -> list[dict[str, Any]]:
+    """DeleteObjects of ``paths`` (one bucket, <= 1000); the per-key errors it answered with.
+
+    s3fs's ``_bulk_delete`` sends ``Quiet`` and returns without looking at
+    ``Errors``: a key refused with ``SlowDown`` or ``AccessDenied`` inside a
+    200 reply would count as deleted. (A missing key is no error.)
+    """
+    bucket = fs.split_path(paths[0])[0]
+    objects = [{"Key": fs.split_path(path)[1]} for path in paths]
+    for path in paths:
+        fs.invalidate_cache(fs._parent(path))
+    out = await fs._call_s3("delete_objects", Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
+    return [e for e in out.get("Errors") or [] if e.get("Code") != "NoSuchKey"]  # deleting nothing is no error
 
 
 def _mtime(info: dict[str, Any]) -> float:
