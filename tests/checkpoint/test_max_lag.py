@@ -83,3 +83,29 @@ def test_producer_stalls_at_max_lag_and_resumes_after_watermark(store):
     assert not producer.paused and s.paused_for_lag_s > 0.3
     producer.close()
     assert Manifest(store).head().num_steps == TOTAL
+
+
+def test_a_pause_for_max_lag_is_never_silent(store, caplog):
+    """A producer held by max_lag logs why, every lag_warn_s: no checkpoint at all, then the one holding it."""
+    producer = Producer(store, producer_id="p0", layout=Layout(dp=2), commit_policy="naive", max_lag=2,
+                        config=ProducerConfig(lag_poll_s=0.02, lag_warn_s=0.1))
+    appended: list[int] = []
+
+    def produce() -> None:
+        for offset in range(6):
+            producer.append({"x": torch.full((4, 3), offset, dtype=torch.int32)})
+            appended.append(offset)
+        producer.flush()
+
+    thread = threading.Thread(target=produce, daemon=True)
+    with caplog.at_level("WARNING", logger="torch_tgb.producer._commit_loop"):
+        thread.start()
+        wait_until(lambda: "no live checkpoint is recorded" in caplog.text)
+        assert "producer 'p0' paused" in caplog.text and "by max_lag=2: 2 steps committed or pending" in caplog.text
+        record_watermark(store, "ck-1", {"tgb_cursor": {"step": 1, "version": 1}})
+        wait_until(lambda: "the oldest of 1 live checkpoint(s) resumes at step 1" in caplog.text)
+        record_watermark(store, "ck-end", {"tgb_cursor": {"step": 6, "version": 1}})
+        keep_last(store, 1)
+        thread.join(20)
+    assert not thread.is_alive() and appended == list(range(6))
+    producer.close()

@@ -26,6 +26,7 @@ from torch_tgb.manifest import _reads, _snapshot_parts
 from torch_tgb.manifest._json import load_json
 from torch_tgb.manifest.jobs import JobSpec
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key, snapshot_part_key
+from torch_tgb.manifest._checks import MAX_STATE_DEPTH
 from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LocalStore, MemoryStore
@@ -154,11 +155,11 @@ def _nested(depth: int) -> dict:
 
 def test_a_state_nested_deeper_than_a_version_holds_is_refused(tmp_path) -> None:
     with Producer(str(tmp_path), producer_id="p0", layout=LAYOUT) as p:
-        with pytest.raises(ValueError, match="nested deeper than 13 levels"):
-            p.append(BATCH, offset=0, state=_nested(14))
-        p.append(BATCH, offset=0, state=_nested(13))  # the deepest that fits is stored and read back
+        with pytest.raises(ValueError, match=f"nested deeper than {MAX_STATE_DEPTH} levels"):
+            p.append(BATCH, offset=0, state=_nested(MAX_STATE_DEPTH + 1))
+        p.append(BATCH, offset=0, state=_nested(MAX_STATE_DEPTH))  # the deepest that fits is stored and read back
         p.close()
     with Producer(str(tmp_path), producer_id="p0", layout=LAYOUT) as p:
-        assert p.resume_state == _nested(13)
+        assert p.resume_state == _nested(MAX_STATE_DEPTH)
         p.close(seal=True)
     assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == 1

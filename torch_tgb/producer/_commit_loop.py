@@ -23,7 +23,7 @@ from typing import Any
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.manifest import Committer, TGBEntry
 from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
-from torch_tgb.manifest.watermarks import safe_boundary
+from torch_tgb.manifest.watermarks import live_checkpoints, safe_boundary
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.dac import ema
 from torch_tgb.producer.policies import CommitPolicy
@@ -138,11 +138,17 @@ class CommitLoop:
         if self.max_lag is None or self._lag() < self.max_lag:
             return
         paused_at = time.monotonic()
+        warn_every = self.config.lag_warn_s
+        warn_at = warn_every
         try:
             while True:
                 self._safe_step = safe_boundary(self.store)
                 if self._lag() < self.max_lag:
                     return
+                waited = time.monotonic() - paused_at
+                if warn_at is not None and warn_every is not None and waited >= warn_at:
+                    self._warn_paused(waited)
+                    warn_at += warn_every
                 with self._cond:
                     self._stats = replace(self._stats, paused_for_lag=True)
                     self._cond.wait(self.config.lag_poll_s)
@@ -153,6 +159,22 @@ class CommitLoop:
                 self._stats = replace(
                     self._stats, paused_for_lag=False, paused_for_lag_s=self._stats.paused_for_lag_s + paused
                 )
+
+    def _warn_paused(self, waited: float) -> None:
+        """A pause for ``max_lag`` is never silent: say how long, where, and what would end it."""
+        live = live_checkpoints(self.store)
+        why = (
+            f"the oldest of {len(live)} live checkpoint(s) resumes at step {self._safe_step}; the pause ends when it "
+            "is retired or a newer one replaces it (keep_last)"
+            if live else
+            "no live checkpoint is recorded in this namespace: the trainer records its cursor with each checkpoint "
+            "(DataState, record_watermark), else max_lag never lets go"
+        )
+        log.warning(
+            "%s: producer %r paused %.0f s by max_lag=%d: %d steps committed or pending, %d ahead of the safe "
+            "boundary; %s", self.store.url, self.producer_id, waited, self.max_lag,
+            self._committer.view.num_steps + len(self._pending), self._lag(), why,
+        )
 
     def raise_if_failed(self) -> None:
         error = self._error

@@ -14,7 +14,9 @@ class ProducerConfig:
 
     ``max_pending``: entries written but not yet committed before ``append``
     blocks. ``lag_poll_s``: how often a producer paused by ``max_lag`` polls
-    the watermarks. ``snapshot_every``: K, a snapshot every K versions.
+    the watermarks; ``lag_warn_s``: how often it logs a warning while paused
+    (``None``: never), naming the safe boundary and the live checkpoints
+    holding it. ``snapshot_every``: K, a snapshot every K versions.
     ``crash_hook``: called with a point name (``after_object_write``,
     ``before_commit``, ``after_version_put``, ``after_commit``); tests use it
     to kill the process at exact points.
@@ -48,6 +50,7 @@ class ProducerConfig:
 
     max_pending: int = 256
     lag_poll_s: float = 0.5
+    lag_warn_s: float | None = 60.0
     snapshot_every: int = 16
     crash_hook: Callable[[str], None] | None = None
     max_commit_delay_s: float = 300.0
