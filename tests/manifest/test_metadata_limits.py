@@ -53,21 +53,34 @@ def test_split_snapshot_round_trips_and_bounds_each_part(states, whole_bytes, pa
     for part in parts:  # whole producers, at most part_bytes of them (+ the part's own fields), or one alone
         assert len(part) <= part_bytes + 100 or len(json.loads(part)["producers"]) == 1
     obj = load_json(header, what="header")
-    assert _snapshot_parts.parts_of(obj, what="header") == len(parts)
-    joined = _snapshot_parts.join_parts(obj, parts, version=state.version, what="header")
+    assert _snapshot_parts.parts_of(obj, what="header") == (len(parts), len(state.producers))
+    joined = _snapshot_parts.join_parts(obj, parts, version=state.version, producers_in_parts=len(state.producers),
+                                        what="header")
     assert ManifestState.from_json(joined, what="joined") == state
 
 
-def test_join_refuses_parts_of_another_snapshot_or_repeated_producers() -> None:
+def test_join_refuses_parts_of_another_snapshot_or_another_split() -> None:
     state = _state([500] * 10)
     header, parts = _snapshot_parts.split_snapshot(state, whole_bytes=100, part_bytes=1200)
     obj = load_json(header, what="h")
-    _snapshot_parts.parts_of(obj, what="h")
+    assert _snapshot_parts.parts_of(obj, what="h") == (len(parts), 10)
+
+    def join(parts: list[bytes]) -> dict:
+        return _snapshot_parts.join_parts(dict(obj), parts, version=7, producers_in_parts=10, what="h")
+
+    assert ManifestState.from_json(join(parts), what="h") == state
     with pytest.raises(ManifestError, match="version=7 part=0"):
-        _snapshot_parts.join_parts(obj, [parts[0], parts[0]], version=7, what="h")
-    other, other_parts = _snapshot_parts.split_snapshot(_state([500] * 10, version=8), whole_bytes=100, part_bytes=1200)
+        join([parts[0], parts[0], *parts[2:]])
+    other = _snapshot_parts.split_snapshot(_state([500] * 10, version=8), whole_bytes=100, part_bytes=1200)[1]
     with pytest.raises(ManifestError, match="names version=8"):
-        _snapshot_parts.join_parts(obj, other_parts, version=7, what="h")
+        join(other)
+    # parts of two writers that split the same snapshot otherwise, mixed: refused, never a silent gap
+    wider = _snapshot_parts.split_snapshot(state, whole_bytes=100, part_bytes=2400)[1]
+    assert 1 < len(wider) < len(parts)
+    with pytest.raises(ManifestError, match="hold [0-9]+ producers, the snapshot names 10|appear in two parts"):
+        join([parts[0], *wider[1:]])
+    first = set(json.loads(parts[0])["producers"]) | set().union(*(json.loads(w)["producers"] for w in wider[1:]))
+    assert len(first) < 10  # the mix above really left producers out
     with pytest.raises(ManifestError, match="'parts' must be an integer"):
         _snapshot_parts.parts_of({"parts": 0, "producers": {}}, what="h")
 

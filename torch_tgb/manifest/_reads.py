@@ -80,7 +80,7 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
         return None
     what = f"{where}{key}"
     obj = load_json(data, what=what)
-    count = parts_of(obj, what=what)
+    count, producers = parts_of(obj, what=what)
     if count:
         requests = [RangeRequest(snapshot_part_key(number, k), 0, MAX_METADATA_BYTES + 1) for k in range(count)]
         try:
@@ -92,7 +92,7 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
         for k, part in enumerate(parts):
             if len(part) > MAX_METADATA_BYTES:
                 raise ManifestError(f"{what} part {k}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
-        obj = join_parts(obj, parts, version=number, what=what)
+        obj = join_parts(obj, parts, version=number, producers_in_parts=producers, what=what)
     state = ManifestState.from_json(obj, what=what)
     if state.version != number:
         raise ManifestError(f"{what}: snapshot says version={state.version}")

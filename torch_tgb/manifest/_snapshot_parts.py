@@ -6,8 +6,11 @@ to 32 KiB each, for up to 65536 shards of a job), so it can outgrow the
 order, over *part* objects of at most :data:`PART_BYTES` each
 (``_tgb/snapshots/<version>.part<k>.json``, ``k = 0 .. n-1``), and the
 snapshot object (the *header*, written after its parts) holds everything
-else, an empty ``producers`` and ``"parts": n``. A snapshot that fits in
-one object is written whole, as always (docs/protocol.md, *Snapshot*).
+else, an empty ``producers``, ``"parts": n`` and ``"parts_producers"``, the
+number of producers in all parts: a join that finds a producer twice, or
+fewer than that, is refused (parts of two writers that split differently
+never pass for one snapshot). A snapshot that fits in one object is written
+whole, as always (docs/protocol.md, *Snapshot*).
 """
 
 from __future__ import annotations
@@ -51,25 +54,29 @@ def split_snapshot(
             size = 0
         groups[-1][producer_id] = obj
         size += n
-    header = {**state.to_json(), "producers": {}, "parts": len(groups)}
+    header = {**state.to_json(), "producers": {}, "parts": len(groups), "parts_producers": len(state.producers)}
     parts = [dump_json({"format": FORMAT, "version": state.version, "part": k, "producers": group})
              for k, group in enumerate(groups)]
     return dump_json(header), parts
 
 
-def parts_of(header: dict[str, Any], *, what: str) -> int:
-    """How many parts the header object names (0: a whole snapshot); the field is taken out of ``header``."""
+def parts_of(header: dict[str, Any], *, what: str) -> tuple[int, int]:
+    """``(parts, producers in them)`` the header object names (``(0, 0)``: a whole snapshot); taken out of ``header``."""
     if "parts" not in header:
-        return 0
-    count = header.pop("parts")
+        return 0, 0
+    count, total = header.pop("parts"), header.pop("parts_producers", None)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PARTS:
         raise ManifestError(f"{what}: field 'parts' must be an integer in 1..{MAX_PARTS}, got {count!r}")
+    if isinstance(total, bool) or not isinstance(total, int) or total < count:
+        raise ManifestError(f"{what}: field 'parts_producers' must be an integer >= parts, got {total!r}")
     if header.get("producers") != {}:
         raise ManifestError(f"{what}: a snapshot in parts keeps its producers in the parts, not the header")
-    return count
+    return count, total
 
 
-def join_parts(header: dict[str, Any], parts: list[bytes], *, version: int, what: str) -> dict[str, Any]:
+def join_parts(
+    header: dict[str, Any], parts: list[bytes], *, version: int, producers_in_parts: int, what: str
+) -> dict[str, Any]:
     """The whole snapshot's JSON object: ``header`` with the producers of ``parts`` (in order, each checked)."""
     producers: dict[str, Any] = {}
     for k, data in enumerate(parts):
@@ -84,4 +91,6 @@ def join_parts(header: dict[str, Any], parts: list[bytes], *, version: int, what
         if set(group) & set(producers):
             raise ManifestError(f"{where}: producers {sorted(set(group) & set(producers))} appear in two parts")
         producers.update(group)
+    if len(producers) != producers_in_parts:
+        raise ManifestError(f"{what}: its parts hold {len(producers)} producers, the snapshot names {producers_in_parts}")
     return {**header, "producers": producers}
