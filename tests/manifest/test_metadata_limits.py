@@ -176,3 +176,18 @@ def test_a_state_nested_deeper_than_a_version_holds_is_refused(tmp_path) -> None
         assert p.resume_state == _nested(MAX_STATE_DEPTH)
         p.close(seal=True)
     assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == 1
+
+
+def test_snapshot_parts_on_each_object_store(cloud_namespace, monkeypatch) -> None:
+    """Parts are read with one get_ranges of 8 MiB + 1 byte each, past their end: every store answers it."""
+    from torch_tgb.storage import open_store
+
+    monkeypatch.setattr(_snapshot_parts, "WHOLE_BYTES", 512)
+    monkeypatch.setattr(_snapshot_parts, "PART_BYTES", 256)
+    store = open_store(*cloud_namespace)
+    state = _state([100] * 6, version=32)
+    _reads.put_snapshot(store, state, where="")
+    assert len(store.list(SNAPSHOT_PREFIX)) > 2
+    assert Manifest(store).read_snapshot(32) == state
+    store.delete(snapshot_part_key(32, 0))
+    assert Manifest(store).read_snapshot(32) is None
