@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, *, reclaim: bool, policy: str) -> dict[str, An
     per_producer = -(-args.steps // args.producers)
     producers = [
         Producer(store, producer_id=f"p{i}", layout=Layout(dp=1), commit_policy=policy, max_lag=args.max_lag,
-                 config=ProducerConfig(lag_poll_s=0.01))
+                 config=ProducerConfig(lag_poll_s=0.01, lag_poll_max_s=0.01))
         for i in range(args.producers)
     ]
 

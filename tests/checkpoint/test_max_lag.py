@@ -43,7 +43,7 @@ def store():
 
 def test_producer_stalls_at_max_lag_and_resumes_after_watermark(store):
     producer = Producer(store, producer_id="p0", layout=Layout(dp=2), commit_policy="naive", max_lag=MAX_LAG,
-                        config=ProducerConfig(lag_poll_s=0.02))
+                        config=ProducerConfig(lag_poll_s=0.02, lag_poll_max_s=0.05))
     appended: list[int] = []
 
     def produce() -> None:
@@ -88,7 +88,7 @@ def test_producer_stalls_at_max_lag_and_resumes_after_watermark(store):
 def test_a_pause_for_max_lag_is_never_silent(store, caplog):
     """A producer held by max_lag logs why, every lag_warn_s: no checkpoint at all, then the one holding it."""
     producer = Producer(store, producer_id="p0", layout=Layout(dp=2), commit_policy="naive", max_lag=2,
-                        config=ProducerConfig(lag_poll_s=0.02, lag_warn_s=0.1))
+                        config=ProducerConfig(lag_poll_s=0.02, lag_poll_max_s=0.05, lag_warn_s=0.1))
     appended: list[int] = []
 
     def produce() -> None:
@@ -108,4 +108,26 @@ def test_a_pause_for_max_lag_is_never_silent(store, caplog):
         keep_last(store, 1)
         thread.join(20)
     assert not thread.is_alive() and appended == list(range(6))
+    producer.close()
+
+
+def test_a_paused_producer_polls_the_watermarks_less_and_less_often(store):
+    """A pause lasts until the next checkpoint (minutes): the poll backs off to lag_poll_max_s, sparing the store."""
+    from torch_tgb.testing.counting import CountingStore
+
+    counting = CountingStore(store)
+    producer = Producer(counting, producer_id="p0", layout=Layout(dp=2), commit_policy="naive", max_lag=1,
+                        config=ProducerConfig(lag_poll_s=0.01, lag_poll_max_s=0.16, lag_warn_s=None))
+    producer.append({"x": torch.zeros((4, 3), dtype=torch.int32)})
+    thread = threading.Thread(target=producer.append, args=({"x": torch.ones((4, 3), dtype=torch.int32)},),
+                              daemon=True)
+    thread.start()
+    wait_until(lambda: producer.paused)
+    counting.reset()
+    time.sleep(1.5)
+    polls = counting.calls["list"]  # each poll lists the watermarks and the retired ids
+    assert 4 <= polls <= 60, polls  # at a fixed 10 ms it would be ~300
+    record_watermark(store, "ck-1", {"tgb_cursor": {"step": 1, "version": 1}})
+    thread.join(5)
+    assert not thread.is_alive()
     producer.close()

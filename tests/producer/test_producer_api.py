@@ -245,7 +245,7 @@ def test_backpressure_blocks_append(store) -> None:
 
 def test_max_lag_pauses_until_the_safe_boundary_moves(store) -> None:
     p = Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive", max_lag=4,
-                 config=ProducerConfig(lag_poll_s=0.05))
+                 config=ProducerConfig(lag_poll_s=0.05, lag_poll_max_s=0.1))
     progress: list[int] = []
 
     def fill() -> None:

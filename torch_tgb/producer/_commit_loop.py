@@ -140,9 +140,10 @@ class CommitLoop:
         paused_at = time.monotonic()
         warn_every = self.config.lag_warn_s
         warn_at = warn_every
+        poll = self.config.lag_poll_s  # doubling up to lag_poll_max_s: a pause lasts until the next checkpoint
         try:
             while True:
-                self._safe_step = safe_boundary(self.store)
+                self._safe_step = safe_boundary(self.store)  # a LIST or two and a GET per live checkpoint
                 if self._lag() < self.max_lag:
                     return
                 waited = time.monotonic() - paused_at
@@ -151,7 +152,8 @@ class CommitLoop:
                     warn_at += warn_every
                 with self._cond:
                     self._stats = replace(self._stats, paused_for_lag=True)
-                    self._cond.wait(self.config.lag_poll_s)
+                    self._cond.wait(poll)
+                poll = min(poll * 2, max(self.config.lag_poll_s, self.config.lag_poll_max_s))
                 self.raise_if_failed()
         finally:
             with self._cond:

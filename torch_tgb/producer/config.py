@@ -13,8 +13,10 @@ class ProducerConfig:
     """Tuning of a :class:`Producer`.
 
     ``max_pending``: entries written but not yet committed before ``append``
-    blocks. ``lag_poll_s``: how often a producer paused by ``max_lag`` polls
-    the watermarks; ``lag_warn_s``: how often it logs a warning while paused
+    blocks. ``lag_poll_s``: how soon a producer paused by ``max_lag`` first
+    looks at the watermarks again, doubling up to ``lag_poll_max_s`` while
+    the pause lasts (it lasts until the next checkpoint: a store is not asked
+    twice a second for minutes); ``lag_warn_s``: how often it logs a warning while paused
     (``None``: never), naming the safe boundary and the live checkpoints
     holding it. ``snapshot_every``: K, a snapshot every K versions.
     ``crash_hook``: called with a point name (``after_object_write``,
@@ -50,6 +52,7 @@ class ProducerConfig:
 
     max_pending: int = 256
     lag_poll_s: float = 0.5
+    lag_poll_max_s: float = 10.0
     lag_warn_s: float | None = 60.0
     snapshot_every: int = 16
     crash_hook: Callable[[str], None] | None = None
