@@ -34,7 +34,7 @@ MAX_PARTS = 4096
 def split_snapshot(
     state: ManifestState, *, whole_bytes: int | None = None, part_bytes: int | None = None
 ) -> tuple[bytes, list[bytes]]:
-    """``(header, parts)``: the snapshot's objects; no parts when its JSON fits in ``whole_bytes`` (:data:`WHOLE_BYTES`).
+    """``(header, parts)``: the snapshot's objects; no parts if its JSON fits in ``whole_bytes`` (:data:`WHOLE_BYTES`).
 
     Each part holds whole producers, up to ``part_bytes`` (:data:`PART_BYTES`)
     of them or one producer if it alone is larger.
@@ -61,7 +61,7 @@ def split_snapshot(
 
 
 def parts_of(header: dict[str, Any], *, what: str) -> tuple[int, int]:
-    """``(parts, producers in them)`` the header object names (``(0, 0)``: a whole snapshot); taken out of ``header``."""
+    """``(parts, producers in them)`` as the header names them (``(0, 0)``: one whole object); popped from it."""
     if "parts" not in header:
         return 0, 0
     count, total = header.pop("parts"), header.pop("parts_producers", None)
@@ -92,5 +92,7 @@ def join_parts(
             raise ManifestError(f"{where}: producers {sorted(set(group) & set(producers))} appear in two parts")
         producers.update(group)
     if len(producers) != producers_in_parts:
-        raise ManifestError(f"{what}: its parts hold {len(producers)} producers, the snapshot names {producers_in_parts}")
+        raise ManifestError(
+            f"{what}: its parts hold {len(producers)} producers, the snapshot names {producers_in_parts}"
+        )
     return {**header, "producers": producers}
