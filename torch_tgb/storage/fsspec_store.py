@@ -311,7 +311,7 @@ class FsspecStore(ObjectStore):
         if not paths:
             return
         try:
-            if hasattr(self.fs, "_bulk_delete") and isinstance(self.fs, AsyncFileSystem):  # s3fs: DeleteObjects
+            if hasattr(self.fs, "_call_s3") and isinstance(self.fs, AsyncFileSystem):  # s3fs: DeleteObjects
                 for i in range(0, len(paths), 1000):  # it takes up to 1000 keys
                     failed = sync(self.fs.loop, _delete_objects, self.fs, paths[i : i + 1000])
                     if failed:
