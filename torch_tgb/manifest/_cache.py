@@ -14,24 +14,14 @@ from collections.abc import Iterable
 
 from torch_tgb.manifest.records import Version
 
-__all__ = ["MAX_CACHED_ENTRIES", "VersionCache"]
-
-
-#: most entries the cached versions hold together (a parsed entry costs about 1 KB): a reader of many small
-#: TGBs, whose versions carry thousands of entries each, keeps tens of MB of them, not one per step it read
-MAX_CACHED_ENTRIES = 1 << 16
+__all__ = ["VersionCache"]
 
 
 class VersionCache:
-    """An LRU of parsed versions, at most ``size`` of them and ``max_entries`` entries (but always the newest one put).
+    """An LRU of parsed versions holding at most ``size``, and the newest version number known."""
 
-    Also the newest version number known.
-    """
-
-    def __init__(self, size: int, max_entries: int | None = None) -> None:
+    def __init__(self, size: int) -> None:
         self._size = size
-        self._max_entries = MAX_CACHED_ENTRIES if max_entries is None else max_entries
-        self._entries = 0
         self._lock = threading.Lock()
         self._versions: OrderedDict[int, Version] = OrderedDict()
         self._newest = 0
@@ -61,17 +51,11 @@ class VersionCache:
     def put(self, version: Version) -> None:
         """Keep ``version`` (committed, hence the newest known is at least its number)."""
         with self._lock:
-            self._drop(version.number)
             self._versions[version.number] = version
-            self._entries += len(version.entries)
-            while len(self._versions) > self._size or (self._entries > self._max_entries and len(self._versions) > 1):
-                self._drop(next(iter(self._versions)))  # the least recently used
+            self._versions.move_to_end(version.number)
+            while len(self._versions) > self._size:
+                self._versions.popitem(last=False)
             self._newest = max(self._newest, version.number)
-
-    def _drop(self, number: int) -> None:
-        version = self._versions.pop(number, None)
-        if version is not None:
-            self._entries -= len(version.entries)
 
     def saw_newest(self, number: int) -> int:
         """Record that version ``number`` exists; returns the newest known."""
@@ -81,10 +65,10 @@ class VersionCache:
 
     def pop(self, number: int) -> None:
         with self._lock:
-            self._drop(number)
+            self._versions.pop(number, None)
 
     def drop_below(self, number: int) -> None:
         """Drop the versions below ``number`` (reclaimed, or never to be trusted again)."""
         with self._lock:
             for n in [n for n in self._versions if n < number]:
-                self._drop(n)
+                del self._versions[n]

@@ -48,10 +48,6 @@ class Manifest:
       ``first_step`` over version numbers).
     - ``head()`` cold: one snapshot plus < 2K versions replayed; warm: only the
       versions that are new.
-
-    Parsed versions are kept, the most recently used first, up to
-    ``cache_size`` versions holding at most 65,536 entries together
-    (``_cache.MAX_CACHED_ENTRIES``).
     """
 
     def __init__(self, store: ObjectStore, *, snapshot_every: int = 16, cache_size: int = 512) -> None:
