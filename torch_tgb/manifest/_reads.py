@@ -46,9 +46,13 @@ class Reclaimed(ManifestError):
 
 def read_bounded(store: ObjectStore, key: str, *, where: str, what: str | None = None) -> bytes:
     """The bytes of metadata object ``key``; :class:`ManifestError` past the metadata limit."""
-    data = store.get_range(key, 0, MAX_METADATA_BYTES + 1)
+    return _within_limit(store.get_range(key, 0, MAX_METADATA_BYTES + 1), f"{where}{what or key}")
+
+
+def _within_limit(data: bytes, what: str) -> bytes:
+    """``data``, read as ``[0, limit + 1)``: :class:`ManifestError` if it is longer than the metadata limit."""
     if len(data) > MAX_METADATA_BYTES:
-        raise ManifestError(f"{where}{what or key}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
+        raise ManifestError(f"{what}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
     return data
 
 
@@ -84,14 +88,12 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
     if count:
         requests = [RangeRequest(snapshot_part_key(number, k), 0, MAX_METADATA_BYTES + 1) for k in range(count)]
         try:
-            parts = [part for part in store.get_ranges(requests) if isinstance(part, bytes)]  # failures raise
+            read = store.get_ranges(requests)  # without continue_on_error, a failure raises
         except ObjectNotFound:
             return None
+        parts = [_within_limit(part, f"{what} part {k}") for k, part in enumerate(read) if isinstance(part, bytes)]
         if len(parts) != count:
             raise ManifestError(f"{what}: {len(parts)} of its {count} parts could be read")
-        for k, part in enumerate(parts):
-            if len(part) > MAX_METADATA_BYTES:
-                raise ManifestError(f"{what} part {k}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
         obj = join_parts(obj, parts, version=number, producers_in_parts=producers, what=what)
     state = ManifestState.from_json(obj, what=what)
     if state.version != number:
