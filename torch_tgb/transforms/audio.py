@@ -115,26 +115,21 @@ def _decode(
     chunks: list[np.ndarray] = []
     decoded = 0
     limit = None if max_seconds is None else max_seconds * rate
-    packets = container.demux(stream)
     try:
-        for packet in packets:
-            try:
-                frames = packet.decode()
-            except (av.FFmpegError, ValueError) as e:
-                # a bad packet at the very end is where the data was cut; one with packets after it is damage
-                last = next((p for p in packets if p.size), None) is None
-                raise MediaError(f"{'truncated' if last else 'corrupt'} audio: {e}",
-                                 "truncated" if last else "corrupt") from e
-            for frame in frames:
-                decoded += frame.samples
-                if limit is not None and decoded > limit:
-                    raise MediaError(f"audio too long: more than max_seconds={max_seconds} s decoded", "too_long")
-                chunks.extend(out.to_ndarray() for out in resampler.resample(frame))
+        for frame in container.decode(stream):
+            decoded += frame.samples
+            if limit is not None and decoded > limit:
+                raise MediaError(f"audio too long: more than max_seconds={max_seconds} s decoded", "too_long")
+            chunks.extend(out.to_ndarray() for out in resampler.resample(frame))
         chunks.extend(out.to_ndarray() for out in resampler.resample(None))
+    except MediaError:
+        raise
     except EOFError as e:
         raise MediaError(f"truncated audio: {e}", "truncated") from e
-    except av.FFmpegError as e:  # the demuxer itself failed: damaged container data
-        raise MediaError(f"corrupt audio: {e}", "corrupt") from e
+    except (av.FFmpegError, ValueError) as e:
+        # a packet that does not decode at the very end is where the data was cut; one with packets after it is damage
+        last = next((p for p in container.demux(stream) if p.size), None) is None
+        raise MediaError(f"{'truncated' if last else 'corrupt'} audio: {e}", "truncated" if last else "corrupt") from e
     return chunks, decoded
 
 
