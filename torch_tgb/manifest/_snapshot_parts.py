@@ -190,9 +190,8 @@ class PartsJoin:
         if self.added != self.count:
             raise RefusedParts(f"{self.what}: {self.added} of its {self.count} parts could be read")
         if len(self.producers) != self.producers_named:
-            raise RefusedParts(
-                f"{self.what}: its parts hold {len(self.producers)} producers, the snapshot names {self.producers_named}"
-            )
+            raise RefusedParts(f"{self.what}: its parts hold {len(self.producers)} producers, "
+                               f"the snapshot names {self.producers_named}")
         return {**self.header, "producers": self.producers}
 
 

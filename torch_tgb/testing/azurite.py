@@ -159,9 +159,8 @@ def _npm_install(npm: str, prefix: Path) -> None:
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(f"npm install azurite@{AZURITE_VERSION} did not finish in {_NPM_TIMEOUT:.0f} s") from e
     if done.returncode != 0:
-        raise RuntimeError(
-            f"npm install azurite@{AZURITE_VERSION} exited {done.returncode}: {done.stderr.strip()[-500:] or 'no output'}"
-        )
+        output = done.stderr.strip()[-500:] or "no output"
+        raise RuntimeError(f"npm install azurite@{AZURITE_VERSION} exited {done.returncode}: {output}")
 
 
 def _replace(target: Path, installed: Path, *, why: str) -> None:
