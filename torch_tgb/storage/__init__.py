@@ -11,7 +11,7 @@ namespace's TGB objects, :func:`with_hot_tier`); :class:`StoreWrapper` and
 """
 
 from torch_tgb.storage._azure import AzureBlobStore
-from torch_tgb.storage._base import CachingStore, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._base import CachingStore, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._gcs import GCSStore
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._open import open_store
@@ -41,6 +41,7 @@ __all__ = [
     "MemoryStore",
     "ObjectInfo",
     "ObjectStore",
+    "PartialObject",
     "RangeFailure",
     "RangeRequest",
     "RetryPolicy",
