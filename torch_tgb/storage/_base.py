@@ -182,7 +182,7 @@ class ObjectStore(abc.ABC):
             return RangeFailure(request, error)
 
     def check_root(self) -> None:
-        """Raise :class:`ObjectNotFound` if the container the namespace lives in (an S3 bucket) is missing.
+        """Raise :class:`NamespaceNotFound` if the container the namespace lives in (an S3 bucket) is missing.
 
         One cheap request, so that a mistyped bucket fails at open instead of
         looking like an empty namespace. Default: nothing to check (a local

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 import fsspec
 from fsspec.asyn import AsyncFileSystem, sync
 
-from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
+from torch_tgb.errors import ConditionalWriteUnsupported, NamespaceNotFound, ObjectNotFound, TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate, translate_hidden
 from torch_tgb.storage._keys import validate_key, validate_prefix
@@ -153,7 +153,7 @@ class FsspecStore(ObjectStore):
         except Exception as e:
             error = self._fail(e, "HEAD bucket", None)
             if isinstance(error, ObjectNotFound):
-                missing = ObjectNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
+                missing = NamespaceNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
                 missing.__cause__ = error.__cause__
                 raise missing from None
             raise error
