@@ -31,6 +31,7 @@ from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import check_metadata, encode_producer_state
+from torch_tgb.manifest.watermarks import Retention, live_checkpoints
 from torch_tgb.producer._commit_loop import CommitLoop
 from torch_tgb.producer._segment import SegmentWriter, remove_fenced_partials
 from torch_tgb.producer.config import ProducerConfig
@@ -99,6 +100,8 @@ class Producer:
             raise
         self.epoch = state.epoch
         self._remove_fenced_partials()
+        if max_lag is not None:
+            self._check_max_lag(max_lag)
         self.resume_offset = state.next_offset
         #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
         self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
@@ -125,6 +128,18 @@ class Producer:
         except TGBError as e:
             log.warning("%s: producer %r could not remove the partial writes of its fenced incarnations (%s); "
                         "`tgb reclaim` removes them", self.store.url, self.producer_id, e)
+
+    def _check_max_lag(self, max_lag: int) -> None:
+        """Warn now if the live checkpoints show a retention that ``max_lag`` cannot let the trainer keep.
+
+        A trainer keeping K checkpoints every C steps needs ``max_lag >= C * K``
+        (``Retention``); with less this producer would pause for good as soon
+        as it is that far ahead. A warning, not a refusal: the watermarks may
+        be another run's, and with fewer than two live ones nothing can be told.
+        """
+        shortfall = Retention.of(live_checkpoints(self.store)).shortfall(max_lag)
+        if shortfall is not None:
+            log.warning("%s: producer %r: %s", self.store.url, self.producer_id, shortfall)
 
     # --- dataset.json --------------------------------------------------------
 
