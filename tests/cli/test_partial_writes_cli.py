@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import torch_tgb.cli.main as cli_main
@@ -34,14 +35,13 @@ def temp_files(ns: Path) -> list[Path]:
     return sorted(p for p in ns.rglob(f"{TMP}*") if p.is_file())
 
 
-def kill_mid_segment(ns: Path, producer_id: str = "p") -> int:
-    """Start `tgb produce` with 64 MiB segments of small batches, SIGKILL it once its segment holds bytes."""
+def kill_mid_segment(ns: Path, *args: str) -> int:
+    """Start `tgb produce NS *args` with 64 MiB segments, SIGKILL it once its first segment holds bytes."""
     exe = shutil.which("tgb")
     cmd = [exe] if exe else [sys.executable, "-m", "torch_tgb.cli"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [*cmd, "produce", str(ns), "--producer-id", producer_id, "--steps", "1000000", "--global-batch", "4",
-         "--seq-len", "64", "--segment-mb", "64"],
+        [*cmd, "produce", str(ns), *args, "--global-batch", "4", "--seq-len", "64", "--segment-mb", "64"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
@@ -71,11 +71,16 @@ def tgb_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     return json.loads(out)
 
 
-def test_a_rerun_of_a_killed_producer_leaves_no_partial_write(tmp_path: Path, capsys) -> None:
+def test_a_rerun_of_a_shard_killed_mid_segment_leaves_no_partial_write(tmp_path: Path, capsys) -> None:
+    """The issue's run: SIGKILL mid-shard, rerun to completion (it seals), reclaim with no grace."""
+    corpus = tmp_path / "corpus.npy"
+    np.save(corpus, np.arange(600_000, dtype=np.uint16) % 50_000)  # ~2,300 batches: one segment, never full
     ns = tmp_path / "ns"
-    size = kill_mid_segment(ns)
+    shard = ["--source", f"token-file:{corpus}", "--shard", "0/1", "--producer-id", "job"]
+    size = kill_mid_segment(ns, *shard, "--rate", "100")  # slowed down: the kill lands inside the segment
+    pid = "job-shard00000-of00001"
     partial = tgb_json(capsys, "inspect", str(ns))["storage"]["partial_writes"]
-    assert (partial["count"], partial["live"], partial["live_producers"]) == (1, 1, ["p"])
+    assert (partial["count"], partial["live"], partial["live_producers"]) == (1, 1, [pid])
     assert partial["bytes"] >= size > 0
     text = tgb(capsys, "inspect", str(ns))[1]
     assert "partial writes" in text and "a rerun of the producer removes them" in text
@@ -85,19 +90,18 @@ def test_a_rerun_of_a_killed_producer_leaves_no_partial_write(tmp_path: Path, ca
     kept = tgb_json(capsys, "reclaim", str(ns), "--grace-period", "0")
     assert (kept["partials"], kept["live_partials"]) == (0, 1) and len(temp_files(ns)) == 1
 
-    code, _ = tgb(capsys, "produce", str(ns), "--producer-id", "p", "--steps", "20", "--global-batch", "4",
-                  "--seq-len", "64", "--seal")
-    assert code == 0 and temp_files(ns) == []
+    code, _ = tgb(capsys, "produce", str(ns), *shard, "--global-batch", "4", "--seq-len", "64", "--segment-mb", "64")
+    assert code == 0 and temp_files(ns) == []  # the rerun removed what its killed incarnation left
     report = tgb_json(capsys, "reclaim", str(ns), "--grace-period", "0")
     assert (report["partials"], report["live_partials"]) == (0, 0)
     after = tgb_json(capsys, "inspect", str(ns))
-    assert after["sealed"] and after["steps"] == 20 and after["storage"]["partial_writes"]["count"] == 0
+    assert after["sealed"] and after["steps"] > 2000 and after["storage"]["partial_writes"]["count"] == 0
     assert tgb(capsys, "verify", str(ns))[0] == 0
 
 
 def test_the_reclaimer_removes_a_vanished_producers_partial_write(tmp_path: Path, capsys) -> None:
     ns = tmp_path / "ns"
-    assert kill_mid_segment(ns, producer_id="gone") > 0
+    assert kill_mid_segment(ns, "--producer-id", "gone", "--steps", "1000000") > 0
     code, out = tgb(capsys, "reclaim", str(ns), "--fence", "gone", "--grace-period", "0")
     assert code == 0 and "1 partial writes" in out and temp_files(ns) == []
     assert tgb_json(capsys, "inspect", str(ns))["storage"]["partial_writes"]["count"] == 0
