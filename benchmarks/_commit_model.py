@@ -5,8 +5,10 @@ inside a copy of the commit loop's decisions (``producer/_commit_loop.py``:
 the policy's ``wait_time``, ``max_commit_delay_s``, ``max_pending``
 backpressure, ``MAX_VERSION_ENTRIES``) over the commit protocol's requests
 (``manifest/commit.py``), each costing one round trip ``rtt`` as in
-``storage/latency.py``: a read sees the log as it is when the request
-starts, a write lands when it ends. An attempt:
+``storage/latency.py``, plus an exponentially distributed delay of mean
+``overhead_s`` (thread wake-ups, CPU: without it producers in step stay
+exactly in step, which real ones do not): a read sees the log as it is when
+the request starts, a write lands when it ends. An attempt:
 
 1. **refresh**: today's rebase reads versions ``view+1, view+2, ...`` one
    after another until one is missing (a version read back after a conflict
@@ -79,6 +81,7 @@ class ModelConfig:
     warmup_s: float = 0.0
     tgb_interval_s: float = 1.0
     rtt_s: float = 0.020
+    overhead_s: float = 0.002
     rebase: str = "per_version"  # or "constant"
     max_pending: int = 256
     max_commit_delay_s: float = 300.0
@@ -165,25 +168,36 @@ class _Kernel:
 class _Protocol:
     """The requests of one attempt against the shared log (manifest/commit.py), in simulated time."""
 
-    def __init__(self, kernel: _Kernel, log: _Log, *, rtt_s: float, rebase: str, snapshot_every: int) -> None:
+    def __init__(
+        self, kernel: _Kernel, log: _Log, *, rtt_s: float, overhead_s: float, rebase: str, snapshot_every: int,
+        seed: int,
+    ) -> None:
         self.kernel, self.log = kernel, log
-        self.rtt, self.rebase, self.snapshot_every = rtt_s, rebase, snapshot_every
+        self.rtt, self.overhead, self.rebase, self.snapshot_every = rtt_s, overhead_s, rebase, snapshot_every
+        self._rng = random.Random(seed)
+
+    def took(self, requests: int) -> float:
+        """Seconds that ``requests`` requests one after another take: round trips plus their overheads."""
+        if requests <= 0:
+            return 0.0
+        extra = self._rng.gammavariate(requests, self.overhead) if self.overhead > 0 else 0.0
+        return requests * self.rtt + extra
 
     def head(self, p: _Producer) -> Sim:
         """A cold ``Manifest.head()``: hint, probes, boundary, snapshot LIST, then the versions, 16 at a time."""
-        t = self.kernel.now + self.rtt  # the hint
+        t = self.kernel.now + self.took(1)  # the hint
         yield t
         newest = self.log.newest
         probes = 1 + 2 * math.ceil(math.log2(newest + 1)) if newest else 1
         requests = 4 + probes + newest
-        t += (3 + probes + math.ceil(newest / 16)) * self.rtt
+        t += self.took(3 + probes + math.ceil(newest / 16))
         p.view = newest
         yield t
         return requests
 
     def attempt(self, p: _Producer) -> Sim:
         """Refresh, create the next slot, then read it back (conflict) or the boundary (success)."""
-        rtt, log = self.rtt, self.log
+        log = self.log
         t = self.kernel.now
         reads = 0
         if self.rebase == "per_version":
@@ -193,26 +207,27 @@ class _Protocol:
                 p.view = newer
                 if uncached:
                     reads += uncached
-                    t += uncached * rtt
+                    t += self.took(uncached)
                     yield t  # more may land while we read
         else:
             reads += 1
-            t += rtt
+            t += self.took(1)
             yield t
             p.view = log.newest
         read_at = t  # this read finds slot view+1 empty: the fragile window opens
         reads += 1
         p.cached = {v for v in p.cached if v > p.view}
-        landed = read_at + 2 * rtt
+        landed = read_at + self.took(2)
         yield landed
         slot = p.view + 1
         if not log.create(slot, landed):
             p.cached.add(slot)  # read back (it is not ours): cached for the next refresh
-            yield landed + rtt
-            return _Outcome(False, landed + rtt - read_at, reads + 2, reads + 1)
+            end = landed + self.took(1)
+            yield end
+            return _Outcome(False, end - read_at, reads + 2, reads + 1)
         p.view = slot
         extra = 2 + (3 if slot % self.snapshot_every == 0 else 0)  # boundary LIST + GET; snapshot GET + 2 PUTs
-        yield landed + extra * rtt
+        yield landed + self.took(extra)
         return _Outcome(True, landed - read_at, reads + 1 + extra, reads)
 
 
@@ -234,8 +249,8 @@ class CommitModel:
         self.config = config
         self.kernel = _Kernel()
         self.log = _Log()
-        self.protocol = _Protocol(self.kernel, self.log, rtt_s=config.rtt_s, rebase=config.rebase,
-                                  snapshot_every=config.snapshot_every)
+        self.protocol = _Protocol(self.kernel, self.log, rtt_s=config.rtt_s, overhead_s=config.overhead_s,
+                                  rebase=config.rebase, snapshot_every=config.snapshot_every, seed=config.seed)
         self.producers = [_Producer(i, policy(i)) for i in range(config.producers)]
         self.last_commit = np.zeros(config.producers)  # committed_at in the log: all registered at t = 0
         self.tally = Tally()
@@ -332,12 +347,13 @@ def simulate(config: ModelConfig, policy: Callable[[int], CommitPolicy]) -> dict
 
 
 def simulate_registration(
-    producers: int, *, backoff: Backoff, rtt_s: float = 0.020, rebase: str = "per_version",
+    producers: int, *, backoff: Backoff, rtt_s: float = 0.020, overhead_s: float = 0.002, rebase: str = "per_version",
     snapshot_every: int = 16, seed: int = 0,
 ) -> dict[str, Any]:
     """``producers`` committers calling ``start()`` together: requests, attempts and seconds until all are in."""
     kernel, log, rng = _Kernel(), _Log(), random.Random(seed)
-    protocol = _Protocol(kernel, log, rtt_s=rtt_s, rebase=rebase, snapshot_every=snapshot_every)
+    protocol = _Protocol(kernel, log, rtt_s=rtt_s, overhead_s=overhead_s, rebase=rebase,
+                         snapshot_every=snapshot_every, seed=seed + 1)
     done: list[float] = []
     totals = {"requests": 0, "attempts": 0, "reads": 0}
 

@@ -58,7 +58,9 @@ def test_request_costs_match_the_committer() -> None:
 
 def test_registration_attempts_grow_linearly_with_backoff_quadratically_without() -> None:
     for n in (16, 64):
-        at_once = simulate_registration(n, backoff=Backoff(0.0, 0.0), rebase="constant")
+        at_once = simulate_registration(n, backoff=Backoff(0.0, 0.0), rebase="constant", overhead_s=0.0)
         assert at_once["attempts"] == n * (n + 1) // 2  # every round, every producer left tries the same slot
+        noisy = simulate_registration(n, backoff=Backoff(0.0, 0.0), rebase="constant", seed=n)
+        assert noisy["attempts"] >= n * n // 4
         backed_off = simulate_registration(n, backoff=Backoff(), rebase="constant", seed=n)
         assert backed_off["attempts_per_producer"] <= 8, backed_off
