@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.manifest._backoff import Backoff
 from torch_tgb.manifest._json import MAX_METADATA_BYTES
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
@@ -77,6 +78,9 @@ class AttemptResult:
 
 class Committer:
     """Commits one producer's entries to the log. Not thread-safe: one committer thread."""
+
+    #: start()'s wait after a conflict: random, exponential (``Backoff(0, 0)`` retries at once: O(N²) for N)
+    registration_backoff: Backoff = Backoff()
 
     def __init__(
         self,
@@ -184,6 +188,7 @@ class Committer:
         producer of a fresh namespace declares ``self.job`` with its bump.
         """
         self._reset_view()
+        conflicts = 0
         while True:
             self.refresh()
             check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
@@ -195,8 +200,7 @@ class Committer:
                 )
             if self._landed is not None:
                 return self._won_bump()
-            current = self.state
-            target = (0 if current is None else current.epoch) + 1
+            target = (0 if self.state is None else self.state.epoch) + 1
             now = time.time()
             mine = {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)}
             declares = self.job if self.view.job is None else None  # the first producer declares the job
@@ -204,6 +208,8 @@ class Committer:
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
+            conflicts += 1
+            self.registration_backoff.wait(conflicts)  # random, growing: not all losers retry the next slot at once
 
     def _won_bump(self) -> ProducerState:
         state = self.state
