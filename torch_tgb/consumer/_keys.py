@@ -33,6 +33,9 @@ class KeyPlan:
     deliver: frozenset[str] | None
     #: whether ``labels`` is masked from ``seq_lens`` (else the bare shift of ``labels_from``)
     mask_labels: bool
+    #: the namespace's schema (``dataset.json``) the plan was made from: what the read path holds every
+    #: footer to (``format.Contract``); None: footers are held to the layout only
+    schema: Mapping[str, Any] | None = None
 
 
 def plan_keys(
@@ -67,6 +70,6 @@ def plan_keys(
         needs.add(SEQ_LENS_KEY)
     read = frozenset(needs | {offsets_key(k) for k in needs & ragged})
     if keys is None:
-        return KeyPlan(None, derived, None, mask)
+        return KeyPlan(None, derived, None, mask, schema)
     deliver = frozenset(wanted | {offsets_key(k) for k in wanted & ragged})
-    return KeyPlan(read, derived, deliver, mask)
+    return KeyPlan(read, derived, deliver, mask, schema)

@@ -50,7 +50,7 @@ from torch_tgb.datapipes.read import (
 )
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import IntegerCast, SliceReader
+from torch_tgb.format import Contract, IntegerCast, SliceReader
 from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
@@ -235,7 +235,7 @@ class StepPath(ReadPath):
         sources: list[ReadStats], *, emit_meta: bool,
     ) -> None:
         self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
-                                   slices=slices, errors=options.errors)
+                                   slices=slices, errors=options.errors, contract=slices.contract)
         self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
                                   inline_local=options.inline_local, slices=slices, errors=options.errors,
                                   names=keys.read)
@@ -355,9 +355,10 @@ def open_path(
     origin = start.origin if start.exact is None else start.exact.origin
     project = Project(steps, plan, origin=origin, worker=start.worker, num_workers=start.num_workers,
                       start=start.exact)
-    # one open-object cache for footers and slices: each object is opened, checked and mapped once
+    # one open-object cache for footers and slices: each object is opened, checked and mapped once, and
+    # every footer held to the namespace's contract (dataset.json) once, at parse, on either path
     slices = SliceReader(store, verify=options.verify, mode=options.read_mode, cache_size=options.open_objects,
-                         read_whole_below=options.small_object_bytes)
+                         read_whole_below=options.small_object_bytes, contract=Contract(plan.written, keys.schema))
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
     if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
