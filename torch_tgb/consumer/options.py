@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
 from torch_tgb._options import with_fields
+from torch_tgb.consumer._contract import normalise_expect
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
@@ -55,6 +56,12 @@ class ReaderOptions:
     namespace's TGB byte ranges (:class:`torch_tgb.storage.HotTierStore`,
     shared by the reader processes of a node), bounded by ``cache_bytes``
     (``None``: 80% of the free space there).
+
+    The data contract: ``expect``, metadata keys and the values this trainer
+    was built for (``{"tokenizer": ..., "vocab_size": ..., "seq_len": ...}``),
+    compared with the namespace's metadata before the first step; any key
+    missing or different raises ``SchemaMismatch`` naming each one
+    (``consumer/_contract.py``). It rides in the reader's state.
     """
 
     prefetch: int = 4
@@ -94,6 +101,8 @@ class ReaderOptions:
     cache_dir: str | None = None
     #: bound of the hot tier in bytes (None: 80% of the free space on cache_dir)
     cache_bytes: int | None = None
+    #: the data contract: metadata keys and the values they must have in the namespace (None: no check)
+    expect: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -115,6 +124,7 @@ class ReaderOptions:
                 object.__setattr__(self, name, tuple(value))
         if self.cache_bytes is not None and self.cache_bytes <= 0:
             raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")
+        object.__setattr__(self, "expect", normalise_expect(self.expect))  # TypeError for non-JSON values
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -126,7 +136,6 @@ class ReaderOptions:
     def with_settings(self, settings: Mapping[str, object]) -> ReaderOptions:
         """These options with ``settings`` (field name -> value) replacing fields; unknown names are a TypeError."""
         return with_fields(self, settings, "reader")
-
 
 
 class ReadSettings(TypedDict, total=False):
@@ -156,3 +165,4 @@ class ReadSettings(TypedDict, total=False):
     derive: tuple[str, ...]
     cache_dir: str | None
     cache_bytes: int | None
+    expect: Mapping[str, Any] | None
