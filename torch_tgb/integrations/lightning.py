@@ -50,6 +50,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeGuard
 
+from torch_tgb.errors import FrameworkError
+
 __all__ = ["ConsumedBatches", "lightning_callbacks", "pytorch_lightning_callbacks"]
 
 
@@ -148,8 +150,6 @@ class _Hooks:
         if saved is None or not any(_is_tgb(item) for item in loaders):
             return
         if len(saved) != len(loaders):
-            from torch_tgb.errors import FrameworkError
-
             raise FrameworkError(
                 f"the checkpoint holds {len(saved)} train loader states, this Trainer has {len(loaders)} stateful "
                 "train loaders: the TGB loaders' positions cannot be matched to them; resume with the loaders "
@@ -163,24 +163,24 @@ class _Hooks:
         self._epoch_batches = 0
         if not self._active:
             return
+        # reload_dataloaders_every_n_epochs made new loaders: each continues the one it replaces, before
+        # the epoch's iterator reads it (Lightning makes that iterator after this hook, past epoch 0)
         current = train_loaders(trainer)
-        if any(new is not old for new, old in zip(current, self._loaders)) or len(current) != len(self._loaders):
-            # reload_dataloaders_every_n_epochs: new loaders, before the epoch's iterator reads them
-            if len(current) != len(self._loaders):
-                from torch_tgb.errors import FrameworkError
-
-                raise FrameworkError(
-                    f"the reloaded train loaders hold {len(current)} TGB loaders, the ones they replace "
-                    f"{len(self._loaders)}: their positions cannot be carried over"
-                )
-            for new, old in zip(current, self._loaders):
-                if new is not old:
-                    new.load_state_dict(old.state_dict())
-            self._loaders = current
+        if len(current) != len(self._loaders) and self._loaders:
+            raise FrameworkError(
+                f"the reloaded train loaders hold {len(current)} TGB loaders, the ones they replace "
+                f"{len(self._loaders)}: their positions cannot be carried over"
+            )
+        for new, old in zip(current, self._loaders):
+            if new is not old:
+                new.load_state_dict(old.state_dict())
+        self._loaders = current
         for loader in current:
             loader.track_consumed()
 
-    def on_train_batch_end(self, trainer: _Trainer, pl_module: object, outputs: object, batch: object, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: _Trainer, pl_module: object, outputs: object, batch: object, batch_idx: int
+    ) -> None:
         self._epoch_batches += 1
         if self._active:
             for loader in train_loaders(trainer):
@@ -212,13 +212,12 @@ def _check_validation_loader(loader: _TGBLoader) -> None:
     try:
         len(loader)
     except TypeError as e:
-        from torch_tgb.errors import FrameworkError
-
         raise FrameworkError(
             f"a tgb.DataLoader as a validation loader reads a stream that is not sealed ({e}): every "
             "validation would read other steps, and wait for more until the seal. Validate on a sealed "
             "namespace (`tgb seal NS` ends a stream), or keep the stream out of val_dataloader()"
         ) from e
+
 
 @functools.cache
 def _callback_class(base: type) -> type:
