@@ -5,14 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.errors import DataTimeout, ManifestError, NamespaceNotFound
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
-from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage import ObjectStore
 
 __all__ = ["sealed_steps", "wait_for_dataset"]
 
@@ -56,18 +54,13 @@ def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float |
     return info
 
 
-def sealed_steps(ns: str | ObjectStore, storage_options: Mapping[str, Any] | None = None) -> int:
-    """The number of steps of the sealed namespace ``ns``; ManifestError if it is not sealed (epochs read it)."""
-    store = open_store(ns, storage_options or None)
-    try:
-        head = Manifest(store).head()
-        if not head.sealed:
-            raise ManifestError(f"{store.url}: shuffle/epochs read a sealed namespace; version "
-                                f"{head.version} ({head.num_steps} steps) is not sealed")
-        return int(head.num_steps)
-    finally:
-        if not isinstance(ns, ObjectStore):  # a store handed in belongs to the caller
-            store.close()
+def sealed_steps(store: ObjectStore) -> int:
+    """The number of steps of the sealed namespace on ``store``; ManifestError if it is not sealed (epochs read it)."""
+    head = Manifest(store).head()
+    if not head.sealed:
+        raise ManifestError(f"{store.url}: shuffle/epochs read a sealed namespace; version "
+                            f"{head.version} ({head.num_steps} steps) is not sealed")
+    return int(head.num_steps)
 
 
 def _check_local_parent(store: ObjectStore) -> None:

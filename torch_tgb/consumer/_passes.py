@@ -25,13 +25,11 @@ namespace whose first steps were reclaimed, stays one pass (with a warning).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
 
 from torch_tgb.cursor import Cursor
 from torch_tgb.datapipes.read.project import cursor_at
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage import ObjectStore
 
 __all__ = ["pass_length", "sealed_namespace", "steps_left"]
 
@@ -55,13 +53,8 @@ def pass_length(num_steps: int, *, tgbs_per_step: int, steps_per_tgb: int, stop_
     return steps_left(Cursor(0), end, tgbs_per_step=tgbs_per_step, steps_per_tgb=steps_per_tgb)
 
 
-def sealed_namespace(ns: str | ObjectStore, storage_options: Mapping[str, Any] | None) -> tuple[int | None, int]:
-    """``(steps, reclaimed)``: the step count if the namespace is sealed (else None), and the GC boundary's step."""
-    store = open_store(ns, dict(storage_options or {}) or None)
-    try:
-        manifest = Manifest(store)
-        head = manifest.head()
-        return (int(head.num_steps) if head.sealed else None), int(manifest.gc_boundary().step)
-    finally:
-        if not isinstance(ns, ObjectStore):  # a store handed in belongs to the caller
-            store.close()
+def sealed_namespace(store: ObjectStore) -> tuple[int | None, int]:
+    """``(steps, reclaimed)`` on ``store``: the step count if the namespace is sealed (else None), and the GC boundary's step."""
+    manifest = Manifest(store)
+    head = manifest.head()
+    return (int(head.num_steps) if head.sealed else None), int(manifest.gc_boundary().step)

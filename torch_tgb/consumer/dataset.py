@@ -33,8 +33,8 @@ would train wrong data (``consumer/_accelerate.py``, :meth:`TGBDataset.__iter__`
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -61,6 +61,8 @@ from torch_tgb.storage.hot_tier import with_hot_tier
 from torch_tgb.storage.node_share import with_node_share
 
 __all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
+
+_T = TypeVar("_T")
 
 #: where a DataLoader worker's state carries its read statistics to the main process
 STATS_KEY = "stats"
@@ -235,13 +237,13 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
     def _sealed_steps(self) -> int | None:
         """The namespace's steps once it is sealed (read from the head until then, then kept); None before."""
         if self._num_steps is None:
-            self._num_steps = sealed_namespace(self.ns, self.storage_options)[0]
+            self._num_steps = self._with_store(sealed_namespace)[0]
         return self._num_steps
 
     def _steps_per_epoch(self) -> int:
         """``N`` of an epochs read (the sealed namespace's steps), read once and carried to workers."""
         if self._num_steps is None:
-            self._num_steps = sealed_steps(self.ns, self.storage_options)
+            self._num_steps = self._with_store(sealed_steps)
         return self._num_steps
 
     def _next_pass(self) -> None:
@@ -279,7 +281,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         if left > 0:
             return
         if self._order is None:  # the first pass is over: from here every step may be read again
-            reclaimed = sealed_namespace(self.ns, self.storage_options)[1]
+            reclaimed = self._with_store(sealed_namespace)[1]
             if reclaimed > 0:
                 warnings.warn(
                     f"{self.ns}: the stream ended at its seal (step {num_steps}) and steps below {reclaimed} were "
@@ -300,8 +302,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
     def _plan(self) -> ReadPlan:
         """How this mesh reads the written layout (read once from ``dataset.json``, carried to workers)."""
         if self._written is None:
-            store, _ = self._open()
-            store.close()
+            self._with_store(lambda store: None)
         assert self._written is not None  # set by _open
         layout, schema, _ = self._written
         return plan_reads(layout, self.mesh, dp_split=self.options.dp_split, ragged=ragged_keys(schema))
@@ -318,6 +319,15 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             self._plan()  # reads dataset.json once
             assert self._written is not None  # set by _plan
             check_contract(self._expect, self._written[2], namespace=str(self.ns))
+
+    def _with_store(self, read: Callable[[ObjectStore], _T]) -> _T:
+        """``read`` of this reader's store (node share and hot tier as the read path has them), closed after."""
+        store, _ = self._open()
+        try:
+            return read(store)
+        finally:
+            if not isinstance(self.ns, ObjectStore):  # a store handed in belongs to the caller
+                store.close()
 
     def _open(self) -> tuple[ObjectStore, Manifest]:
         store = open_store(self.ns, self.storage_options or None)
