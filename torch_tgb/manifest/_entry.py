@@ -18,7 +18,7 @@ from torch_tgb.manifest._checks import validate_producer_id
 from torch_tgb.manifest._json import Fields
 from torch_tgb.storage import validate_key
 
-__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry"]
+__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry", "check_data_key", "check_producer"]
 
 DATA_PREFIX = "data/"
 #: a footer larger than this is refused before anyone reads it (a real one is KBs)
@@ -130,16 +130,8 @@ class TGBEntry:
     def validate(self, *, what: str) -> None:
         """Raise :class:`ManifestError` unless the entry is well-formed and inside the namespace."""
         if not _names_ok(self.key, self.producer):  # checked once per distinct pair; worded here
-            try:
-                validate_key(self.key)
-            except InvalidKey as e:
-                raise ManifestError(f"{what}: {e}") from e
-            if not self.key.startswith(DATA_PREFIX):
-                raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
-            try:
-                validate_producer_id(self.producer)
-            except ValueError as e:
-                raise ManifestError(f"{what}: {e}") from e
+            check_data_key(self.key, what=what)
+            check_producer(self.producer, what=what)
         if self.footer_length > MAX_FOOTER_BYTES:
             raise ManifestError(
                 f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
@@ -156,6 +148,24 @@ class TGBEntry:
                 f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
                 f"lies outside the object's {self.size} bytes (key {self.key!r})"
             )
+
+
+def check_data_key(key: str, *, what: str) -> None:
+    """:class:`ManifestError` unless ``key`` is a valid object key inside ``data/`` of the namespace."""
+    try:
+        validate_key(key)
+    except InvalidKey as e:
+        raise ManifestError(f"{what}: {e}") from e
+    if not key.startswith(DATA_PREFIX):
+        raise ManifestError(f"{what}: key {key!r} is outside {DATA_PREFIX!r} of the namespace")
+
+
+def check_producer(producer: str, *, what: str) -> None:
+    """:class:`ManifestError` unless ``producer`` is a valid producer id."""
+    try:
+        validate_producer_id(producer)
+    except ValueError as e:
+        raise ManifestError(f"{what}: {e}") from e
 
 
 @functools.lru_cache(maxsize=1024)

@@ -11,7 +11,8 @@ after reading the limit, not after reading all of it.
 from __future__ import annotations
 
 from torch_tgb.errors import ManifestError, ObjectNotFound
-from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._checks import MAX_STATE_BYTES
+from torch_tgb.manifest._json import MAX_DEPTH, MAX_METADATA_BYTES, Fields, dump_json, load_json
 from torch_tgb.manifest._snapshot_parts import join_parts, parts_of, split_snapshot
 from torch_tgb.manifest.keys import (
     GC_BOUNDARY_KEY,
@@ -28,6 +29,7 @@ from torch_tgb.manifest.records import EMPTY_STATE, FORMAT, GCBoundary, Manifest
 from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = [
+    "MAX_METADATA_BYTES",
     "Reclaimed",
     "base_state",
     "boundary_generations",
@@ -35,6 +37,8 @@ __all__ = [
     "read_bounded",
     "read_hint",
     "read_snapshot",
+    "read_state_object",
+    "within_limit",
     "stored_boundary",
     "version_keys_below",
 ]
@@ -46,10 +50,10 @@ class Reclaimed(ManifestError):
 
 def read_bounded(store: ObjectStore, key: str, *, where: str, what: str | None = None) -> bytes:
     """The bytes of metadata object ``key``; :class:`ManifestError` past the metadata limit."""
-    return _within_limit(store.get_range(key, 0, MAX_METADATA_BYTES + 1), f"{where}{what or key}")
+    return within_limit(store.get_range(key, 0, MAX_METADATA_BYTES + 1), f"{where}{what or key}")
 
 
-def _within_limit(data: bytes, what: str) -> bytes:
+def within_limit(data: bytes, what: str) -> bytes:
     """``data``, read as ``[0, limit + 1)``: :class:`ManifestError` if it is longer than the metadata limit."""
     if len(data) > MAX_METADATA_BYTES:
         raise ManifestError(f"{what}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
@@ -91,7 +95,7 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
             read = store.get_ranges(requests)  # without continue_on_error, a failure raises
         except ObjectNotFound:
             return None
-        parts = [_within_limit(part, f"{what} part {k}") for k, part in enumerate(read) if isinstance(part, bytes)]
+        parts = [within_limit(part, f"{what} part {k}") for k, part in enumerate(read) if isinstance(part, bytes)]
         if len(parts) != count:
             raise ManifestError(f"{what}: {len(parts)} of its {count} parts could be read")
         obj = join_parts(obj, parts, version=number, producers_in_parts=producers, what=what)
@@ -162,3 +166,12 @@ def version_keys_below(store: ObjectStore, version: int) -> list[str]:
         if number is not None and number < version:
             keys.append(key)
     return keys
+
+
+def read_state_object(store: ObjectStore, key: str, *, where: str) -> dict[str, object]:
+    """A producer's pipeline state kept in its own object: JSON of at most ``MAX_STATE_BYTES``."""
+    what = f"{where}{key}"
+    data = store.get_range(key, 0, MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ManifestError(f"{what}: more than {MAX_STATE_BYTES} bytes exceeds the pipeline state limit")
+    return load_json(data, what=what, max_bytes=MAX_STATE_BYTES, max_depth=MAX_DEPTH - 1)

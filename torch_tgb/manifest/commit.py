@@ -1,17 +1,24 @@
 """The commit protocol: read-before-write, rebase, tokens, GC boundary, fencing.
 
 One :class:`Committer` per producer incarnation. It keeps a *view*: the full
-state after every version it has read, always read in order (v+1 only after
-v). An attempt:
+state at the newest version it has read. An attempt:
 
-1. **Refresh** (read-before-write): read versions ``view+1, view+2, ...``
-   until one is missing, folding each into the view. A version carrying our
-   commit token is our own write whose acknowledgement was lost: success. A
-   version with a newer epoch for our ``producer_id`` means a newer
-   incarnation exists: :class:`FencedError`, and we never write again.
+1. **Refresh** (read-before-write): find the newest version (probing from
+   the view, or from the hint when the view is old) and read it and our own
+   bucket of its producers' table (format 2, docs/protocol.md): the newest
+   version names every producer's state, so the versions in between are
+   never read -- O(1) round trips however many producers committed meanwhile.
+   Our own state there carrying our commit token means our write landed and
+   its acknowledgement was lost: success. A newer epoch for our
+   ``producer_id`` means a newer incarnation exists: :class:`FencedError`,
+   and we never write again. (On a namespace whose newest version is still
+   format 1, the versions are read and folded one after another as before;
+   our first commit writes the whole table.)
 2. **Rebase**: drop pending entries below our committed ``next_offset``;
    the rest go on top of the view (``first_step`` = steps committed so far).
-3. **Create** ``_tgb/log/<view+1>`` with ``put_if_absent``. ``True``: go to
+   Write our pipeline state (when large, as its own object) and our bucket
+   with our new state, then
+3. **Create** ``_tgb/log/<view+1>`` with ``put_if_absent``, naming the new bucket. ``True``: go to
    4. ``False`` or :class:`AmbiguousWriteError`: read the version back; our
    token means it landed (4); another token is a conflict (the next attempt
    rebases on it); missing after an ambiguous reply means it did not land
@@ -38,21 +45,32 @@ still recognised when read back later.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
-from torch_tgb.manifest._json import MAX_METADATA_BYTES
+from torch_tgb.manifest._json import MAX_METADATA_BYTES, dump_json
+from torch_tgb.manifest._producers import encode_bucket
+from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
+from torch_tgb.manifest._table import BUCKETS, TableRef, bucket_key, bucket_of, bucket_ref, state_key, state_ref
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
-from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
+from torch_tgb.manifest.records import (
+    INLINE_STATE_BYTES,
+    ManifestState,
+    ProducerState,
+    TGBEntry,
+    Version,
+    validate_producer_id,
+)
 
 __all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace", "unfinished"]
 
@@ -94,11 +112,15 @@ class Committer:
         self.job = job
         self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
         self._view: ManifestState | None = None
+        self._bucket: dict[str, ProducerState] | None = None  # our bucket of the view's table (format 2)
         self._token = uuid.uuid4().hex
         self._landed: int | None = None
         self._fenced: FencedError | None = None
         self._crash_hook = crash_hook
         self._max_ambiguous_retries = max_ambiguous_retries
+        self._rate = VersionRate()
+        self._written_state: tuple[str, str] | None = None  # (digest, ref) of the pipeline state object last written
+        self._next_bucket: dict[str, ProducerState] | None = None  # our bucket as the candidate in flight wrote it
 
     # --- view -------------------------------------------------------------
 
@@ -111,6 +133,8 @@ class Committer:
     @property
     def state(self) -> ProducerState | None:
         """This producer's committed state in the view."""
+        if self._bucket is not None:
+            return self._bucket.get(self.producer_id)
         return self.view.producers.get(self.producer_id)
 
     @property
@@ -120,32 +144,75 @@ class Committer:
 
     @property
     def resume_state(self) -> Mapping[str, Any] | None:
-        """The pipeline state committed with our ``next_offset`` (see ``ProducerState.state``)."""
+        """The pipeline state committed with our ``next_offset`` (see ``ProducerState.state``).
+
+        A large one lives in its own object, read here (only this producer reads it).
+        """
         state = self.state
-        return None if state is None else state.state
+        if state is None:
+            return None
+        if state.state_ref is not None:
+            return self.manifest.read_producer_state(self.producer_id, state.state_ref)
+        return state.state
+
+    def others_commit_rate(self) -> float:
+        """Versions per second committed by other producers, as seen by this committer's refreshes (EMA)."""
+        return self._rate.rate
 
     def _hook(self, point: str) -> None:
         if self._crash_hook is not None:
             self._crash_hook(point)
 
     def refresh(self) -> float:
-        """Read every version after the view (read-before-write); returns when the newest was read."""
+        """Bring the view to the newest version (read-before-write); returns when the newest was known."""
+        view = self.view
+        if view.table is None:
+            return self._refresh_folding()
+        read_at, newest = self.manifest.newest_for_commit(view.version)
+        if newest == view.version:
+            return read_at
+        version = self.manifest.read_version(newest)
+        if version.table is None:
+            raise ManifestError(f"{self.manifest.where}manifest version={newest} is format 1 after format-2 "
+                                f"version={view.version}")
+        self._rate.saw(newest - view.version, time.monotonic())
+        self._adopt(self.manifest.state_of(version))
+        return read_at
+
+    def _refresh_folding(self) -> float:
+        """Format 1: read every version after the view, one after another, folding each."""
         view = self.view
         while True:
             read_at = time.monotonic()
             version = self.manifest.try_read_version(view.version + 1)
             if version is None:
-                self._view = view
                 return read_at
             view = fold(view, version, where=self.manifest.where)
             if version.token == self._token:
                 self._landed = version.number
             self._view = view
+            self._bucket = None
             self._check_fenced(version.number)
+            if view.table is not None:  # a format-2 version: it names everything; jump to the newest
+                self._adopt(self.manifest.with_loader(view))
+                return self.refresh()
+
+    def _adopt(self, view: ManifestState) -> None:
+        """Take ``view`` (a format-2 state): read our bucket, recognise a landed write, check fencing."""
+        table = view.table
+        assert table is not None
+        producers = view.producers
+        bucket = producers.bucket(bucket_of(self.producer_id, len(table.buckets)))  # type: ignore[attr-defined]
+        self._view = view
+        self._bucket = dict(bucket)
+        mine = self._bucket.get(self.producer_id)
+        if mine is not None and mine.token == self._token:
+            self._landed = view.version if mine.at is None else mine.at
+        self._check_fenced(view.version)
 
     def _check_fenced(self, number: int) -> None:
         """Raise :class:`FencedError` if the view holds a newer epoch for our producer_id."""
-        mine = self.view.producers.get(self.producer_id)
+        mine = self.state
         if self.epoch and mine is not None and mine.epoch > self.epoch:
             self._fenced = FencedError(
                 f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
@@ -156,8 +223,13 @@ class Committer:
     def _reset_view(self) -> None:
         # The view jumps (from the boundary's snapshot): a newer epoch may be inside the
         # jump rather than in a version we read one by one, so check for it here too.
-        self._view = self.manifest.head()
-        self._check_fenced(self._view.version)
+        view = self.manifest.head()
+        if view.table is not None:
+            self._adopt(view)
+            return
+        self._view = view
+        self._bucket = None
+        self._check_fenced(view.version)
 
     def _in_canonical_chain(self, candidate: Version, boundary_version: int) -> bool:
         """Whether the state at the boundary already holds what ``candidate`` commits for us."""
@@ -198,9 +270,9 @@ class Committer:
             current = self.state
             target = (0 if current is None else current.epoch) + 1
             now = time.time()
-            mine = {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)}
+            mine = ProducerState(target, self.next_offset, now, status="open")
             declares = self.job if self.view.job is None else None  # the first producer declares the job
-            candidate = Version(self.view.version + 1, self._token, self.view.num_steps, (), mine, False, now, declares)
+            candidate = self._candidate((), mine, pipeline=current, sealed=False, now=now, declares=declares)
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
@@ -281,17 +353,83 @@ class Committer:
             seal = seal or done_seals(self.view, self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
-        candidate = Version(
-            self.view.version + 1,
-            self._token,
-            self.view.num_steps,
-            tuple(todo),
-            {self.producer_id: ProducerState(self.epoch, next_offset, now, state if todo else self.resume_state,
-                                             status=status)},
-            seal,
-            now,
-        )
+        mine = ProducerState(self.epoch, next_offset, now, status=status)
+        pipeline: ProducerState | Mapping[str, Any] | None = state if todo else current
+        candidate = self._candidate(tuple(todo), mine, pipeline=pipeline, sealed=seal, now=now)
         return self._write(candidate, read_at=read_at)
+
+    def _candidate(
+        self, entries: tuple[TGBEntry, ...], mine: ProducerState, *, pipeline: ProducerState | Mapping[str, Any] | None,
+        sealed: bool, now: float, declares: JobSpec | None = None,
+    ) -> Version:
+        """The version that would follow the view: format 2, our bucket rewritten with ``mine``.
+
+        ``pipeline``: the pipeline state to commit with ``mine`` (a mapping),
+        or a committed state whose pipeline state is kept as it is. On a
+        format-1 view (the namespace's first commit by this code) every
+        bucket is written: the whole table.
+        """
+        number = self.view.version + 1
+        job = declares if self.view.job is None else self.view.job
+        inline, ref = self._pipeline_state(pipeline, number)
+        full = replace(mine, state=inline, state_ref=ref, token=self._token, at=number)
+        table = self.view.table
+        if table is None:  # migrate: the whole table from the folded view (format 1)
+            table = self._write_table({**self.view.producers, self.producer_id: full}, number, job)
+        else:
+            index = bucket_of(self.producer_id, len(table.buckets))
+            bucket = dict(self._bucket or {})
+            before = bucket.get(self.producer_id)
+            bucket[self.producer_id] = full
+            ref_ = self._put_bucket(index, len(table.buckets), bucket, number)
+            self._next_bucket = bucket
+            table = table.with_bucket(index, ref_, before=None if before is None else before.status,
+                                      after=full.status, declared=job is not None and self.producer_id in job)
+        return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
+                       now, job, table)
+
+    def _pipeline_state(
+        self, pipeline: ProducerState | Mapping[str, Any] | None, number: int,
+    ) -> tuple[Mapping[str, Any] | None, str | None]:
+        """``(inline state, state_ref)`` of what to commit; a large state is written as its own object first."""
+        if isinstance(pipeline, ProducerState):
+            return pipeline.state, pipeline.state_ref
+        if pipeline is None:
+            return None, None
+        data = dump_json(pipeline)
+        if len(data) <= INLINE_STATE_BYTES:
+            return pipeline, None
+        digest = hashlib.sha256(data).hexdigest()
+        if self._written_state is not None and self._written_state[0] == digest:
+            return None, self._written_state[1]
+        ref = state_ref(number, digest)
+        self.store.put(state_key(self.producer_id, ref), data)  # before any version names it
+        self._written_state = (digest, ref)
+        return None, ref
+
+    def _put_bucket(self, index: int, buckets: int, producers: Mapping[str, ProducerState], number: int) -> str:
+        ref = bucket_ref(number, self._token)
+        self.store.put(bucket_key(index, ref), encode_bucket(index, buckets, producers))
+        return ref
+
+    def _write_table(self, producers: Mapping[str, ProducerState], number: int, job: JobSpec | None) -> TableRef:
+        """Write every bucket of ``producers`` (format 1 -> 2); a large inline state moves to its own object."""
+        table = TableRef.empty(BUCKETS)
+        grouped: dict[int, dict[str, ProducerState]] = {}
+        for pid, s in producers.items():
+            if s.state is not None and len(dump_json(s.state)) > INLINE_STATE_BYTES:
+                data = dump_json(s.state)
+                ref = state_ref(number, hashlib.sha256(data).hexdigest())
+                self.store.put(state_key(pid, ref), data)
+                s = replace(s, state=None, state_ref=ref)
+            grouped.setdefault(bucket_of(pid, BUCKETS), {})[pid] = s
+        self._next_bucket = grouped.get(bucket_of(self.producer_id, BUCKETS), {})
+        for index, members in sorted(grouped.items()):
+            ref = self._put_bucket(index, BUCKETS, members, number)
+            for pid, s in members.items():
+                table = table.with_bucket(index, ref, before=None, after=s.status,
+                                          declared=job is not None and pid in job)
+        return table
 
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number
@@ -355,7 +493,8 @@ class Committer:
             self._reset_view()
             return AttemptResult(False, True, number, window, reclaimed_slot=True)
         # number == boundary.version is ours and kept (the boundary version itself is never deleted)
-        self._view = fold(self.view, candidate, where=self.manifest.where)
+        self._view = self.manifest.with_loader(fold(self.view, candidate, where=self.manifest.where))
+        self._bucket = self._next_bucket
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")
@@ -365,6 +504,7 @@ class Committer:
             except StorageError as e:  # a missing snapshot costs readers time, never correctness
                 log.warning("%s: snapshot of version=%d failed: %s", self.store.url, number, e)
         return AttemptResult(True, False, number, window, recognised=recognised)
+
 
 
 def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:

@@ -11,7 +11,9 @@ boundary, never read lower than seen); stateless work is functions
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -20,12 +22,14 @@ from torch_tgb.manifest import _reads
 from torch_tgb.manifest._boundary import BoundaryView
 from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
+from torch_tgb.manifest._producers import ProducerTable, decode_bucket
 from torch_tgb.manifest._reads import Reclaimed
 from torch_tgb.manifest._search import collect_entries, probe_newest, search_step
-from torch_tgb.manifest._state import fold
+from torch_tgb.manifest._state import fold, state_of
+from torch_tgb.manifest._table import bucket_key, state_key
 from torch_tgb.manifest.keys import version_key
-from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, TGBEntry, Version
-from torch_tgb.storage import ObjectStore
+from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, ProducerState, TGBEntry, Version
+from torch_tgb.storage import ObjectStore, RangeRequest
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
@@ -175,7 +179,8 @@ class Manifest:
 
     def read_snapshot(self, number: int) -> ManifestState | None:
         """The snapshot of version ``number``, or ``None`` if none was written."""
-        return _reads.read_snapshot(self.store, number, where=self.where)
+        state = _reads.read_snapshot(self.store, number, where=self.where)
+        return None if state is None else self.with_loader(state)
 
     def replay(self, state: ManifestState, until: int) -> ManifestState:
         """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently from a remote store)."""
@@ -189,6 +194,53 @@ class Manifest:
             state = fold(state, self.read_version(number), where=self.where)
         return state
 
+    # --- format 2: the newest version names everything -------------------------
+
+    def newest_for_commit(self, known: int) -> tuple[float, int]:
+        """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
+
+        One existence check when nothing was committed since; else the hint
+        (written with every commit of a format-2 namespace) and a probe from
+        it: O(1) round trips however many versions others wrote meanwhile.
+        No GC-boundary read: the committer reads it after its create anyway.
+        """
+        read_at = time.monotonic()
+        if not self._exists(known + 1):
+            return read_at, known
+        low = max(known + 1, self._read_hint())
+        if low > known + 1 and not self._exists(low):  # a hint above what exists: only a reclamation
+            low = known + 1
+        read_at = time.monotonic()
+        newest = probe_newest(low, self._exists)
+        return read_at, self._versions.saw_newest(newest)
+
+    def state_of(self, version: Version) -> ManifestState:
+        """The full state at format-2 ``version`` (no replay: its table names every producer)."""
+        return self.with_loader(state_of(version))
+
+    def with_loader(self, state: ManifestState) -> ManifestState:
+        """``state`` with its producers' table reading buckets through this manifest (format 2)."""
+        producers = state.producers
+        if isinstance(producers, ProducerTable) and producers._loader is None:
+            return dataclasses.replace(state, producers=producers.with_loader(self._load_buckets))
+        return state
+
+    def _load_buckets(self, buckets: int, pairs: list[tuple[int, str]]) -> list[dict[str, ProducerState]]:
+        """Read buckets of a table of ``buckets`` concurrently (one ``get_ranges``), each checked to be the one named."""
+        keys = [bucket_key(i, ref) for i, ref in pairs]
+        datas = self.store.get_ranges([RangeRequest(k, 0, _reads.MAX_METADATA_BYTES + 1) for k in keys])
+        out = []
+        for (index, _), key, data in zip(pairs, keys, datas):
+            what = f"{self.where}{key}"
+            if not isinstance(data, bytes):  # get_ranges without continue_on_error raises instead
+                raise ManifestError(f"{what}: could not be read")
+            out.append(decode_bucket(_reads.within_limit(data, what), bucket=index, buckets=buckets, what=what))
+        return out
+
+    def read_producer_state(self, producer_id: str, ref: str) -> dict[str, object]:
+        """A producer's pipeline state kept in its own object (read only by that producer)."""
+        return _reads.read_state_object(self.store, state_key(producer_id, ref), where=self.where)
+
     def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
         """The full state (steps, producers, sealed) after version ``number``.
 
@@ -199,6 +251,10 @@ class Manifest:
         because the boundary moved past it meanwhile is reported as
         ``Reclaimed`` (callers start again from the boundary).
         """
+        if number > 0 and (boundary is not None and number >= boundary.version or number in self._versions):
+            version = self.try_read_version(number)  # format 2: the version alone names the whole state
+            if version is not None and version.table is not None:
+                return self.state_of(version)
         cached = self._state
         if cached is not None and cached.version <= number and (boundary is None or cached.version >= boundary.version):
             try:
@@ -212,7 +268,7 @@ class Manifest:
             raise Reclaimed(f"{self.where}state at version={number} is reclaimed (GC boundary version={boundary.version})")
         hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
         base = _reads.base_state(self.store, number, boundary, hint, where=self.where)
-        return self._replay_above_boundary(base, number)
+        return self.with_loader(self._replay_above_boundary(base, number))
 
     def _replay_above_boundary(self, state: ManifestState, number: int) -> ManifestState:
         """``replay(state, number)``; a failure caused by a reclamation since ``state`` raises ``Reclaimed``."""
@@ -255,6 +311,7 @@ class Manifest:
                 self._hint = None
                 if attempt == _HEAD_ATTEMPTS - 1:
                     raise
+        state = self.with_loader(state)
         with self._lock:
             if self._state is None or self._state.version < state.version:
                 self._state = state

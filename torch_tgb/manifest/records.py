@@ -10,20 +10,25 @@ half-read record.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._checks import MAX_STATE_BYTES, check_metadata, encode_producer_state, validate_producer_id
+from torch_tgb.manifest._entries import EntryTable
 from torch_tgb.manifest._entry import DATA_PREFIX, MAX_FOOTER_BYTES, TGBEntry
 from torch_tgb.manifest._json import MAX_DATASET_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._table import TableRef, check_ref
 from torch_tgb.manifest.jobs import JobSpec
 
 __all__ = [
     "DATA_PREFIX",
     "EMPTY_STATE",
     "FORMAT",
+    "FORMAT2",
+    "INLINE_STATE_BYTES",
+    "EntryTable",
     "MAX_FOOTER_BYTES",
     "MAX_STATE_BYTES",
     "MAX_VERSION_ENTRIES",
@@ -34,23 +39,33 @@ __all__ = [
     "ManifestState",
     "ProducerState",
     "TGBEntry",
+    "TableRef",
     "Version",
     "check_metadata",
     "encode_producer_state",
     "validate_producer_id",
 ]
 
-#: the ``format`` field of every manifest object this code writes and reads
+#: a pipeline state up to this many bytes of JSON is kept in its producer's bucket; a larger one in its own object
+INLINE_STATE_BYTES = 4096
+#: the ``format`` field of the metadata objects of format 1 (and of the hint, boundary and dataset.json)
 FORMAT = "tgb-manifest/1"
+#: the ``format`` of versions and snapshots that carry a producers' table (docs/protocol.md, *Format 2*)
+FORMAT2 = "tgb-manifest/2"
+_FORMATS = (FORMAT, FORMAT2)
 _TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
 #: a version's field of TGB entries
 ENTRIES = "entries"
 
 
-def _check_format(f: Fields) -> None:
+def _check_format(f: Fields, accepted: tuple[str, ...] = (FORMAT,)) -> str:
     fmt = f.string("format")
-    if fmt != FORMAT:
-        raise ManifestError(f"{f.what}: format {fmt!r} is not {FORMAT!r} (written by another torch_tgb version?)")
+    if fmt not in accepted:
+        raise ManifestError(
+            f"{f.what}: format {fmt!r} is not one of {list(accepted)} (written by another torch_tgb version? "
+            "a newer one: upgrade torch_tgb to read it)"
+        )
+    return fmt
 
 
 #: a producer's mark in the log: started and may commit more ("open"), closed and may
@@ -68,6 +83,13 @@ class ProducerState:
     the JSON when ``None``, so versions written before it existed still parse.
     ``status``: its mark, one of :data:`PRODUCER_STATUSES`; omitted when
     ``"open"`` for the same reason.
+
+    Format 2 (a producers' table, ``_table.py``) keeps a large pipeline
+    state out of line: ``state_ref`` names its object
+    (``_tgb/state/<producer>/...``, read only by that producer) and
+    ``state`` is then ``None``; ``token`` is the commit token of the version
+    that last changed this producer, by which a committer whose
+    acknowledgement was lost recognises its own commit.
     """
 
     epoch: int
@@ -75,14 +97,31 @@ class ProducerState:
     committed_at: float = 0.0
     state: Mapping[str, Any] | None = None
     status: str = "open"
+    state_ref: str | None = None
+    token: str | None = None
+    #: the version that last changed this producer (format 2)
+    at: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, pipeline: bool = True) -> dict[str, Any]:
+        """The JSON object; ``pipeline=False`` leaves out the pipeline state and token (a format-2 version's delta)."""
         out: dict[str, Any] = {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
-        if self.state is not None:
-            out["state"] = dict(self.state)
         if self.status != "open":
             out["status"] = self.status
+        if pipeline:
+            if self.state is not None:
+                out["state"] = dict(self.state)
+            if self.state_ref is not None:
+                out["state_ref"] = self.state_ref
+            if self.token is not None:
+                out["token"] = self.token
+            if self.at is not None:
+                out["at"] = self.at
         return out
+
+    @property
+    def delta(self) -> ProducerState:
+        """This state without its pipeline state and token: what a format-2 version records of it."""
+        return ProducerState(self.epoch, self.next_offset, self.committed_at, status=self.status)
 
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> ProducerState:
@@ -94,9 +133,21 @@ class ProducerState:
             f.optional_mapping("state"),
             f.string("status", default="open"),
         )
+        ref = f.string("state_ref", default="")
+        token = f.string("token", default="")
+        at = f.integer("at", default=0)
         f.done()
+        if at:
+            object.__setattr__(state, "at", at)
         if state.status not in PRODUCER_STATUSES:
             raise ManifestError(f"{what}: status={state.status!r} is not one of {PRODUCER_STATUSES}")
+        if ref or token:
+            if ref and state.state is not None:
+                raise ManifestError(f"{what}: holds both a state and a state_ref")
+            if token and not _TOKEN.match(token):
+                raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
+            object.__setattr__(state, "state_ref", check_ref(ref, what=what) if ref else None)
+            object.__setattr__(state, "token", token or None)
         return state
 
 
@@ -124,36 +175,55 @@ class Version:
     this version adds are ``first_step .. first_step + len(entries) - 1``.
     ``producers`` holds only the producers whose state this version changes.
     ``job``: the job of declared shards, on the version that registers the
-    namespace's first producer only (see :mod:`torch_tgb.manifest.jobs`).
+    namespace's first producer only (see :mod:`torch_tgb.manifest.jobs`);
+    format 2 repeats it on every version.
+
+    ``table``: format 2 (``None``: format 1). The version then also names
+    the complete state of every producer through its producers' table
+    (:class:`TableRef`), ``producers`` holds no pipeline state, and the
+    entries are written as columns (:class:`EntryTable`).
     """
 
     number: int
     token: str
     first_step: int
-    entries: tuple[TGBEntry, ...] = ()
+    entries: Sequence[TGBEntry] = ()
     producers: Mapping[str, ProducerState] = field(default_factory=dict)
     sealed: bool = False
     time: float = 0.0
     job: JobSpec | None = None
+    table: TableRef | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, EntryTable):
+            object.__setattr__(self, "entries", EntryTable.of(self.entries))
 
     @property
     def stop_step(self) -> int:
         """One past the last step this version adds."""
         return self.first_step + len(self.entries)
 
+    @property
+    def format(self) -> int:
+        """1 or 2 (format 2 carries a producers' table)."""
+        return 1 if self.table is None else 2
+
     def to_json(self) -> dict[str, Any]:
+        entries = cast(EntryTable, self.entries)
         out: dict[str, Any] = {
-            "format": FORMAT,
+            "format": FORMAT if self.table is None else FORMAT2,
             "version": self.number,
             "token": self.token,
             "first_step": self.first_step,
-            "entries": [e.to_json() for e in self.entries],
-            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
+            "entries": [e.to_json() for e in entries] if self.table is None else entries.to_json(),
+            "producers": {pid: s.to_json(pipeline=self.table is None) for pid, s in sorted(self.producers.items())},
             "sealed": self.sealed,
             "time": self.time,
         }
         if self.job is not None:  # written only when declared: other versions' bytes stay as they were
             out["job"] = self.job.to_json()
+        if self.table is not None:
+            out["table"] = self.table.to_json()
         return out
 
     def encode(self) -> bytes:
@@ -165,7 +235,7 @@ class Version:
         what = f"{where}manifest version={number}"
         # the entries are checked item by item to be flat objects of scalars: no depth walk over them
         f = Fields(load_json(data, what=what, flat=ENTRIES), what=what)
-        _check_format(f)
+        fmt = _check_format(f, _FORMATS)
         stored = f.integer("version", minimum=1)
         if stored != number:
             raise ManifestError(f"{what}: object says version={stored}")
@@ -173,12 +243,21 @@ class Version:
         if not _TOKEN.match(token):
             raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
         first_step = f.integer("first_step")
-        entries = TGBEntry.from_json_list(f.array(ENTRIES), what=what)
+        if fmt == FORMAT:
+            entries: EntryTable = EntryTable.of(TGBEntry.from_json_list(f.array(ENTRIES), what=what))
+        else:
+            entries = EntryTable.from_json(f.mapping(ENTRIES), what=what)
         producers = _producers_from_json(f.mapping("producers"), what=what)
         job = f.optional_mapping("job")
+        table = f.optional_mapping("table")
+        if (fmt == FORMAT2) != (table is not None):
+            raise ManifestError(f"{what}: format {fmt!r} {'needs' if table is None else 'has no'} a producers' table")
         version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"),
-                      None if job is None else JobSpec.from_json(job, what=what))
+                      None if job is None else JobSpec.from_json(job, what=what),
+                      None if table is None else TableRef.from_json(table, what=what))
         f.done()
+        if version.table is not None and any(s.state is not None or s.state_ref for s in producers.values()):
+            raise ManifestError(f"{what}: a format-2 version carries no pipeline state")
         version.check_offsets(what=what)
         return version
 
@@ -208,6 +287,11 @@ class ManifestState:
 
     ``job``: the namespace's job of declared shards, ``None`` for a namespace
     created without one (its producers come and go freely).
+
+    ``table``: at a format-2 version, its producers' table; ``producers`` is
+    then read from the table's buckets when first asked for (the readers'
+    hot path never asks: :class:`~torch_tgb.manifest.Manifest` supplies the
+    loader), and a snapshot holds only the table.
     """
 
     version: int
@@ -215,15 +299,19 @@ class ManifestState:
     sealed: bool
     producers: Mapping[str, ProducerState]
     job: JobSpec | None = None
+    table: TableRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "format": FORMAT,
+            "format": FORMAT if self.table is None else FORMAT2,
             "version": self.version,
             "num_steps": self.num_steps,
             "sealed": self.sealed,
-            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
         }
+        if self.table is None:
+            out["producers"] = {pid: s.to_json() for pid, s in sorted(self.producers.items())}
+        else:
+            out["table"] = self.table.to_json()
         if self.job is not None:
             out["job"] = self.job.to_json()
         return out
@@ -238,13 +326,17 @@ class ManifestState:
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> ManifestState:
         f = Fields(obj, what=what)
-        _check_format(f)
+        fmt = _check_format(f, _FORMATS)
         job = f.optional_mapping("job")
-        state = cls(
-            f.integer("version"), f.integer("num_steps"), f.boolean("sealed"),
-            _producers_from_json(f.mapping("producers"), what=what),
-            None if job is None else JobSpec.from_json(job, what=what),
-        )
+        number, num_steps, sealed = f.integer("version"), f.integer("num_steps"), f.boolean("sealed")
+        spec = None if job is None else JobSpec.from_json(job, what=what)
+        if fmt == FORMAT:
+            state = cls(number, num_steps, sealed, _producers_from_json(f.mapping("producers"), what=what), spec)
+        else:
+            from torch_tgb.manifest._producers import ProducerTable
+
+            table = TableRef.from_json(f.mapping("table"), what=what)
+            state = cls(number, num_steps, sealed, ProducerTable(table), spec, table)
         f.done()
         return state
 
