@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch_tgb.checkpoint._orphans import Fate, fate_of
+from torch_tgb.checkpoint._table_gc import reclaim_table_objects
 from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
@@ -83,6 +84,7 @@ class ReclaimReport:
     seconds: float
     live_orphans: int = 0  # uncommitted objects their (live) producer may still commit: kept
     reserve_released: bool = False  # the disk was full: the space reserve made room for the snapshot/boundary
+    table_objects: int = 0  # producers' buckets and pipeline states below the boundary no one reads (format 2)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,7 +136,9 @@ class Reclaimer:
         snapshots = self._delete_old_snapshots(before)
         orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
         boundary, released = self._advance_with_reserve(manifest, safe_step, head)
+        table_objects = 0
         if boundary != before:
+            table_objects = reclaim_table_objects(manifest, boundary, head)
             kept = self._kept_keys(manifest, boundary, head)
             more_keys, more, more_bytes = self._delete_reclaimed_objects(manifest, before, boundary, kept, head)
             objects, nbytes = objects + more, nbytes + more_bytes
@@ -156,6 +160,7 @@ class Reclaimer:
             seconds=time.monotonic() - started,
             live_orphans=live_orphans,
             reserve_released=released > 0,
+            table_objects=table_objects,
         )
         log.info("reclaim %s: %s", store.url, report)
         return report

@@ -16,12 +16,17 @@ class VersionRate:
 
     def __init__(self, weight: float = 0.3) -> None:
         self.weight = weight
-        self.rate = 0.0
+        #: versions per second by others; ``None`` until two refreshes gave a sample
+        self.rate: float | None = None
         self._last: float | None = None
+
+    def since(self, now: float) -> float:
+        """Seconds since the last refresh (0 before the first)."""
+        return 0.0 if self._last is None else max(0.0, now - self._last)
 
     def saw(self, versions: int, now: float) -> None:
         """``versions`` new versions (others') found at monotonic time ``now``."""
         if self._last is not None and now > self._last:
             sample = versions / (now - self._last)  # the view was our own newest read or write: these are others'
-            self.rate = (1 - self.weight) * self.rate + self.weight * sample
+            self.rate = sample if self.rate is None else (1 - self.weight) * self.rate + self.weight * sample
         self._last = now

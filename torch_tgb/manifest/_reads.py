@@ -33,6 +33,7 @@ __all__ = [
     "Reclaimed",
     "base_state",
     "boundary_generations",
+    "put_hint",
     "put_snapshot",
     "read_bounded",
     "read_hint",
@@ -116,8 +117,12 @@ def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> Non
         store.put(snapshot_part_key(state.version, k), part)
     store.put(snapshot_key(state.version), header)
     if read_hint(store, where=where) < state.version:
-        # Racing hint writers may move it back a little: it is only a starting point.
-        store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": state.version}))
+        put_hint(store, state.version)
+
+
+def put_hint(store: ObjectStore, version: int) -> None:
+    """Point the hint at ``version``. Racing hint writers may move it back a little: it is only a starting point."""
+    store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": version}))
 
 
 def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int, *, where: str) -> ManifestState:

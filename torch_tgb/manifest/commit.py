@@ -155,8 +155,9 @@ class Committer:
             return self.manifest.read_producer_state(self.producer_id, state.state_ref)
         return state.state
 
-    def others_commit_rate(self) -> float:
-        """Versions per second committed by other producers, as seen by this committer's refreshes (EMA)."""
+    def others_commit_rate(self) -> float | None:
+        """Versions per second committed by other producers, as seen by this committer's refreshes (EMA);
+        ``None`` before two refreshes found new versions."""
         return self._rate.rate
 
     def _hook(self, point: str) -> None:
@@ -168,14 +169,17 @@ class Committer:
         view = self.view
         if view.table is None:
             return self._refresh_folding()
-        read_at, newest = self.manifest.newest_for_commit(view.version)
+        read_at, newest = self.manifest.newest_for_commit(view.version, expect_new=self._expect_new())
+        self._rate.saw(newest - view.version, read_at)  # versions since our view: all others'
         if newest == view.version:
             return read_at
-        version = self.manifest.read_version(newest)
+        version = self.manifest.try_read_version(newest)
+        if version is None:  # the hint named a version that is not there: probe from our own view
+            read_at, newest = self.manifest.newest_for_commit(view.version)
+            version = self.manifest.read_version(newest)
         if version.table is None:
             raise ManifestError(f"{self.manifest.where}manifest version={newest} is format 1 after format-2 "
                                 f"version={view.version}")
-        self._rate.saw(newest - view.version, time.monotonic())
         self._adopt(self.manifest.state_of(version))
         return read_at
 
@@ -196,6 +200,11 @@ class Committer:
             if view.table is not None:  # a format-2 version: it names everything; jump to the newest
                 self._adopt(self.manifest.with_loader(view))
                 return self.refresh()
+
+    def _expect_new(self) -> bool:
+        """Whether others have most likely committed since our view (then the probe starts from the hint)."""
+        rate = self._rate.rate
+        return rate is not None and rate * self._rate.since(time.monotonic()) >= 1.0
 
     def _adopt(self, view: ManifestState) -> None:
         """Take ``view`` (a format-2 state): read our bucket, recognise a landed write, check fencing."""
@@ -400,8 +409,12 @@ class Committer:
         if len(data) <= INLINE_STATE_BYTES:
             return pipeline, None
         digest = hashlib.sha256(data).hexdigest()
-        if self._written_state is not None and self._written_state[0] == digest:
-            return None, self._written_state[1]
+        committed = self.state
+        if (self._written_state is not None and self._written_state[0] == digest and committed is not None
+                and committed.state_ref == self._written_state[1]):
+            return None, self._written_state[1]  # the state we committed last: its object is named by our bucket
+        # Written for this slot, even when an earlier attempt wrote the same bytes for an older one: the
+        # Reclaimer deletes a state object whose slot is below the GC boundary unless the table names it.
         ref = state_ref(number, digest)
         self.store.put(state_key(self.producer_id, ref), data)  # before any version names it
         self._written_state = (digest, ref)
@@ -498,11 +511,13 @@ class Committer:
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")
-        if number % self.manifest.snapshot_every == 0:
-            try:
+        try:
+            if number % self.manifest.snapshot_every == 0:
                 self.manifest.write_snapshot(number, self._view)
-            except StorageError as e:  # a missing snapshot costs readers time, never correctness
-                log.warning("%s: snapshot of version=%d failed: %s", self.store.url, number, e)
+            elif self._view.table is not None and (self._rate.rate or 0.0) > 0.0:
+                self.manifest.move_hint(number)  # others commit too: their next probe starts here
+        except StorageError as e:  # a missing snapshot or stale hint costs time, never correctness
+            log.warning("%s: snapshot or hint of version=%d failed: %s", self.store.url, number, e)
         return AttemptResult(True, False, number, window, recognised=recognised)
 
 

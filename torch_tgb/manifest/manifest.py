@@ -196,27 +196,36 @@ class Manifest:
 
     # --- format 2: the newest version names everything -------------------------
 
-    def newest_for_commit(self, known: int) -> tuple[float, int]:
+    def newest_for_commit(self, known: int, *, expect_new: bool = False) -> tuple[float, int]:
         """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
 
         One existence check when nothing was committed since; else the hint
-        (written with every commit of a format-2 namespace) and a probe from
-        it: O(1) round trips however many versions others wrote meanwhile.
-        No GC-boundary read: the committer reads it after its create anyway.
+        (which committers of a busy namespace move with every commit) and a
+        probe from it: O(1) round trips however many versions others wrote
+        meanwhile. ``expect_new`` (others commit often) skips the first
+        check. No GC-boundary read: the committer reads it after its create.
         """
         read_at = time.monotonic()
-        if not self._exists(known + 1):
+        if not expect_new and not self._exists(known + 1):
             return read_at, known
-        low = max(known + 1, self._read_hint())
-        if low > known + 1 and not self._exists(low):  # a hint above what exists: only a reclamation
-            low = known + 1
+        hint = self._read_hint()
         read_at = time.monotonic()
-        newest = probe_newest(low, self._exists)
-        return read_at, self._versions.saw_newest(newest)
+        # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
+        # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
+        return read_at, self._versions.saw_newest(probe_newest(max(known, hint), self._exists))
+
+    def move_hint(self, number: int) -> None:
+        """Point the hint at version ``number`` (committed): the next committer's probe starts there."""
+        _reads.put_hint(self.store, number)
 
     def state_of(self, version: Version) -> ManifestState:
         """The full state at format-2 ``version`` (no replay: its table names every producer)."""
         return self.with_loader(state_of(version))
+
+    def table_state(self, number: int) -> ManifestState | None:
+        """The state at version ``number`` if it is format 2 (its table), else ``None`` (format 1, or gone)."""
+        version = self.try_read_version(number)
+        return None if version is None or version.table is None else self.state_of(version)
 
     def with_loader(self, state: ManifestState) -> ManifestState:
         """``state`` with its producers' table reading buckets through this manifest (format 2)."""
