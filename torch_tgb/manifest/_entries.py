@@ -62,14 +62,11 @@ class EntryTable(Sequence[TGBEntry]):
             return entries
         keys: dict[str, int] = {}
         pids: dict[str, int] = {}
-        key = np.empty(len(entries), dtype=np.int32)
-        pid = np.empty(len(entries), dtype=np.int32)
-        numbers = np.empty((len(entries), len(COLUMNS)), dtype=np.int64)
-        for i, e in enumerate(entries):
-            key[i] = keys.setdefault(e.key, len(keys))
-            pid[i] = pids.setdefault(e.producer, len(pids))
-            numbers[i] = (e.offset, e.start, e.size, e.footer_offset, e.footer_length, e.object_size or 0,
-                          e.samples, e.tokens)
+        n = len(entries)
+        key = np.fromiter((keys.setdefault(e.key, len(keys)) for e in entries), dtype=np.int32, count=n)
+        pid = np.fromiter((pids.setdefault(e.producer, len(pids)) for e in entries), dtype=np.int32, count=n)
+        numbers = np.array([(e.offset, e.start, e.size, e.footer_offset, e.footer_length, e.object_size or 0,
+                             e.samples, e.tokens) for e in entries], dtype=np.int64).reshape(n, len(COLUMNS))
         return cls(list(keys), list(pids), key, pid, numbers)
 
     # --- the Sequence --------------------------------------------------------

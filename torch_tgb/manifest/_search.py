@@ -48,14 +48,24 @@ def find_version(step: int, low: int, high: int, read: Callable[[int], Version],
     if step >= top.stop_step:
         return None
     # invariant: first_step(low) <= step < stop_step(high); find largest v with first_step <= step
-    if read(low).first_step > step:
+    bottom = read(low)
+    if bottom.first_step > step:
         raise ManifestError(f"{where}{step=} lies below version={low}, the oldest kept (GC boundary)")
-    while low < high:
-        mid = (low + high + 1) // 2
-        if read(mid).first_step <= step:
-            low = mid
+    # Steps usually spread evenly over versions: interpolate on first_step, bisecting every other probe so the
+    # worst case stays O(log n). ``top_stop``: stop_step of version ``high`` (that of v-1 is first_step of v).
+    guess, top_stop = True, top.stop_step
+    while low < high and step >= bottom.stop_step:
+        if guess:
+            mid = low + 1 + (step - bottom.first_step) * (high - low) // max(1, top_stop - bottom.first_step)
+            mid = min(high, max(low + 1, mid))
         else:
-            high = mid - 1
+            mid = (low + high + 1) // 2
+        guess = not guess
+        probe = read(mid)
+        if probe.first_step <= step:
+            low, bottom = mid, probe
+        else:
+            high, top_stop = mid - 1, probe.first_step
     found = read(low)
     if not found.first_step <= step < found.stop_step:
         raise ManifestError(

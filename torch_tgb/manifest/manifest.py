@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.errors import ManifestError, ObjectNotFound, TGBError
 from torch_tgb.manifest import _reads
 from torch_tgb.manifest._boundary import BoundaryView
 from torch_tgb.manifest._cache import VersionCache
@@ -38,6 +38,8 @@ __all__ = ["Manifest"]
 
 #: head() starts again from the new boundary this often when reclamations keep passing its replay
 _HEAD_ATTEMPTS = 8
+#: most versions ``entries()`` reads ahead concurrently from a remote store
+_ENTRIES_AHEAD = 64
 
 
 class Manifest:
@@ -185,11 +187,7 @@ class Manifest:
     def replay(self, state: ManifestState, until: int) -> ManifestState:
         """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently from a remote store)."""
         numbers = list(range(state.version + 1, until + 1))
-        missing = self._versions.missing(numbers)
-        if len(missing) > 1 and self._fetch_on_threads:
-            workers = min(len(missing), self.store.max_in_flight, 16)
-            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
-                list(pool.map(self.try_read_version, missing))  # fills the cache; errors re-raise below
+        self._fetch_concurrently(numbers)
         for number in numbers:
             state = fold(state, self.read_version(number), where=self.where)
         return state
@@ -249,6 +247,23 @@ class Manifest:
     def read_producer_state(self, producer_id: str, ref: str) -> dict[str, object]:
         """A producer's pipeline state kept in its own object (read only by that producer)."""
         return _reads.read_state_object(self.store, state_key(producer_id, ref), where=self.where)
+
+    def _fetch_concurrently(self, numbers: list[int]) -> None:
+        """Read the versions of ``numbers`` not cached yet into the cache, concurrently from a remote store.
+
+        Errors are left to the reads that follow (a version missing or bad raises there, in order).
+        """
+        missing = self._versions.missing(numbers)
+        if len(missing) > 1 and self._fetch_on_threads:
+            workers = min(len(missing), self.store.max_in_flight, 16)
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
+                list(pool.map(self._try_quietly, missing))
+
+    def _try_quietly(self, number: int) -> None:
+        try:
+            self.try_read_version(number)
+        except TGBError:
+            pass  # raised again, in order, by the read that needs it
 
     def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
         """The full state (steps, producers, sealed) after version ``number``.
@@ -358,13 +373,19 @@ class Manifest:
         """Entries of steps ``start_step .. stop_step - 1`` that are committed (may be fewer)."""
         if stop_step <= start_step:
             return []
-        latest = self.latest_version()
+        state = self._state  # a reader asks for steps its last head() counted: that head's version holds them
+        latest = state.version if state is not None and state.num_steps >= stop_step else self.latest_version()
         try:
             version = self.version_of_step(start_step, latest=latest)
         except ManifestError:
             if latest == 0 or start_step >= self.read_version(latest).stop_step:
                 return []
             raise
+        # The versions after it are read forward; from a remote store, as many as the steps asked for could
+        # need (each version adds at least one step but for a producer's bump or mark) in one concurrent batch.
+        ahead = min(latest - version.number, stop_step - version.stop_step, _ENTRIES_AHEAD)
+        if ahead > 1:
+            self._fetch_concurrently(list(range(version.number + 1, version.number + 1 + ahead)))
         return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where)
 
     # --- GC boundary -------------------------------------------------------
