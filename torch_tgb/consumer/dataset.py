@@ -46,6 +46,7 @@ from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
 from torch_tgb.storage.hot_tier import with_hot_tier
+from torch_tgb.storage.node_share import with_node_share
 
 __all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
@@ -192,6 +193,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
 
     def _open(self) -> tuple[ObjectStore, Manifest]:
         store = open_store(self.ns, self.storage_options or None)
+        store = with_node_share(store, self.options.node_cache, handed_in=isinstance(self.ns, ObjectStore))
         store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
         manifest = Manifest(store)
         if self._written is None:

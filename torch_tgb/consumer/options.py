@@ -54,7 +54,9 @@ class ReaderOptions:
     The hot tier: ``cache_dir``, a node-local directory caching a remote
     namespace's TGB byte ranges (:class:`torch_tgb.storage.HotTierStore`,
     shared by the reader processes of a node), bounded by ``cache_bytes``
-    (``None``: 80% of the free space there).
+    (``None``: 80% of the free space there). ``node_cache``: the reader processes of a node share their
+    manifest reads (:class:`torch_tgb.storage.NodeSharedStore`): ``True`` in ``/dev/shm`` for a remote URL,
+    a directory for any remote store, ``None``/``False`` off.
     """
 
     prefetch: int = 4
@@ -94,6 +96,8 @@ class ReaderOptions:
     cache_dir: str | None = None
     #: bound of the hot tier in bytes (None: 80% of the free space on cache_dir)
     cache_bytes: int | None = None
+    #: share manifest reads between the reader processes of a node (True: default dir; a path; None/False: off)
+    node_cache: str | bool | None = True
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -115,6 +119,8 @@ class ReaderOptions:
                 object.__setattr__(self, name, tuple(value))
         if self.cache_bytes is not None and self.cache_bytes <= 0:
             raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")
+        if not isinstance(self.node_cache, (str, bool, type(None))):
+            raise TypeError(f"node_cache must be True, False, None or a directory, got {self.node_cache!r}")
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -156,3 +162,4 @@ class ReadSettings(TypedDict, total=False):
     derive: tuple[str, ...]
     cache_dir: str | None
     cache_bytes: int | None
+    node_cache: str | bool | None

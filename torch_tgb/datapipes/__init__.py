@@ -30,6 +30,7 @@ _LAZY = {
         "BatchStats", "Batching", "DecodeImages", "DecodeVideos", "GlobalBatches", "MediaStats", "Mix", "MixStats", "Pack",
         "PackSamples", "PackStats", "Patchify", "ResizeImages", "SamplePackStats", "SpliceImageTokens",
         "document_batches",
+        "BucketBatches", "BucketStats", "DecodeAudio", "SpliceAudioTokens",
     )},
     "read": _READ,
     "produce": _PRODUCE,

@@ -3,6 +3,7 @@
 - ``TokenFile``: a memory-mapped flat token array (``.npy``/``.bin``) with optional document offsets.
 - ``WebDataset``: tar shards (``webdataset`` extra), a ``.npy`` token member or text plus a tokenizer;
   samples with image/video members are yielded undecoded for ``datapipes.DecodeImages``.
+- ``Audio``: audio files (FLAC, WAV, MP3, Opus...), undecoded for ``datapipes.DecodeAudio``.
 - ``Videos``: video files (``video`` extra), frames sampled at a given fps or count.
 - ``LeRobot``: robot episodes in the LeRobot layout (``video``, ``parquet`` extras): state, action chunk and
   a frame per camera per step.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from torch_tgb._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from torch_tgb.sources.audio import Audio
     from torch_tgb.sources._base import ReadOptions, SourceStats, UnitSource
     from torch_tgb.sources.lance import Lance
     from torch_tgb.sources.lerobot import LeRobot
@@ -30,11 +32,13 @@ if TYPE_CHECKING:
     from torch_tgb.sources.video import Videos
     from torch_tgb.sources.webdataset import WebDataset
 
-__all__ = ["Lance", "LeRobot", "Parquet", "ReadOptions", "SourceStats", "TokenFile", "UnitSource", "Videos", "WebDataset"]
+__all__ = ["Audio", "Lance", "LeRobot", "Parquet", "ReadOptions", "SourceStats", "TokenFile", "UnitSource", "Videos",
+           "WebDataset"]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "Audio": "torch_tgb.sources.audio",
         "Lance": "torch_tgb.sources.lance",
         "LeRobot": "torch_tgb.sources.lerobot",
         "Parquet": "torch_tgb.sources.parquet",

@@ -21,10 +21,10 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import torch
-
 from torch_tgb.errors import MediaError, SourceError
-from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, tokenize
+from torch_tgb.sources._base import Document, ReadOptions, Tokenizer
+from torch_tgb.sources._files import FileSource
+from torch_tgb.sources._sidecar import sidecar_tokens
 from torch_tgb.transforms.media import decode_video, frame_times
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["Videos"]
 
 
-class Videos(UnitSource):
+class Videos(FileSource):
     """Sampled frames of video files; units are files. See the module docstring."""
 
     def __init__(
@@ -61,16 +61,7 @@ class Videos(UnitSource):
         self.max_pixels, self.max_frames = max_pixels, max_frames
         self._set_num_units(len(self.paths), f"Videos({len(self.paths)} files)")
 
-    def _unit_name(self, unit: int) -> str:
-        return self.paths[unit]
-
-    def _unit_length(self, unit: int) -> int | None:
-        return 1
-
-    def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
-        if start > 0:
-            return
-        path = self.paths[unit]
+    def _record(self, path: str) -> Iterator[Document | SourceError]:
         with open(path, "rb") as f:
             data = f.read()
         try:
@@ -79,19 +70,8 @@ class Videos(UnitSource):
         except MediaError as e:  # a bad record, for on_error
             yield MediaError(f"{path}: {e}", e.reason)
             return
-        tokens = self._caption(path)
+        tokens = sidecar_tokens(path, self.caption_ext, self.tokenizer)
         if isinstance(tokens, SourceError):
             yield tokens
             return
         yield {"videos": [frames], "tokens": tokens, "__key__": path}
-
-    def _caption(self, path: str) -> torch.Tensor | SourceError:
-        sidecar = f"{os.path.splitext(path)[0]}.{self.caption_ext}"
-        if self.tokenizer is None or not os.path.isfile(sidecar):
-            return torch.zeros(0, dtype=torch.int64)
-        try:
-            with open(sidecar, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError as e:
-            return SourceError(f"{sidecar}: caption is not UTF-8: {e}")
-        return tokenize([text], self.tokenizer, lambda _: sidecar)[0]

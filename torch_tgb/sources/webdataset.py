@@ -16,12 +16,13 @@ along as bytes (``"__key__"`` is the sample key). A member larger than
 (``on_error``). Needs the ``webdataset`` extra.
 
 **Media samples.** A sample with an image or video member (extension
-``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``; also
+``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``, audio
+``flac``/``wav``/``mp3``/``opus``/``ogg``/``m4a``; also
 ``0.jpg``, ``1.jpg`` for several) is yielded undecoded: each such member's
 raw bytes under its extension key, ``"__key__"``, ``"__url__"`` and
 ``"tokens"``, the caption's tokens (``text_field`` + ``tokenizer``, or the
 ``field`` member; empty when the sample has no caption). Decoding is left to
-``datapipes.DecodeImages`` / ``DecodeVideos``. A sample whose only media
+``datapipes.DecodeImages`` / ``DecodeVideos`` / ``DecodeAudio``. A sample whose only media
 member has an extension that is recognised but not decoded (``gif``,
 ``bmp``, ``tiff``, ``avi``, ...) is a bad record (``on_error``); a caption
 without any media member is a text document, which ``DecodeImages``
@@ -52,6 +53,7 @@ from torch_tgb.sources._base import (
     require,
     tokenize,
 )
+from torch_tgb.transforms.audio import AUDIO_EXTS
 from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
 
 if TYPE_CHECKING:
@@ -177,7 +179,7 @@ class WebDataset(UnitSource):
 
 
 #: members yielded raw in a media sample
-MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
+MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS + AUDIO_EXTS
 
 
 def _load_npy(sample: dict[str, Any], field: str, where: str) -> Any:

@@ -6,7 +6,8 @@ process), :class:`FsspecStore` (S3 and other fsspec URLs), :class:`GCSStore`
 extra ``azure``). Wrappers:
 :class:`RetryingStore` (backoff + jitter), :class:`FaultyStore` and
 :class:`LatencyStore` (tests, benchmarks), :class:`HotTierStore` (a node-local cache of a remote
-namespace's TGB objects, :func:`with_hot_tier`); :class:`StoreWrapper` and
+namespace's TGB objects, :func:`with_hot_tier`), :class:`NodeSharedStore` (the reader processes of a node
+share their manifest reads, :func:`with_node_share`); :class:`StoreWrapper` and
 :class:`ForwardingStore` are the bases for one's own. :func:`open_store` picks and wraps.
 """
 
@@ -23,6 +24,7 @@ from torch_tgb.storage.hot_tier import HotTierStore, with_hot_tier
 from torch_tgb.storage.latency import LatencyStore
 from torch_tgb.storage.local import LocalStore
 from torch_tgb.storage.memory import MemoryStore
+from torch_tgb.storage.node_share import NodeSharedStore, with_node_share
 from torch_tgb.storage.retry import RetryingStore, RetryPolicy
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "LatencyStore",
     "LocalStore",
     "MemoryStore",
+    "NodeSharedStore",
     "ObjectInfo",
     "ObjectStore",
     "RangeFailure",
@@ -51,4 +54,5 @@ __all__ = [
     "validate_key",
     "validate_prefix",
     "with_hot_tier",
+    "with_node_share",
 ]

@@ -14,9 +14,13 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``media``: image and video decoding from bytes, sizes bounded by the header before decoding.
 - ``vision``: resolutions and their schedules over steps, resize, patchify, image-token splicing.
 - ``vlm_balance``: encoder + backbone costs of VLM rows, balance over dp ranks x micro-batches.
+- ``audio``, ``audio_features``: audio decoding + resampling from bytes; log-mel features, audio token counts.
+- ``bucketing``: shape-bucket keys, edges (given or learned), the order of bucketed batches, bucket resize.
 """
 
 from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
+from torch_tgb.transforms.audio import AUDIO_EXTS, decode_audio
+from torch_tgb.transforms.audio_features import LogMel, audio_token_count, mel_filters
 from torch_tgb.transforms.balance import (
     BALANCERS,
     balance,
@@ -26,6 +30,15 @@ from torch_tgb.transforms.balance import (
     max_cost,
     part_costs,
     row_costs,
+)
+from torch_tgb.transforms.bucketing import (
+    BUCKET_KEYS,
+    BucketResize,
+    bucket_of,
+    edges_between,
+    learn_edges,
+    next_bucket,
+    plan_bucket_batches,
 )
 from torch_tgb.transforms.mixing import (
     Schedule,
@@ -69,8 +82,12 @@ from torch_tgb.transforms.vlm_balance import (
 )
 
 __all__ = [
+    "AUDIO_EXTS",
     "BALANCERS",
+    "BUCKET_KEYS",
+    "BucketResize",
     "IGNORE_INDEX",
+    "LogMel",
     "PACKERS",
     "Resolution",
     "Schedule",
@@ -78,24 +95,31 @@ __all__ = [
     "VLMCost",
     "WeightsLike",
     "as_schedule",
+    "audio_token_count",
     "balance",
     "balance_greedy",
     "balance_kk",
     "balance_round_robin",
     "balance_vector",
     "block_shuffle_order",
+    "bucket_of",
     "check_weights",
     "constant",
     "cu_seqlens",
+    "decode_audio",
     "document_block_mask",
     "document_mask",
     "draw_source",
+    "edges_between",
     "encoder_costs",
     "flatten_cu_seqlens",
     "image_token_count",
+    "learn_edges",
     "linear",
     "max_cost",
+    "mel_filters",
     "micro_batch_plan",
+    "next_bucket",
     "pack",
     "pack_bfd",
     "pack_concat",
@@ -107,6 +131,7 @@ __all__ = [
     "patchify",
     "permutation",
     "piecewise",
+    "plan_bucket_batches",
     "resolution_schedule",
     "row_costs",
     "shard_assignment",

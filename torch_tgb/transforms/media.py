@@ -174,11 +174,11 @@ def frame_times(
     return [(k + 0.5) * duration / count for k in range(count)]
 
 
-def _av() -> ModuleType:
+def _av(extra: str = "video") -> ModuleType:
     try:
         import av
     except ImportError as e:
-        raise MissingExtra("av (PyAV) is not installed; pip install 'torch-tgb[video]'") from e
+        raise MissingExtra(f"av (PyAV) is not installed; pip install 'torch-tgb[{extra}]'") from e
     return av
 
 

@@ -144,23 +144,40 @@ class VLMCost:
     ``t·h·w`` patches feed the encoder; ``alpha`` / ``beta`` the linear terms
     of the backbone / encoder; ``encoder_weight`` the encoder's weight in the
     combined cost (its FLOPs per unit relative to the backbone's).
+
+    Audio is priced by duration like an image by its patches: ``audio_keys``
+    are the row's ragged ``[clips]`` lengths in samples (``DecodeAudio``'s
+    ``audio_lengths``), a clip is ``ceil(samples / audio_samples_per_position)``
+    encoder positions (320: 20 ms at 16 kHz, Whisper's encoder after its
+    stride-2 conv) and costs ``audio_weight · (positions² + beta·positions)``
+    (attention inside each clip) in the encoder part, beside the images'.
     """
 
     alpha: float = 0.0
     beta: float = 0.0
     encoder_weight: float = 1.0
     grid_keys: tuple[str, ...] = ("image_grid_thw", "video_grid_thw")
+    audio_keys: tuple[str, ...] = ("audio_lengths",)
+    audio_samples_per_position: float = 320.0
+    audio_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("alpha", "beta", "encoder_weight"):
+        for name in ("alpha", "beta", "encoder_weight", "audio_weight"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"VLMCost {name} must be finite and >= 0, got {value}")
+        if not math.isfinite(self.audio_samples_per_position) or self.audio_samples_per_position <= 0:
+            raise ValueError(f"VLMCost audio_samples_per_position must be finite and > 0, got "
+                             f"{self.audio_samples_per_position}")
 
     def parts(self, row: Mapping[str, torch.Tensor]) -> tuple[float, float]:
         patches = [row[k].reshape(-1, 3).prod(dim=1).numpy() for k in self.grid_keys if k in row]
         flat = np.concatenate(patches) if patches else np.zeros(0)
         encoder = float(encoder_costs([flat], beta=self.beta)[0])
+        clips = [row[k].reshape(-1).numpy() for k in self.audio_keys if k in row]
+        if clips:
+            positions = np.ceil(np.concatenate(clips) / self.audio_samples_per_position)
+            encoder += self.audio_weight * float(encoder_costs([positions], beta=self.beta)[0])
         ids = row["document_ids"].reshape(-1) if "document_ids" in row else torch.zeros(0, dtype=torch.int64)
         real = ids[ids >= 0].to(torch.int64)
         lengths = torch.bincount(real).numpy() if real.numel() else np.zeros(0)
