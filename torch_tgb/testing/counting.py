@@ -24,7 +24,7 @@ from torch_tgb.storage._wrapper import ForwardingStore
 __all__ = ["KEY_CLASSES", "MANIFEST_CLASSES", "REQUEST_TYPES", "CountingStore", "key_class", "merge_reports"]
 
 #: classes of keys, as :meth:`CountingStore.report` names them
-KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "data", "watermark", "other")
+KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "data", "watermark", "other")
 #: the classes that make up the manifest's requests (what discovery costs)
 MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset")
 #: S3 requests: a LIST page holds up to 1,000 keys, a DELETE (DeleteObjects) up to 1,000 keys
@@ -44,6 +44,10 @@ def key_class(key: str) -> str:
         return "boundary"
     if key == keys.DATASET_KEY:
         return "dataset"
+    if key.startswith("_tgb/producers/"):  # format 2: the producers' table's buckets (read by committers only)
+        return "table"
+    if key.startswith("_tgb/state/"):  # format 2: pipeline states kept out of line (read by their producer only)
+        return "state"
     if key.startswith("data/"):
         return "data"
     if key.startswith((WATERMARK_PREFIX, RETIRED_PREFIX)):
