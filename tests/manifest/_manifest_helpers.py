@@ -81,8 +81,9 @@ def legacy_log(store: ObjectStore, versions: int, per_version: int = 3, *, produ
 
     number, step, offset = start, 0, 0
     if start:
-        last = Manifest(store).read_version(start)
-        step, offset = last.stop_step, last.producers[producer].next_offset if producer in last.producers else 0
+        head = Manifest(store).state_at(start)
+        step = head.num_steps
+        offset = head.producers[producer].next_offset if producer in head.producers else 0
     else:
         number += 1
         store.put_if_absent(version_key(number), Version(number, uuid.uuid4().hex, 0, (),

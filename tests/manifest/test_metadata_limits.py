@@ -53,7 +53,7 @@ def test_split_snapshot_round_trips_and_bounds_each_part(states, whole_bytes, pa
     for part in parts:  # whole producers, at most part_bytes of them (+ the part's own fields), or one alone
         assert len(part) <= part_bytes + 100 or len(json.loads(part)["producers"]) == 1
     obj = load_json(header, what="header")
-    assert _snapshot_parts.parts_of(obj, what="header") == (len(parts), len(state.producers))
+    assert _snapshot_parts.parts_of(obj, what="header", part_bytes=part_bytes) == (len(parts), len(state.producers))
     joined = _snapshot_parts.join_parts(obj, parts, version=state.version, producers_in_parts=len(state.producers),
                                         what="header")
     assert ManifestState.from_json(joined, what="joined") == state
@@ -63,7 +63,7 @@ def test_join_refuses_parts_of_another_snapshot_or_another_split() -> None:
     state = _state([500] * 10)
     header, parts = _snapshot_parts.split_snapshot(state, whole_bytes=100, part_bytes=1200)
     obj = load_json(header, what="h")
-    assert _snapshot_parts.parts_of(obj, what="h") == (len(parts), 10)
+    assert _snapshot_parts.parts_of(obj, what="h", part_bytes=1200) == (len(parts), 10)
 
     def join(parts: list[bytes]) -> dict:
         return _snapshot_parts.join_parts(dict(obj), parts, version=7, producers_in_parts=10, what="h")

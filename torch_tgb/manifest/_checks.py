@@ -15,6 +15,7 @@ from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._json import MAX_DATASET_BYTES, MAX_DEPTH, dump_json, load_json
 
 __all__ = [
+    "MAX_FORMAT1_STATE_BYTES",
     "MAX_METADATA_DEPTH",
     "MAX_STATE_BYTES",
     "MAX_STATE_DEPTH",
@@ -27,6 +28,8 @@ __all__ = [
 #: hundred bytes; a Mix over 1,000 sources ~140 KB). Up to 4 KiB it is kept in the producer's bucket of the
 #: producers' table, a larger one in its own object that only that producer reads (docs/protocol.md, *Format 2*).
 MAX_STATE_BYTES = 16 * 1024 * 1024
+#: largest pipeline state a format-1 version carried (inline); snapshots in parts are sized by it
+MAX_FORMAT1_STATE_BYTES = 32 * 1024
 #: deepest nesting of a pipeline state: a version (and a snapshot) holds it at ``producers.<id>.state``
 MAX_STATE_DEPTH = MAX_DEPTH - 3
 #: deepest nesting of a namespace's metadata: ``dataset.json`` holds it at ``metadata``

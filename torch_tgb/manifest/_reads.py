@@ -10,10 +10,13 @@ after reading the limit, not after reading all of it.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.manifest._checks import MAX_STATE_BYTES
 from torch_tgb.manifest._json import MAX_DEPTH, MAX_METADATA_BYTES, Fields, dump_json, load_json
-from torch_tgb.manifest._snapshot_parts import join_parts, parts_of, split_snapshot
+from torch_tgb.manifest._snapshot_parts import PART_WINDOW, PartsJoin, RefusedParts, parts_of, split_snapshot
 from torch_tgb.manifest.keys import (
     GC_BOUNDARY_KEY,
     GC_BOUNDARY_PREFIX,
@@ -43,6 +46,8 @@ __all__ = [
     "stored_boundary",
     "version_keys_below",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class Reclaimed(ManifestError):
@@ -80,7 +85,10 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
     """The snapshot of version ``number`` (its parts joined, if any), or ``None`` if none was written.
 
     A part that is gone (the Reclaimer deletes a snapshot below the GC
-    boundary part by part) makes the snapshot gone too.
+    boundary part by part) makes the snapshot gone too; so do parts that do
+    not join into the snapshot their header names (two writers that split
+    it differently, a planted header): a warning names it, and the caller
+    starts from an older snapshot and replays the log, as for a missing one.
     """
     key = snapshot_key(number)
     try:
@@ -89,21 +97,43 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
         return None
     what = f"{where}{key}"
     obj = load_json(data, what=what)
-    count, producers = parts_of(obj, what=what)
-    if count:
-        requests = [RangeRequest(snapshot_part_key(number, k), 0, MAX_METADATA_BYTES + 1) for k in range(count)]
-        try:
-            read = store.get_ranges(requests)  # without continue_on_error, a failure raises
-        except ObjectNotFound:
-            return None
-        parts = [within_limit(part, f"{what} part {k}") for k, part in enumerate(read) if isinstance(part, bytes)]
-        if len(parts) != count:
-            raise ManifestError(f"{what}: {len(parts)} of its {count} parts could be read")
-        obj = join_parts(obj, parts, version=number, producers_in_parts=producers, what=what)
-    state = ManifestState.from_json(obj, what=what)
+    try:
+        count, producers = parts_of(obj, what=what)
+        state = _joined(store, obj, number, count, producers, what=what) if count else None
+    except ObjectNotFound:
+        return None
+    except RefusedParts as e:
+        log.warning("%s; reading it as a missing snapshot: the state comes from an older snapshot and a replay "
+                    "of the log (writing the snapshot of this version again repairs it)", e)
+        return None
+    if state is None:
+        state = ManifestState.from_json(obj, what=what)
     if state.version != number:
         raise ManifestError(f"{what}: snapshot says version={state.version}")
     return state
+
+
+def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int, producers: int, *,
+            what: str) -> ManifestState:
+    """The state of ``header`` and its ``count`` parts, fetched ``PART_WINDOW`` at a time and checked as they come.
+
+    :class:`RefusedParts` for parts that do not make that snapshot (anything
+    wrong in them, the producers' fields included), ``ObjectNotFound`` for a
+    part that is gone.
+    """
+    join = PartsJoin(header, version=number, count=count, producers=producers, what=what)
+    try:
+        for first in range(0, count, PART_WINDOW):
+            keys = [snapshot_part_key(number, k) for k in range(first, min(first + PART_WINDOW, count))]
+            got = store.get_ranges([RangeRequest(k, 0, MAX_METADATA_BYTES + 1) for k in keys])  # failures raise
+            for k, part in zip(range(first, count), got):
+                assert isinstance(part, bytes)  # without continue_on_error a failure raises
+                join.add(within_limit(part, f"{what} part {k}"))
+        return ManifestState.from_json(join.result(), what=what)
+    except RefusedParts:
+        raise
+    except ManifestError as e:
+        raise RefusedParts(str(e)) from e
 
 
 def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> None:

@@ -13,7 +13,13 @@ seek to a sample: resuming inside a shard streams it again from its start,
 skipping samples without decoding them. ``extra`` names members to carry
 along as bytes (``"__key__"`` is the sample key). A member larger than
 ``max_member_bytes`` (1 GiB) is never read: its sample is a bad record
-(``on_error``). Needs the ``webdataset`` extra.
+(``on_error``), and its bytes are skipped in bounded reads that stop at the
+real end of the data. A member whose header claims more bytes than an
+uncompressed shard holds (a pax ``size`` of 10**12, a GNU base-256 size of
+2**88) is a corrupt shard: raised at once, whatever ``on_error`` (nothing
+after it can be found). ``tarfile``'s own skip would loop over the claimed
+size, past the end of the file, for hours or forever. Needs the
+``webdataset`` extra.
 
 **Media samples.** A sample with an image or video member (extension
 ``jpg``/``jpeg``/``png``/``webp``, ``mp4``/``webm``/``mkv``/``mov``, audio
@@ -34,6 +40,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import tarfile
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -94,6 +101,8 @@ class WebDataset(UnitSource):
         self.field, self.text_field, self.tokenizer = field, text_field, tokenizer
         self.extra = tuple(extra)
         self.batch_size = batch_size
+        if max_member_bytes < 1:
+            raise ValueError(f"max_member_bytes must be at least 1, got {max_member_bytes}")
         self.max_member_bytes = max_member_bytes
         self.storage_options = dict(storage_options or {})
         for url in self.urls:
@@ -113,8 +122,8 @@ class WebDataset(UnitSource):
     def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
         url = self.urls[unit]
         with self._open(url) as stream:
-            _check_tar(stream, url)
-            samples = wds_tar.group_by_keys(_members(stream, url, self.max_member_bytes))
+            size = None if _check_tar(stream, url) else _known_size(stream)
+            samples = wds_tar.group_by_keys(_members(stream, url, self.max_member_bytes, size))
             batch: list[tuple[int, dict[str, Any]]] = []
             for index, sample in enumerate(samples):
                 if index < start:
@@ -208,37 +217,78 @@ class _Oversized(int):
     """The size of a member that was not read: larger than ``max_member_bytes``."""
 
 
-def _members(stream: Any, url: str, max_bytes: int) -> Iterator[dict[str, Any]]:
+def _members(stream: Any, url: str, max_bytes: int, size: int | None) -> Iterator[dict[str, Any]]:
     """The regular files of a tar stream as webdataset's ``{"fname", "data", "__url__"}`` dicts.
 
     A member larger than ``max_bytes`` is not read (its data is an ``_Oversized`` size): its
     sample becomes a bad record, and no allocation follows a size written in a tar header.
+    ``size``: the bytes of an uncompressed shard (None when compressed or unknown); a member
+    whose data would end past it is refused before anything is skipped.
 
-    Like ``webdataset.tariterators.tar_file_iterator``, plus the check it lacks:
+    Like ``webdataset.tariterators.tar_file_iterator``, plus the checks it lacks:
     ``tarfile`` ends a stream silently when it is cut at a member boundary, so
-    the end-of-archive block must have been read, or the shard is truncated.
+    the end-of-archive block must have been read, or the shard is truncated; and
+    every byte not read is skipped here (:func:`_skip_data`), not by ``tarfile``.
     """
     tar = tarfile.open(fileobj=stream, mode="r|*")
     for info in tar:
+        if info.size < 0 or (size is not None and tar.offset > size):  # where the next header would start
+            where = "a negative size" if info.size < 0 else f"past the end of the file ({size} bytes)"
+            raise SourceError(f"{url}: member {info.name!r} at byte {info.offset} claims {info.size} bytes, "
+                              f"{where}: a corrupt or truncated tar shard")
         if info.isreg() and not info.name.startswith("__"):
             if info.size > max_bytes:
                 yield {"fname": info.name, "data": _Oversized(info.size), "__url__": url}
-                continue
-            member = tar.extractfile(info)
-            if member is not None:
-                yield {"fname": info.name, "data": member.read(), "__url__": url}
+            else:
+                member = tar.extractfile(info)
+                if member is not None:
+                    yield {"fname": info.name, "data": member.read(), "__url__": url}
+        _skip_data(tar, info, url)
         tar.members = []  # type: ignore[attr-defined]  # tarfile keeps every header otherwise: a long stream grows
     if tar.fileobj is None or tar.fileobj.tell() < tar.offset + tarfile.BLOCKSIZE:
         raise SourceError(f"{url}: truncated tar file (no end-of-archive block after byte {tar.offset})")
 
 
-def _check_tar(stream: Any, url: str) -> None:
-    """Refuse a file that is not a tar before webdataset streams it (its error says little)."""
+_SKIP_CHUNK = 1 << 20
+
+
+def _skip_data(tar: tarfile.TarFile, info: tarfile.TarInfo, url: str) -> None:
+    """Read and drop what is left of ``info``'s data, in bounded reads that stop at the end of the stream.
+
+    ``tarfile`` in stream mode skips by reading ``size`` bytes in blocks and
+    never notices that the data ended: a header claiming 2**88 bytes keeps it
+    looping forever. Here the first empty read is a truncated shard.
+    """
+    fileobj = tar.fileobj
+    if fileobj is None:
+        return
+    left = tar.offset - fileobj.tell()
+    while left > 0:
+        got = len(fileobj.read(min(left, _SKIP_CHUNK)))
+        if got == 0:
+            raise SourceError(f"{url}: truncated tar file (member {info.name!r} claims {info.size} bytes; "
+                              f"the data ends at byte {fileobj.tell()})")
+        left -= got
+
+
+def _known_size(stream: Any) -> int | None:
+    """The bytes of ``stream`` when they are known (a local file, an fsspec file), else None."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        size = getattr(stream, "size", None)
+        return size if isinstance(size, int) and size >= 0 else None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _check_tar(stream: Any, url: str) -> bool:
+    """Refuse a file that is not a tar before webdataset streams it (its error says little); True: compressed."""
     head = stream.read(512)
     compressed = head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head[:6] == b"\xfd7zXZ\x00"
     if not compressed and (len(head) < 512 or (head[257:262] != b"ustar" and not _is_v7_header(head))):
         raise SourceError(f"{url}: not a tar file")
     stream.seek(0)
+    return compressed
 
 
 def _is_v7_header(head: bytes) -> bool:

@@ -22,17 +22,25 @@ On disk (``cache_dir``, shared by every reader process on the node)::
     tmp/<pid>-<random>                                           a fill in progress
     lock                                                         flock for eviction
 
-    entry = payload | "TGBH" | crc32c(payload) u32 | len(payload) u64   (little-endian)
+    entry = payload | "TGBK" | crc32c(binding | payload) u32 | len(payload) u64   (little-endian)
+
+The binding (namespace, key, range; see ``_hot_entry``) is covered by the
+checksum, so an entry copied over another of the same length is a miss,
+never another range's bytes; so is an entry of the older layout (``TGBH``).
 
 Several processes, crashes, full disks
 --------------------------------------
 * A fill writes a temporary file and renames it onto the entry's name: a
   reader sees the whole entry or none. Two processes filling one entry write
   the same bytes; the last rename wins, harmlessly.
-* Every hit is checked against its trailer (magic, length, CRC32C) before a
-  byte is returned: a torn or bit-rotted entry (power loss without fsync, a
-  bad disk) is deleted and read from the store instead. A process killed mid
-  fill leaves only a temporary file, which eviction removes later.
+* Every hit is checked against its trailer (magic, length, CRC32C of the
+  binding and payload) before a byte is returned: a torn, bit-rotted or
+  misplaced entry (power loss without fsync, a bad disk, a copy) is deleted
+  and read from the store instead. A process killed mid fill leaves only a
+  temporary file, which eviction removes later.
+* An entry is opened without blocking or following a symlink and must be a
+  regular file: a FIFO (or anything else) planted at its path is a miss,
+  removed, never waited on.
 * Bounded in bytes with LRU eviction across processes: a hit sets the entry's
   mtime; a process that has filled 1/16 of the budget since its last look
   takes the lock, sums the entries and deletes the least recently used down
@@ -56,24 +64,19 @@ import hashlib
 import logging
 import os
 import shutil
-import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-import google_crc32c
-import numpy as np
-
 from torch_tgb.errors import TGBError
 from torch_tgb.storage._base import Buffer, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._hot_entry import TRAILER_SIZE, DamagedEntry, binding, read_entry, trailer
 from torch_tgb.storage._wrapper import ForwardingStore
 
 __all__ = ["HotTierStore", "with_hot_tier"]
 
 log = logging.getLogger(__name__)
 
-_TRAILER = struct.Struct("<4sIQ")
-_MAGIC = b"TGBH"
 _LAYOUT = "v1"
 _WARN_EVERY = 60.0  # seconds between warnings about the cache disk
 _PAUSE_AFTER_FULL = 30.0  # seconds without fills after ENOSPC
@@ -115,6 +118,7 @@ class HotTierStore(ForwardingStore):
         self._cacheable = cacheable or _immutable
         self._clock = clock
         self._ns_dir: str | None = None
+        self._ns_id = ""
         self._filled_since_scan = 0
         self._paused_until = 0.0
         self._warned_at = -_WARN_EVERY
@@ -136,35 +140,31 @@ class HotTierStore(ForwardingStore):
             except TGBError:
                 identity = "-"  # not a TGB namespace (yet): the URL alone names it
             digest = hashlib.sha256(f"{self.url}\n{identity}".encode()).hexdigest()[:24]
+            self._ns_id = digest
             self._ns_dir = os.path.join(self.cache_dir, _LAYOUT, digest)
         return self._ns_dir
+
+    def _binding(self, key: str, start: int, end: int) -> bytes:
+        """What an entry's checksum covers besides its payload: the namespace, key and range it holds."""
+        self._namespace_dir()
+        return binding(self._ns_id, key, start, end)
 
     def entry_path(self, key: str, start: int, end: int) -> str:
         """Where the entry of bytes ``[start, end)`` of ``key`` lives (whether or not it is there)."""
         h = hashlib.sha256(key.encode()).hexdigest()[:32]
         return os.path.join(self._namespace_dir(), h[:2], f"{h}-{start}-{end}")
 
-    def _load(self, path: str, out: memoryview | None, limit: int) -> bytes | int | None:
-        """A checked hit (bytes, or the count read into ``out``), or None: absent, damaged or unreadable."""
+    def _load(self, path: str, bound: bytes, out: memoryview | None, limit: int) -> bytes | int | None:
+        """A checked hit (bytes, or the count read into ``out``), or None: absent, damaged or unreadable.
+
+        ``bound`` (:meth:`_binding`) names what the entry must hold; an entry
+        filed for another key, range or namespace fails the CRC like a torn one.
+        """
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                length = size - _TRAILER.size
-                if length < 0 or length > limit:
-                    raise ValueError("size")
-                if out is not None and length <= len(out):
-                    target = out[:length]
-                    got = f.readinto(target)
-                    payload: memoryview | bytes = target
-                else:
-                    payload = f.read(length)
-                    got = len(payload)
-                magic, crc, stored = _TRAILER.unpack(f.read(_TRAILER.size))
-            if got != length or magic != _MAGIC or stored != length or _crc(payload) != crc:
-                raise ValueError("trailer")
+            payload, length = read_entry(path, bound, out, limit)
         except FileNotFoundError:
             return None
-        except (ValueError, struct.error):  # torn or corrupt: never served, removed so that the next read refills it
+        except DamagedEntry:  # torn, corrupt, misplaced or no file: never served; removed for a refill
             self._count("damaged", 1)
             _unlink(path)
             return None
@@ -172,7 +172,7 @@ class HotTierStore(ForwardingStore):
             self._warn(f"reading the hot tier failed ({e}); reading from the store instead")
             return None
         try:
-            os.utime(path)  # LRU: recently used
+            os.utime(path, follow_symlinks=False)  # LRU: recently used
         except OSError:
             pass
         self._count("hits", 1)
@@ -184,7 +184,7 @@ class HotTierStore(ForwardingStore):
     def fill(self, key: str, start: int, end: int, data: Buffer) -> bool:
         """Store ``data`` as the entry of ``[start, end)`` of ``key``; False if the cache declined or failed."""
         view = memoryview(data)
-        if not self._cacheable(key) or view.nbytes + _TRAILER.size > self.cache_bytes // 4:
+        if not self._cacheable(key) or view.nbytes + TRAILER_SIZE > self.cache_bytes // 4:
             return False
         if self._clock() < self._paused_until:
             return False
@@ -195,7 +195,7 @@ class HotTierStore(ForwardingStore):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(view)
-                f.write(_TRAILER.pack(_MAGIC, _crc(view), view.nbytes))
+                f.write(trailer(view, self._binding(key, start, end)))
             os.replace(tmp, path)  # atomic: readers see the whole entry or none
         except OSError as e:
             _unlink(tmp)
@@ -207,7 +207,7 @@ class HotTierStore(ForwardingStore):
             return False
         self._count("fills", 1)
         self._count("fill_bytes", view.nbytes)
-        self._filled_since_scan += view.nbytes + _TRAILER.size
+        self._filled_since_scan += view.nbytes + TRAILER_SIZE
         if self._filled_since_scan > self.cache_bytes // 16:
             self.evict()
         return True
@@ -260,7 +260,7 @@ class HotTierStore(ForwardingStore):
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if not self._cacheable(key) or start >= end:
             return self.inner.get_range(key, start, end)
-        hit = self._load(self.entry_path(key, start, end), None, end - start)
+        hit = self._load(self.entry_path(key, start, end), self._binding(key, start, end), None, end - start)
         if isinstance(hit, bytes):
             return hit
         self._count("misses", 1)
@@ -272,7 +272,7 @@ class HotTierStore(ForwardingStore):
         end = start + len(out)
         if not self._cacheable(key) or start >= end:
             return self.inner.get_range_into(key, start, out)
-        hit = self._load(self.entry_path(key, start, end), out, end - start)
+        hit = self._load(self.entry_path(key, start, end), self._binding(key, start, end), out, end - start)
         if isinstance(hit, int):
             return hit
         if isinstance(hit, bytes):  # pragma: no cover - _load reads into out whenever it fits
@@ -290,7 +290,8 @@ class HotTierStore(ForwardingStore):
         results: list[bytes | RangeFailure | None] = [None] * len(requests)
         missing: list[int] = []
         for i, r in enumerate(requests):
-            hit = self._load(self.entry_path(r.key, r.start, r.end), None, r.length) if (
+            hit = self._load(self.entry_path(r.key, r.start, r.end), self._binding(r.key, r.start, r.end),
+                             None, r.length) if (
                 self._cacheable(r.key) and r.start < r.end) else None
             if isinstance(hit, bytes):
                 results[i] = hit
@@ -346,15 +347,6 @@ def with_hot_tier(store: ObjectStore, cache_dir: str | os.PathLike[str] | None, 
     if store.local_path(IDENTITY_KEY) is not None:
         return store
     return HotTierStore(store, cache_dir, cache_bytes=cache_bytes)
-
-
-def _crc(buffer: Buffer) -> int:
-    """CRC32C without a copy (google_crc32c takes bytes or a read-only array, not a memoryview)."""
-    if isinstance(buffer, bytes):
-        return int(google_crc32c.value(buffer))
-    view = np.frombuffer(buffer, dtype=np.uint8)
-    view.flags.writeable = False
-    return int(google_crc32c.value(view))
 
 
 def _immutable(key: str) -> bool:
