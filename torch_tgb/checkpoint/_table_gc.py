@@ -15,8 +15,8 @@ deleted when
   state there.
 
 Everything else is kept, including objects of attempts that lost their
-slot above the boundary: they go once the boundary passes them. Runs only
-when the boundary moved (an idle pass reads nothing here).
+slot above the boundary: they go once the boundary passes them. An idle
+pass costs the two LISTs here and nothing more.
 """
 
 from __future__ import annotations

@@ -136,9 +136,8 @@ class Reclaimer:
         snapshots = self._delete_old_snapshots(before)
         orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
         boundary, released = self._advance_with_reserve(manifest, safe_step, head)
-        table_objects = 0
+        table_objects = reclaim_table_objects(manifest, boundary, head)  # also what an interrupted pass left
         if boundary != before:
-            table_objects = reclaim_table_objects(manifest, boundary, head)
             kept = self._kept_keys(manifest, boundary, head)
             more_keys, more, more_bytes = self._delete_reclaimed_objects(manifest, before, boundary, kept, head)
             objects, nbytes = objects + more, nbytes + more_bytes

@@ -101,15 +101,19 @@ def search_step(
 
 
 def collect_entries(
-    version: Version, start_step: int, stop_step: int, latest: int, read: Callable[[int], Version], *, where: str
+    version: Version, start_step: int, stop_step: int, latest: int, read: Callable[[int], Version], *, where: str,
+    seen: Callable[[Version], None] | None = None,
 ) -> list[TGBEntry]:
     """Entries of steps ``start_step .. stop_step - 1`` from ``version`` (which holds ``start_step``) on.
 
     Stops at ``latest``: the result may hold fewer steps than asked for.
+    ``seen`` is called with each version read, in order (the reader's continuity check).
     """
     out: list[TGBEntry] = []
     step = start_step
     while True:
+        if seen is not None:
+            seen(version)
         out.extend(version.entries[step - version.first_step : stop_step - version.first_step])
         step = version.stop_step
         if step >= stop_step or version.number >= latest:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from torch_tgb.errors import ManifestError, ObjectNotFound, TGBError
 from torch_tgb.manifest import _reads
 from torch_tgb.manifest._boundary import BoundaryView
+from torch_tgb.manifest._continuity import Continuity
 from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
 from torch_tgb.manifest._producers import ProducerTable, decode_bucket
@@ -66,6 +67,7 @@ class Manifest:
         # and starting a pool's threads took milliseconds on a busy machine (a reader's open paid it each time)
         self._fetch_on_threads = store.local_path(version_key(1)) is None and store.max_in_flight > 1
         self._boundary = BoundaryView()
+        self._continuity = Continuity()  # producers' offsets across the versions read in order (format 2)
         self._lock = threading.Lock()  # guards _state's compare-and-set
         # starting points only, read again when it matters (a plain attribute store is atomic under the GIL)
         self._hint: int | None = None  # last hint read
@@ -386,7 +388,8 @@ class Manifest:
         ahead = min(latest - version.number, stop_step - version.stop_step, _ENTRIES_AHEAD)
         if ahead > 1:
             self._fetch_concurrently(list(range(version.number + 1, version.number + 1 + ahead)))
-        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where)
+        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where,
+                               seen=lambda v: self._continuity.see(v, where=self.where))
 
     # --- GC boundary -------------------------------------------------------
 
