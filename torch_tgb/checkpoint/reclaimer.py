@@ -5,12 +5,15 @@ removes things that every later state of the namespace no longer needs, so a
 pass killed anywhere leaves a readable namespace and the next pass finishes
 the job (deletes are idempotent, TGB objects immutable):
 
-1. list ``data/``, then read the head state ``S`` (the order matters: every
-   listed object was written before ``S`` was read);
+1. list ``data/`` and the namespace's partial writes, then read the head
+   state ``S`` (the order matters: every listed object was written before
+   ``S`` was read);
 2. free what the *existing* GC boundary already allows — objects of steps
-   below it, versions and snapshots below it, and uncommitted objects that
+   below it, versions and snapshots below it, uncommitted objects that
    ``S`` proves can never be committed (:mod:`torch_tgb.checkpoint._orphans`)
-   once older than ``grace_period``. Nothing is written before this, so a
+   once older than ``grace_period``, and partial writes (temp files, open
+   multipart uploads of writers killed mid-segment) that ``S`` proves
+   nobody will finish, by the same rule. Nothing is written before this, so a
    pass frees space even on a full disk;
 3. safe step ``T`` = smallest cursor over live checkpoints (0 when none);
    boundary version ``vb`` = the version holding step ``T`` (the newest
@@ -48,7 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from torch_tgb.checkpoint._orphans import Fate, fate_of
+from torch_tgb.checkpoint._orphans import Fate, fate_of, partial_is_live
 from torch_tgb.checkpoint._table_gc import reclaim_table_objects
 from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
@@ -57,7 +60,7 @@ from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
 from torch_tgb.manifest.reserve import RESERVE_BYTES, create_reserve, release_reserve
 from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
-from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage import ObjectStore, PartialObject, open_store
 
 __all__ = ["DEFAULT_GRACE_PERIOD", "ReclaimReport", "Reclaimer"]
 
@@ -65,6 +68,9 @@ log = logging.getLogger(__name__)
 
 #: dead orphans younger than this are kept (defence in depth: deletion never depends on it)
 DEFAULT_GRACE_PERIOD = 3600.0
+#: partial writes of metadata (a killed put of a version, snapshot, watermark) younger than this are kept,
+#: whatever the grace period: no writer but their own can judge them, and such a put lasts a moment
+METADATA_PARTIAL_AGE = 600.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class ReclaimReport:
     bytes: int  # TGB + orphan bytes deleted
     seconds: float
     live_orphans: int = 0  # uncommitted objects their (live) producer may still commit: kept
+    partials: int = 0  # partial writes deleted (temp files, open multipart uploads of killed writers)
+    live_partials: int = 0  # partial writes whose (live) producer may still finish them: kept
     reserve_released: bool = False  # the disk was full: the space reserve made room for the snapshot/boundary
     table_objects: int = 0  # producers' buckets and pipeline states below the boundary no one reads (format 2)
 
@@ -124,6 +132,7 @@ class Reclaimer:
         # data/ is listed before the head is read: every listed object was written
         # before that read, so the head decides whether its incarnation may still commit it.
         data_keys = store.list(DATA_PREFIX)
+        partials = store.list_partial()
         live = live_checkpoints(store)
         safe_step = min((m.step for m in live), default=0)
         before = manifest.repair_gc_boundary()  # re-create a deleted generation; drop lower ones landed late
@@ -135,6 +144,7 @@ class Reclaimer:
         versions = manifest.delete_versions_below(before.version)
         snapshots = self._delete_old_snapshots(before)
         orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
+        partial_count, partial_bytes, live_partials = self._delete_partials(partials, head)
         boundary, released = self._advance_with_reserve(manifest, safe_step, head)
         table_objects = reclaim_table_objects(manifest, boundary, head)  # also what an interrupted pass left
         if boundary != before:
@@ -155,9 +165,11 @@ class Reclaimer:
             snapshots=snapshots,
             orphans=orphans,
             checkpoints_dropped=dropped,
-            bytes=nbytes + orphan_bytes,
+            bytes=nbytes + orphan_bytes + partial_bytes,
             seconds=time.monotonic() - started,
             live_orphans=live_orphans,
+            partials=partial_count,
+            live_partials=live_partials,
             reserve_released=released > 0,
             table_objects=table_objects,
         )
@@ -320,6 +332,30 @@ class Reclaimer:
         if doomed:
             self.store.delete(sorted(doomed))
         return len(doomed), sum(doomed.values()), live
+
+    def _delete_partials(self, partials: list[PartialObject], head: ManifestState) -> tuple[int, int, int]:
+        """Delete the partial writes nobody will finish, once past the grace period; (deleted, bytes, live kept).
+
+        Under ``data/`` their key says which producer incarnation owned them
+        (``partial_fate``): a live one's are kept whatever their age. One
+        whose key is unknown (written by an older version) goes by age
+        alone; metadata puts' (``_tgb/``) by age, at least
+        :data:`METADATA_PARTIAL_AGE`.
+        """
+        now = self._clock()
+        doomed: list[PartialObject] = []
+        live = 0
+        for partial in partials:
+            if partial_is_live(head, partial):
+                live += 1
+                continue
+            data = (partial.key or partial.name).startswith(DATA_PREFIX)
+            if partial.mtime <= now - (self.grace_period if data else max(self.grace_period, METADATA_PARTIAL_AGE)):
+                doomed.append(partial)
+        if doomed:
+            self.store.delete_partial(doomed)
+            log.info("%s: deleted %d partial write(s) of interrupted writers", self.store.url, len(doomed))
+        return len(doomed), sum(p.size or 0 for p in doomed), live
 
     def _kept_keys(self, manifest: Manifest, boundary: GCBoundary, head: ManifestState) -> set[str]:
         """Object keys of steps at or above the boundary step, up to ``head`` (read after listing data/).

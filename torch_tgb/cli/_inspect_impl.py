@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from torch_tgb.manifest import ManifestState
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["inspect_namespace", "render_text", "storage_usage"]
+__all__ = ["inspect_namespace", "partial_writes", "partial_writes_text", "render_text", "storage_usage"]
 
 
 def storage_usage(store: ObjectStore) -> dict[str, dict[str, int]]:
@@ -42,6 +42,46 @@ def storage_usage(store: ObjectStore) -> dict[str, dict[str, int]]:
         slot["bytes"] += size
         slot["objects"] += 1
     return dict(sorted(usage.items()))
+
+
+def partial_writes(store: ObjectStore, head: ManifestState | None) -> dict[str, Any]:
+    """Writes started and never finished (temp files, open multipart uploads): counts, bytes, and whose they are.
+
+    ``dead``: nobody will finish them (their producer was fenced, closed or
+    the namespace sealed; or their owner cannot be told): ``tgb reclaim``
+    removes them once past its grace period. ``live``: a producer that may
+    still be running owns them, kept until it finishes them or is fenced.
+    ``head`` ``None`` (an unreadable log): all counted as live, none judged.
+    """
+    from torch_tgb.checkpoint._orphans import partial_is_live
+
+    partials = store.list_partial()
+    live = [p for p in partials if head is None or partial_is_live(head, p)]
+    owners = sorted({p.key.split("/")[1] for p in live if p.key is not None and p.key.count("/") >= 2})
+    return {
+        "count": len(partials),
+        "bytes": sum(p.size or 0 for p in partials),
+        "dead": len(partials) - len(live),
+        "dead_bytes": sum(p.size or 0 for p in partials) - sum(p.size or 0 for p in live),
+        "live": len(live),
+        "live_producers": owners,
+    }
+
+
+def partial_writes_text(ns: str, w: dict[str, Any]) -> str:
+    """One line on partial writes and how to reclaim them ('' when there are none)."""
+    if not w["count"]:
+        return ""
+    parts = [f"{w['count']} ({human_bytes(w['bytes'])}) left by writers killed mid-write"]
+    if w["dead"]:
+        parts.append(f"{w['dead']} ({human_bytes(w['dead_bytes'])}) nobody will finish: `tgb reclaim {ns}` removes "
+                     "them once past its grace period (`--grace-period 0`: now)")
+    if w["live"]:
+        who = ", ".join(w["live_producers"][:4]) + (" ..." if len(w["live_producers"]) > 4 else "")
+        who = f" ({who})" if who else ""
+        parts.append(f"{w['live']} owned by producers still open{who}, kept while they may finish them: a rerun "
+                     f"of the producer removes them, `tgb reclaim {ns} --fence ID` for one gone for good")
+    return "; ".join(parts)
 
 
 def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None, sizes: bool = True) -> dict[str, Any]:
@@ -131,10 +171,12 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         }
         if sizes:
             usage = storage_usage(store)
+            partial = partial_writes(store, head)
             report["storage"] = {
-                "total_bytes": sum(u["bytes"] for u in usage.values()),
+                "total_bytes": sum(u["bytes"] for u in usage.values()) + partial["bytes"],
                 "total_objects": sum(u["objects"] for u in usage.values()),
                 "by_area": usage,
+                "partial_writes": partial,
             }
         return report
     finally:
@@ -234,7 +276,12 @@ def render_text(r: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
     if "storage" in r:
-        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} objects"))
+        partial = r["storage"]["partial_writes"]
+        more = f" and {partial['count']} partial write(s)" if partial["count"] else ""
+        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} "
+                                     f"objects{more}"))
+        if partial["count"]:
+            rows.append(("partial writes", partial_writes_text(r["namespace"], partial)))
     out = [format_table(rows, title="namespace")]
     if job:
         out.append("shards")

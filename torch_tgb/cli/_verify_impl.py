@@ -16,7 +16,9 @@ Checks, in order:
 4. Watermarks parse and no live checkpoint points below the GC boundary.
 
 Objects under ``data/`` that no kept version references are counted as
-"unreferenced" (uncommitted orphans, or reclaimable): information, not a problem.
+"unreferenced" (uncommitted orphans, or reclaimable), and writes started and
+never finished (a killed writer's temp file or open multipart upload) as
+"partial writes", with how to reclaim them: information, not a problem.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class VerifyReport:
     crc_checked: bool = True
     unreferenced_objects: int = 0
     unreferenced_bytes: int = 0
+    #: writes never finished (``inspect``'s ``partial_writes``: count, bytes, dead, live, live_producers)
+    partial_writes: dict[str, Any] = field(default_factory=dict)
     truncated: bool = False
     problems: list[Problem] = field(default_factory=list)
 
@@ -93,6 +97,10 @@ class VerifyReport:
                 f"  unreferenced objects under data/: {self.unreferenced_objects} "
                 f"({human_bytes(self.unreferenced_bytes)}; uncommitted or reclaimable, see `tgb reclaim`)"
             )
+        if self.partial_writes.get("count"):
+            from torch_tgb.cli._inspect_impl import partial_writes_text
+
+            lines.append(f"  partial writes: {partial_writes_text(self.namespace, self.partial_writes)}")
         lines += [f"  {p.render()}" for p in self.problems]
         if self.truncated:
             lines.append("  (stopped after --max-problems problems)")
@@ -173,6 +181,13 @@ def _verify(store: ObjectStore, report: VerifyReport, problem: _Report, *, crc: 
                 continue  # deleted since the listing
             report.unreferenced_objects += 1
             report.unreferenced_bytes += size
+    from torch_tgb.cli._inspect_impl import partial_writes
+
+    try:
+        head: ManifestState | None = manifest.head()
+    except TGBError:  # reported above; the partial writes are counted, not judged
+        head = None
+    report.partial_writes = partial_writes(store, head)
 
 
 def _check_log(

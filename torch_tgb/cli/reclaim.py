@@ -1,10 +1,12 @@
 """``tgb reclaim NS``: run the Reclaimer once and report what it deleted.
 
 Deletes TGB objects and log versions strictly below the safe boundary (the
-smallest cursor over live checkpoints) and uncommitted objects the manifest
-proves can never be committed, once older than the grace period. Idempotent;
-safe to interrupt. ``--fence ID`` first commits an epoch bump for a producer
-that is gone for good, so its uncommitted objects become deletable.
+smallest cursor over live checkpoints), uncommitted objects the manifest
+proves can never be committed, and partial writes (temp files, open
+multipart uploads) of writers killed mid-segment whose producer was fenced
+or closed, once older than the grace period. Idempotent; safe to interrupt.
+``--fence ID`` first commits an epoch bump for a producer that is gone for
+good, so its uncommitted objects and partial writes become deletable.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="age before an uncommitted (orphan) object may be deleted (default: the Reclaimer's)",
+        help="age before an uncommitted (orphan) object or a dead partial write may be deleted "
+        "(default: the Reclaimer's)",
     )
     p.add_argument(
         "--fence",
@@ -97,10 +100,10 @@ def render_text(url: str, f: dict) -> str:
         ("safe step", f"{f['safe_step']} (smallest cursor of {f['live_checkpoints']} live checkpoints)"
          if f["live_checkpoints"] else "0 (no live checkpoint: only orphans can be reclaimed)"),
         ("GC boundary", f"version {f['boundary_version']}, step {f['boundary_step']}"),
-        ("deleted", f"{f['objects']} TGB objects, {f['orphans']} orphans, {f['versions']} log versions, "
-                    f"{f['snapshots']} snapshots"),
+        ("deleted", f"{f['objects']} TGB objects, {f['orphans']} orphans, {f.get('partials', 0)} partial writes, "
+                    f"{f['versions']} log versions, {f['snapshots']} snapshots"),
         ("bytes freed", human_bytes(f["bytes"])),
     ]
-    rows += [(k.replace("_", " "), v) for k, v in sorted(f.items()) if k not in _KNOWN]
+    rows += [(k.replace("_", " "), v) for k, v in sorted(f.items()) if k not in _KNOWN and k != "partials"]
     return format_table(rows, title=f"reclaimed {url} in {f['seconds']:.2f}s")
 

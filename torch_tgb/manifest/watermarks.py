@@ -22,6 +22,14 @@ Ordering rules (why this is safe without locks):
   GC boundary is refused as for any id.
 - Reading is strict: a malformed watermark raises instead of being skipped,
   since skipping one could let the Reclaimer delete what it protects.
+
+Sizing ``max_lag``: a trainer that checkpoints every ``C`` steps and keeps
+``K`` checkpoints live holds the safe boundary ``(K - 1) * C`` steps behind
+its newest checkpoint and must read ``C`` steps past that one to save the
+next, so producers must be allowed ``max_lag >= C * K`` steps ahead of the
+safe boundary; with less they pause, the trainer waits for data, and
+neither moves again. :class:`Retention` is what a producer can see of ``C``
+and ``K`` (the live watermarks) and says when ``max_lag`` cannot satisfy it.
 """
 
 from __future__ import annotations
@@ -40,8 +48,10 @@ from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.storage import ObjectStore, open_store
 
 __all__ = [
+    "MAX_LAG_RULE",
     "RETIRED_PREFIX",
     "WATERMARK_PREFIX",
+    "Retention",
     "Watermark",
     "keep_last",
     "live_checkpoints",
@@ -56,6 +66,8 @@ __all__ = [
 WATERMARK_PREFIX = "_tgb/watermarks/"
 RETIRED_PREFIX = "_tgb/retired/"
 _FORMAT = 1
+#: the sizing rule a trainer's retention imposes on producers' max_lag (docs/operations.md, *Sizing producers*)
+MAX_LAG_RULE = "max_lag >= checkpoint interval x checkpoints kept"
 # One plain key segment: no separators, no dot-only names, bounded length.
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._=+@-]{0,199}$")
 
@@ -102,6 +114,53 @@ class Watermark:
         if key != _watermark_key(mark.checkpoint_id):
             raise ManifestError(f"watermark {key!r} names checkpoint_id={mark.checkpoint_id!r}")
         return mark
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the live checkpoints show of a trainer's retention: their steps, ascending and distinct.
+
+    ``interval`` (``C``) is the largest gap between consecutive live
+    checkpoints, unknown with fewer than two; ``lag_needed`` is the lag the
+    trainer needs to save its next checkpoint, ``newest - oldest + C``
+    (``C * K`` when they are evenly spaced). A guess from what is recorded
+    now: watermarks of another run, or a trainer that changes its interval,
+    make it wrong, so producers warn with it and never refuse.
+    """
+
+    steps: tuple[int, ...]
+
+    @classmethod
+    def of(cls, marks: Sequence[Watermark]) -> Retention:
+        return cls(tuple(sorted({m.step for m in marks})))
+
+    @property
+    def interval(self) -> int | None:
+        if len(self.steps) < 2:
+            return None
+        return max(b - a for a, b in zip(self.steps, self.steps[1:]))
+
+    @property
+    def lag_needed(self) -> int | None:
+        interval = self.interval
+        return None if interval is None else self.steps[-1] - self.steps[0] + interval
+
+    def shortfall(self, max_lag: int) -> str | None:
+        """Why ``max_lag`` cannot let the trainer reach its next checkpoint, naming the rule; ``None`` if it can.
+
+        ``None`` also when it cannot be told (fewer than two live checkpoints).
+        """
+        needed = self.lag_needed
+        if needed is None or max_lag >= needed:
+            return None
+        return (
+            f"max_lag={max_lag} is below what the trainer's retention needs: {len(self.steps)} live checkpoints "
+            f"every {self.interval} steps (steps {self.steps[0]}..{self.steps[-1]}) need max_lag >= {needed} "
+            f"({MAX_LAG_RULE}): the trainer saves its next checkpoint at step {self.steps[0] + needed} once it has "
+            f"read every step below it, but producers stop at step {self.steps[0] + max_lag} ({max_lag} past the "
+            f"oldest live checkpoint), so they pause, the trainer waits for data, and neither moves again; "
+            f"raise max_lag to at least {needed}, or keep fewer checkpoints"
+        )
 
 
 def validate_checkpoint_id(checkpoint_id: object) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError, TransientStorageError
 from torch_tgb.manifest import Committer, TGBEntry
 from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
-from torch_tgb.manifest.watermarks import live_checkpoints, safe_boundary
+from torch_tgb.manifest.watermarks import MAX_LAG_RULE, Retention, live_checkpoints, safe_boundary
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.dac import ema
 from torch_tgb.producer.policies import CommitPolicy
@@ -164,10 +164,12 @@ class CommitLoop:
 
     def _warn_paused(self, waited: float) -> None:
         """A pause for ``max_lag`` is never silent: say how long, where, and what would end it."""
+        assert self.max_lag is not None  # only a pause for max_lag warns
         live = live_checkpoints(self.store)
-        why = (
+        why = Retention.of(live).shortfall(self.max_lag) or (
             f"the oldest of {len(live)} live checkpoint(s) resumes at step {self._safe_step}; the pause ends when it "
-            "is retired or a newer one replaces it (keep_last)"
+            f"is retired or a newer one replaces it (keep_last); a trainer waiting for data meanwhile cannot reach "
+            f"its next checkpoint: then max_lag is too small ({MAX_LAG_RULE})"
             if live else
             "no live checkpoint is recorded in this namespace: the trainer records its cursor with each checkpoint "
             "(DataState, record_watermark), else max_lag never lets go"

@@ -9,9 +9,14 @@ segment when it holds ``segment_tgbs`` TGBs or ``segment_bytes`` bytes, or
 when the producer flushes. Only then are its entries handed out for commit:
 a segment is published completely before any manifest version names a TGB
 in it, so atomic visibility is unchanged. An unpublished segment dies with
-its process (a local temp file no listing shows); a published, uncommitted
-one is an orphan like any uncommitted object, and a restarted producer
-rewrites from its committed ``next_offset`` under a new key.
+its process, leaving a partial write (a local temp file, an S3 multipart
+upload: ``ObjectStore.list_partial``) that names the segment's key, so the
+incarnation that owned it; a published, uncommitted one is an orphan like
+any uncommitted object. A restarted producer rewrites from its committed
+``next_offset`` under a new key and, once its epoch bump has fenced the
+older incarnations, removes their partial writes
+(:func:`remove_fenced_partials`); the Reclaimer removes those of producers
+that do not come back.
 
 A segment of several TGBs ends with a segment index (every TGB's footer
 once more, ``format/_segment_index.py``): a remote reader fetches it once
@@ -29,6 +34,7 @@ waits for it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,10 +42,34 @@ from dataclasses import dataclass
 from torch_tgb.errors import TGBError
 from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb, segment_index
 from torch_tgb.manifest import TGBEntry
+from torch_tgb.manifest.keys import parse_object_name
+from torch_tgb.manifest.records import DATA_PREFIX
 from torch_tgb.storage import ObjectStore
 from torch_tgb.storage._writer import ObjectWriter
 
-__all__ = ["SegmentWriter"]
+__all__ = ["SegmentWriter", "remove_fenced_partials"]
+
+log = logging.getLogger(__name__)
+
+
+def remove_fenced_partials(store: ObjectStore, producer_id: str, epoch: int) -> tuple[int, int]:
+    """Remove the partial writes of ``producer_id``'s incarnations below ``epoch``; (count, bytes).
+
+    Call it only once ``epoch`` is committed: from then on every older
+    incarnation is fenced, so none of its writes can ever be committed (a
+    zombie still writing one fails at its publish or at its commit, as it
+    would anyway). Writes whose key names no epoch are left to the Reclaimer.
+    """
+    doomed = []
+    for partial in store.list_partial(f"{DATA_PREFIX}{producer_id}/"):
+        name = None if partial.key is None else parse_object_name(partial.key)
+        if name is not None and name.producer == producer_id and name.epoch < epoch:
+            doomed.append(partial)
+    if doomed:
+        store.delete_partial(doomed)
+        log.info("%s: producer %r removed %d partial write(s) of its fenced incarnations (%d bytes)",
+                 store.url, producer_id, len(doomed), sum(p.size or 0 for p in doomed))
+    return len(doomed), sum(p.size or 0 for p in doomed)
 
 
 @dataclass(frozen=True)

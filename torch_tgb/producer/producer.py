@@ -18,6 +18,7 @@ live in ``_commit_loop.py``; the tuning in ``config.py``.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -30,14 +31,17 @@ from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import check_metadata, encode_producer_state
+from torch_tgb.manifest.watermarks import Retention, live_checkpoints
 from torch_tgb.producer._commit_loop import CommitLoop
-from torch_tgb.producer._segment import SegmentWriter
+from torch_tgb.producer._segment import SegmentWriter, remove_fenced_partials
 from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.policies import CommitPolicy, make_policy
 from torch_tgb.producer.stats import ProducerStats
 from torch_tgb.storage import ObjectStore, ensure_conditional_writes, open_store
 
 __all__ = ["Producer", "object_key"]
+
+log = logging.getLogger(__name__)
 
 
 def object_key(producer_id: str, epoch: int, offset: int) -> str:
@@ -95,6 +99,9 @@ class Producer:
                 self.store.close()
             raise
         self.epoch = state.epoch
+        self._remove_fenced_partials()
+        if max_lag is not None:
+            self._check_max_lag(max_lag)
         self.resume_offset = state.next_offset
         #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
         self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
@@ -110,6 +117,29 @@ class Producer:
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
             config=self.config, max_lag=max_lag, epoch=self.epoch, committed_offsets=self.resume_offset,
         )
+
+    def _remove_fenced_partials(self) -> None:
+        """The partial writes of the incarnations this start fenced (a killed run's open segment) go now.
+
+        Best effort: a store that refuses is logged, the Reclaimer gets them later.
+        """
+        try:
+            remove_fenced_partials(self.store, self.producer_id, self.epoch)
+        except TGBError as e:
+            log.warning("%s: producer %r could not remove the partial writes of its fenced incarnations (%s); "
+                        "`tgb reclaim` removes them", self.store.url, self.producer_id, e)
+
+    def _check_max_lag(self, max_lag: int) -> None:
+        """Warn now if the live checkpoints show a retention that ``max_lag`` cannot let the trainer keep.
+
+        A trainer keeping K checkpoints every C steps needs ``max_lag >= C * K``
+        (``Retention``); with less this producer would pause for good as soon
+        as it is that far ahead. A warning, not a refusal: the watermarks may
+        be another run's, and with fewer than two live ones nothing can be told.
+        """
+        shortfall = Retention.of(live_checkpoints(self.store)).shortfall(max_lag)
+        if shortfall is not None:
+            log.warning("%s: producer %r: %s", self.store.url, self.producer_id, shortfall)
 
     # --- dataset.json --------------------------------------------------------
 

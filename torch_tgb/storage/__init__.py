@@ -12,7 +12,7 @@ share their manifest reads, :func:`with_node_share`); :class:`StoreWrapper` and
 """
 
 from torch_tgb.storage._azure import AzureBlobStore
-from torch_tgb.storage._base import CachingStore, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._base import CachingStore, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._gcs import GCSStore
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._open import open_store
@@ -44,6 +44,7 @@ __all__ = [
     "NodeSharedStore",
     "ObjectInfo",
     "ObjectStore",
+    "PartialObject",
     "RangeFailure",
     "RangeRequest",
     "RetryPolicy",

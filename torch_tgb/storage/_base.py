@@ -17,7 +17,9 @@ inside it. The surface is deliberately small (zarr's ``Store`` is the model):
 ``get_ranges`` (many range reads, bounded concurrency, results in request
 order) and ``get_range_into`` (a range read into a caller's writable buffer)
 are built on ``get_range`` here, ``open_writer`` (an object written in parts,
-published on commit) on ``put``; backends may override them.
+published on commit) on ``put``; backends may override them. ``list_partial``
+and ``delete_partial`` see and remove the writes a killed writer left
+unfinished (none by default: a store that buffers and ``put``s leaves none).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from torch_tgb.errors import StorageError, TGBError
-from torch_tgb.storage._writer import Buffer, BufferedWriter, ObjectWriter
+from torch_tgb.storage._writer import Buffer, BufferedWriter, ObjectWriter, PartialObject
 
-__all__ = ["Buffer", "CachingStore", "ObjectInfo", "ObjectStore", "RangeFailure", "RangeRequest"]
+__all__ = ["Buffer", "CachingStore", "ObjectInfo", "ObjectStore", "PartialObject", "RangeFailure", "RangeRequest"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,18 @@ class ObjectStore(abc.ABC):
         """
         return BufferedWriter(self, key, size_hint=size_hint)
 
+    def list_partial(self, prefix: str = "") -> builtins.list[PartialObject]:
+        """Writes started under ``prefix`` and never finished (a killed writer's temp file or upload).
+
+        Default: none (a store whose writers gather the bytes in memory and
+        ``put`` them leaves nothing behind). A partial write is never an
+        object: ``list`` does not show it, ``get`` does not find it.
+        """
+        return []
+
+    def delete_partial(self, partials: Iterable[PartialObject]) -> None:
+        """Remove these partial writes (idempotent). Only what ``list_partial`` returned, never an object."""
+
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
     ) -> builtins.list[bytes | RangeFailure]:
@@ -168,7 +182,7 @@ class ObjectStore(abc.ABC):
             return RangeFailure(request, error)
 
     def check_root(self) -> None:
-        """Raise :class:`ObjectNotFound` if the container the namespace lives in (an S3 bucket) is missing.
+        """Raise :class:`NamespaceNotFound` if the container the namespace lives in (an S3 bucket) is missing.
 
         One cheap request, so that a mistyped bucket fails at open instead of
         looking like an empty namespace. Default: nothing to check (a local

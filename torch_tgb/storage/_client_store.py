@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from torch_tgb.errors import MissingExtra, ObjectNotFound, TGBError
+from torch_tgb.errors import MissingExtra, NamespaceNotFound, ObjectNotFound, TGBError
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
 from torch_tgb.storage._errors import translate_hidden
 from torch_tgb.storage._keys import validate_key, validate_prefix
@@ -152,7 +152,7 @@ class ClientStore(ObjectStore, Generic[ClientT]):
         except Exception as e:
             raise self._fail(e, f"HEAD {self.container_word}", None)
         if not found:
-            raise ObjectNotFound(f"{self.url}: {self.container_word} {self.container!r} does not exist")
+            raise NamespaceNotFound(f"{self.url}: {self.container_word} {self.container!r} does not exist")
 
     # --- reads -----------------------------------------------------------------------
 

@@ -6,6 +6,15 @@ commit point: ``fsync`` the file, rename it over the key, ``fsync`` the
 directory. Until then the object does not exist under its key, and a crash
 leaves only a ``.tgb-tmp.*`` file, which no listing shows.
 
+Temp files are named ``.tgb-tmp.<16 hex>.<target>``, ``<target>`` the name
+the file gets on commit (:func:`temp_name`). A producer's segment key names
+its producer, epoch and first offset, so a temp file left by a killed writer
+says which incarnation owned it: :func:`partial_files` lists them as
+:class:`~torch_tgb.storage.PartialObject` values with that key, and the
+Reclaimer (or the producer's next incarnation) judges from the manifest
+whether the owner may still be writing. A name too long for the file system
+with the target appended keeps only the token (its key is then unknown).
+
 The kernel would leave a segment's pages dirty until that ``fsync`` (its
 writeback starts seconds later, or at a share of memory), so the whole
 object would go to the disk at the commit, with the caller waiting. Instead,
@@ -19,13 +28,22 @@ the commit).
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from torch_tgb.errors import InvalidKey
 from torch_tgb.storage._errors import translate
-from torch_tgb.storage._writer import Buffer, ObjectWriter
+from torch_tgb.storage._writer import Buffer, ObjectWriter, PartialObject
 
-__all__ = ["FileWriter", "unlink_quietly"]
+__all__ = ["TMP_PREFIX", "FileWriter", "partial_files", "remove_partial_files", "temp_name", "temp_target",
+           "unlink_quietly", "walk_files"]
+
+#: the first characters of every temp file's name; keys never have a segment starting with them
+TMP_PREFIX = ".tgb-tmp."
+_TOKEN_HEX = 16
+_NAME_MAX = 255  # bytes in one file name (ext4, xfs, NFS)
 
 #: buffers handed to one ``pwritev`` (below every platform's IOV_MAX)
 _IOV_BATCH = 512
@@ -144,3 +162,90 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def temp_name(target: str) -> str:
+    """A fresh temp file name for an object to be published as ``target`` (a file name, no directory)."""
+    token = secrets.token_hex(_TOKEN_HEX // 2)
+    name = f"{TMP_PREFIX}{token}.{target}"
+    return name if len(name.encode()) <= _NAME_MAX else f"{TMP_PREFIX}{token}"
+
+
+def temp_target(name: str) -> str | None:
+    """The file name the temp file ``name`` would have been published as; ``None`` if its name does not say."""
+    token, dot, target = name[len(TMP_PREFIX) :].partition(".")
+    if not dot or not target or len(token) != _TOKEN_HEX or token.strip("0123456789abcdef"):
+        return None
+    return target
+
+
+def partial_files(
+    directory: str, base: str, prefix: str, inside: Callable[[str], bool], *, url: str
+) -> list[PartialObject]:
+    """Temp files under ``directory`` (key prefix ``base``) whose key, or path if unknown, starts with ``prefix``.
+
+    ``inside(real_path)``: whether a symlinked directory stays in the
+    namespace (one that leads out is not followed). Sorted by name.
+    """
+    found = []
+    try:
+        entries = list(walk_files(directory, base, inside, temps=True))
+    except OSError as e:
+        raise translate(e, url=url, op="list_partial", key=prefix) from e
+    for rel, entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # published or removed since the scan
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        folder, _, name = rel.rpartition("/")
+        target = temp_target(name)
+        key = None if target is None else f"{folder}/{target}" if folder else target
+        if (key or rel).startswith(prefix):
+            found.append(PartialObject(key, rel, st.st_size, st.st_mtime))
+    return sorted(found, key=lambda p: p.name)
+
+
+def remove_partial_files(partials: Iterable[PartialObject], folder_path: Callable[[str], str], *, url: str) -> None:
+    """Unlink the temp files ``partials`` name; ``folder_path(folder)``: the checked path of a key's folder.
+
+    A name that is not a temp file's is refused: objects go by ``delete``.
+    """
+    for partial in partials:
+        folder, _, name = partial.name.rpartition("/")
+        if not name.startswith(TMP_PREFIX) or name == TMP_PREFIX:
+            raise InvalidKey(f"{url}: {partial.name!r} is not a temp file of an unfinished write")
+        try:
+            os.unlink(f"{folder_path(folder)}/{name}")
+        except FileNotFoundError:
+            continue  # published or removed meanwhile
+        except OSError as e:
+            raise translate(e, url=url, op="delete_partial", key=partial.name) from e
+
+
+def walk_files(
+    directory: str, base: str, inside: Callable[[str], bool], *, temps: bool = False
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Files under ``directory`` as ``(key, entry)`` (``base``: the directory's key prefix), in no order.
+
+    Objects, or with ``temps`` the temp files of unfinished writes (never
+    both: a temp file is never an object). A symlink is followed only if
+    ``inside(its real path)`` says it stays in the namespace; temp files are
+    never links.
+    """
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        temp = entry.name.startswith(TMP_PREFIX)
+        if entry.is_symlink() and (temp or not inside(os.path.realpath(entry.path))):
+            continue  # a link out of the namespace is not an object of it
+        if temp:
+            if temps:
+                yield f"{base}{entry.name}", entry
+        elif entry.is_dir():
+            yield from walk_files(entry.path, f"{base}{entry.name}/", inside, temps=temps)
+        elif entry.is_file() and not temps:
+            yield f"{base}{entry.name}", entry

@@ -6,7 +6,7 @@ import builtins
 import threading
 from collections.abc import Iterable
 
-from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject
 
 __all__ = ["ForwardingStore", "StoreWrapper"]
 
@@ -34,6 +34,13 @@ class StoreWrapper(ObjectStore):
 
     def check_root(self) -> None:
         self.inner.check_root()
+
+    # Partial writes live where the inner store keeps them: every wrapper shows and removes the same ones.
+    def list_partial(self, prefix: str = "") -> builtins.list[PartialObject]:
+        return self.inner.list_partial(prefix)
+
+    def delete_partial(self, partials: Iterable[PartialObject]) -> None:
+        self.inner.delete_partial(partials)
 
     def close(self) -> None:
         self.inner.close()

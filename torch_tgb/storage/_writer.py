@@ -14,6 +14,13 @@ packed, and a commit is an ``fsync`` and a rename. Every other store gets
 :class:`BufferedWriter`: the bytes in an anonymous memory map, one ``put`` on
 commit (so wrappers that retry, inject faults or count requests see the same
 ``put`` as before).
+
+A writer killed before its commit (SIGKILL, a lost node) leaves what it
+wrote behind where the store keeps unfinished writes: a local temp file, an
+S3 multipart upload. No listing shows them as objects; ``list_partial``
+does, as :class:`PartialObject` values naming the key each would have been
+published under, and ``delete_partial`` removes them (the Reclaimer decides
+which are dead, from that key).
 """
 
 from __future__ import annotations
@@ -21,12 +28,31 @@ from __future__ import annotations
 import abc
 import mmap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, Union
 
-__all__ = ["Buffer", "BufferedWriter", "MappedBuffer", "ObjectWriter"]
+__all__ = ["Buffer", "BufferedWriter", "MappedBuffer", "ObjectWriter", "PartialObject"]
 
 #: what ``put``, ``put_if_absent`` and ``write_at`` accept: any contiguous bytes-like object
 Buffer = Union[bytes, bytearray, memoryview]
+
+
+@dataclass(frozen=True)
+class PartialObject:
+    """An object whose write started and never finished: storage held that no listing shows.
+
+    ``key``: the key it would have been published under (``None``: not
+    known, e.g. a temp file named by an older version); ``name``: the
+    backend's handle, what ``delete_partial`` removes (a local temp file's
+    path relative to the namespace root, an S3 multipart upload's id);
+    ``size``: bytes held (``None``: not known); ``mtime``: its last write
+    (local) or its start (S3), seconds since the epoch.
+    """
+
+    key: str | None
+    name: str
+    size: int | None
+    mtime: float
 
 
 class _Puts(Protocol):

@@ -42,10 +42,11 @@ from urllib.parse import urlsplit, urlunsplit
 import fsspec
 from fsspec.asyn import AsyncFileSystem, sync
 
-from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
-from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.errors import ConditionalWriteUnsupported, NamespaceNotFound, ObjectNotFound, TGBError
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate, translate_hidden
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._s3_uploads import abort_uploads, open_uploads
 from torch_tgb.storage._secrets import secret_values
 
 __all__ = ["CONDITIONAL_PROTOCOLS", "FsspecStore", "redact_url"]
@@ -152,7 +153,7 @@ class FsspecStore(ObjectStore):
         except Exception as e:
             error = self._fail(e, "HEAD bucket", None)
             if isinstance(error, ObjectNotFound):
-                missing = ObjectNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
+                missing = NamespaceNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
                 missing.__cause__ = error.__cause__
                 raise missing from None
             raise error
@@ -229,6 +230,25 @@ class FsspecStore(ObjectStore):
                 if key.startswith(prefix):
                     keys.append(key)
         return sorted(keys)
+
+    def list_partial(self, prefix: str = "") -> builtins.list[PartialObject]:
+        """S3: the multipart uploads under ``prefix`` left open (``_s3_uploads``); other file systems: none."""
+        prefix = validate_prefix(prefix, namespace=self.url)
+        if self.protocol not in CONDITIONAL_PROTOCOLS:
+            return []
+        try:
+            return open_uploads(self.fs, self.fs._strip_protocol(self.root), prefix)
+        except Exception as e:
+            raise self._fail(e, "list_partial", prefix)
+
+    def delete_partial(self, partials: Iterable[PartialObject]) -> None:
+        partials = builtins.list(partials)
+        if self.protocol not in CONDITIONAL_PROTOCOLS or not partials:
+            return
+        try:
+            abort_uploads(self.fs, self.fs._strip_protocol(self.root), partials)
+        except Exception as e:
+            raise self._fail(e, "delete_partial", partials[0].key)
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False

@@ -17,9 +17,10 @@ completely and ``fsync``-ed, and only then gets its final name.
   half-written file. It is not used.)
 * After publishing, the directory is ``fsync``-ed so the name survives a crash.
 
-Temporary files are named ``.tgb-tmp.<random>`` next to their target; keys
-with a segment starting with ``.tgb-tmp.`` are refused and ``list`` skips
-such files, so leftovers of a crashed writer are never seen as objects.
+Temporary files are named ``.tgb-tmp.<random>.<target name>`` next to their
+target; keys with a segment starting with ``.tgb-tmp.`` are refused and
+``list`` skips such files, so leftovers of a crashed writer are never seen
+as objects; ``list_partial`` / ``delete_partial`` see and remove them.
 
 Reads open without blocking (``O_NONBLOCK``) and check the open descriptor
 with ``fstat``: anything but a regular file (a FIFO, socket or device planted
@@ -38,22 +39,28 @@ from __future__ import annotations
 import builtins
 import errno
 import os
-import secrets
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
-from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, RangeFailure, RangeRequest
+from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
-from torch_tgb.storage._local_writer import FileWriter, unlink_quietly
+from torch_tgb.storage._local_writer import TMP_PREFIX as _TMP_PREFIX
+from torch_tgb.storage._local_writer import (
+    FileWriter,
+    partial_files,
+    remove_partial_files,
+    temp_name,
+    unlink_quietly,
+    walk_files,
+)
 from torch_tgb.storage._writer import ObjectWriter
 
 __all__ = ["LocalStore", "open_regular"]
 
 #: Linux exposes each descriptor's real path: the containment check runs after open
 _PROC_FD = os.path.isdir("/proc/self/fd")
-_TMP_PREFIX = ".tgb-tmp."
 # get_ranges batches up to this many bytes are read sequentially (see there)
 _SEQUENTIAL_BYTES = 16 << 20
 # Errors from os.link that mean "this file system has no hard links".
@@ -195,35 +202,29 @@ class LocalStore(ObjectStore):
     def exists(self, key: str) -> bool:
         return os.path.isfile(self._path(key))
 
-    def list(self, prefix: str = "") -> list[str]:
+    def _listed(self, prefix: str) -> tuple[str, str, str]:
+        """(validated prefix, the deepest directory it names completely, that directory's key prefix)."""
         prefix = validate_prefix(prefix, namespace=self.url)
-        # Walk only the deepest directory the prefix names completely.
         head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, *head.split("/")) if head else self.root
         if not self._inside(os.path.realpath(start)):
             raise InvalidKey(f"{self.url}: prefix {prefix!r} resolves outside the namespace (symlink)")
-        base = f"{head}/" if head else ""
+        return prefix, start, f"{head}/" if head else ""
+
+    def list(self, prefix: str = "") -> list[str]:
+        prefix, start, base = self._listed(prefix)  # walk only the deepest directory the prefix names
         try:
-            keys = [k for k in self._walk(start, base) if k.startswith(prefix)]
+            keys = [k for k, _ in walk_files(start, base, self._inside) if k.startswith(prefix)]
         except OSError as e:
             raise translate(e, url=self.url, op="list", key=prefix) from e
         return sorted(keys)
 
-    def _walk(self, directory: str, base: str) -> Iterator[str]:
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for entry in entries:
-            if entry.name.startswith(_TMP_PREFIX):
-                continue
-            if entry.is_symlink():
-                if not self._inside(os.path.realpath(entry.path)):
-                    continue  # a link out of the namespace is not an object of it
-            if entry.is_dir():
-                yield from self._walk(entry.path, f"{base}{entry.name}/")
-            elif entry.is_file():
-                yield f"{base}{entry.name}"
+    def list_partial(self, prefix: str = "") -> builtins.list[PartialObject]:
+        prefix, start, base = self._listed(prefix)  # matched against the key each temp file was to become
+        return partial_files(start, base, prefix, self._inside, url=self.url)
+
+    def delete_partial(self, partials: Iterable[PartialObject]) -> None:
+        remove_partial_files(partials, lambda folder: self._path(folder) if folder else self.root, url=self.url)
 
     def get_ranges(
         self, requests: Sequence[RangeRequest], *, continue_on_error: bool = False
@@ -241,7 +242,7 @@ class LocalStore(ObjectStore):
     def _create_temp(self, path: str, key: str, op: str) -> tuple[str, int]:
         """A fresh temp file beside ``path`` (never seen as an object): its path and a write descriptor."""
         directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f"{_TMP_PREFIX}{secrets.token_hex(8)}")
+        tmp = os.path.join(directory, temp_name(os.path.basename(path)))
         try:
             os.makedirs(directory, exist_ok=True)
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
