@@ -140,9 +140,9 @@ def test_one_version_carries_at_most_max_version_entries(tmp_path) -> None:
 
 
 def test_a_version_over_the_reader_limit_is_refused_not_written(tmp_path, monkeypatch) -> None:
-    from torch_tgb.manifest import commit
+    from torch_tgb.manifest import _create
 
-    monkeypatch.setattr(commit, "MAX_METADATA_BYTES", 700)  # an epoch bump fits (~640 B), 16 entries do not
+    monkeypatch.setattr(_create, "MAX_METADATA_BYTES", 700)  # an epoch bump fits (~640 B), 16 entries do not
     producer = Producer(str(tmp_path), producer_id="p0", layout=LAYOUT, commit_policy="fixed:16")
     for offset in range(16):
         producer.append(BATCH, offset=offset)

@@ -45,7 +45,6 @@ still recognised when read back later.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import uuid
@@ -53,18 +52,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
-from torch_tgb.manifest._json import MAX_METADATA_BYTES, dump_json
-from torch_tgb.manifest._producers import encode_bucket
+from torch_tgb.errors import FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.manifest._create import create_version, encode_candidate
 from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
-from torch_tgb.manifest._table import BUCKETS, TableRef, bucket_key, bucket_of, bucket_ref, state_key, state_ref
+from torch_tgb.manifest._table import bucket_of
+from torch_tgb.manifest._table_writes import TableWriter
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import (
-    INLINE_STATE_BYTES,
     ManifestState,
     ProducerState,
     TGBEntry,
@@ -72,7 +70,9 @@ from torch_tgb.manifest.records import (
     validate_producer_id,
 )
 
-__all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace", "unfinished"]
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["SEALER_ID", "AttemptResult", "Committer", "unfinished"]
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,8 @@ class Committer:
         max_ambiguous_retries: int = 8,
     ) -> None:
         self.manifest = manifest
-        self.store = manifest.store
         self.producer_id = validate_producer_id(producer_id)
+        self._writes = TableWriter(manifest.store, self.producer_id)
         #: the job this producer belongs to: declared by its start if the namespace has none yet
         self.job = job
         self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
@@ -119,8 +119,16 @@ class Committer:
         self._crash_hook = crash_hook
         self._max_ambiguous_retries = max_ambiguous_retries
         self._rate = VersionRate()
-        self._written_state: tuple[str, str] | None = None  # (digest, ref) of the pipeline state object last written
         self._next_bucket: dict[str, ProducerState] | None = None  # our bucket as the candidate in flight wrote it
+
+    @property
+    def store(self) -> ObjectStore:
+        """Where versions, buckets and states are written (a test may swap in a faulty one)."""
+        return self._writes.store
+
+    @store.setter
+    def store(self, store: ObjectStore) -> None:
+        self._writes.store = store
 
     # --- view -------------------------------------------------------------
 
@@ -380,107 +388,31 @@ class Committer:
         """
         number = self.view.version + 1
         job = declares if self.view.job is None else self.view.job
-        inline, ref = self._pipeline_state(pipeline, number)
+        inline, ref = self._writes.pipeline_state(pipeline, number, self.state)
         full = replace(mine, state=inline, state_ref=ref, token=self._token, at=number)
         table = self.view.table
         if table is None:  # migrate: the whole table from the folded view (format 1)
-            table = self._write_table({**self.view.producers, self.producer_id: full}, number, job)
+            table, self._next_bucket = self._writes.table({**self.view.producers, self.producer_id: full}, number,
+                                                          self._token, job)
         else:
             index = bucket_of(self.producer_id, len(table.buckets))
             bucket = dict(self._bucket or {})
             before = bucket.get(self.producer_id)
             bucket[self.producer_id] = full
-            ref_ = self._put_bucket(index, len(table.buckets), bucket, number)
+            written = self._writes.bucket(index, len(table.buckets), bucket, number, self._token)
             self._next_bucket = bucket
-            table = table.with_bucket(index, ref_, before=None if before is None else before.status,
+            table = table.with_bucket(index, written, before=None if before is None else before.status,
                                       after=full.status, declared=job is not None and self.producer_id in job)
         return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
                        now, job, table)
 
-    def _pipeline_state(
-        self, pipeline: ProducerState | Mapping[str, Any] | None, number: int,
-    ) -> tuple[Mapping[str, Any] | None, str | None]:
-        """``(inline state, state_ref)`` of what to commit; a large state is written as its own object first."""
-        if isinstance(pipeline, ProducerState):
-            return pipeline.state, pipeline.state_ref
-        if pipeline is None:
-            return None, None
-        data = dump_json(pipeline)
-        if len(data) <= INLINE_STATE_BYTES:
-            return pipeline, None
-        digest = hashlib.sha256(data).hexdigest()
-        committed = self.state
-        if (self._written_state is not None and self._written_state[0] == digest and committed is not None
-                and committed.state_ref == self._written_state[1]):
-            return None, self._written_state[1]  # the state we committed last: its object is named by our bucket
-        # Written for this slot, even when an earlier attempt wrote the same bytes for an older one: the
-        # Reclaimer deletes a state object whose slot is below the GC boundary unless the table names it.
-        ref = state_ref(number, digest)
-        self.store.put(state_key(self.producer_id, ref), data)  # before any version names it
-        self._written_state = (digest, ref)
-        return None, ref
-
-    def _put_bucket(self, index: int, buckets: int, producers: Mapping[str, ProducerState], number: int) -> str:
-        ref = bucket_ref(number, self._token)
-        self.store.put(bucket_key(index, ref), encode_bucket(index, buckets, producers))
-        return ref
-
-    def _write_table(self, producers: Mapping[str, ProducerState], number: int, job: JobSpec | None) -> TableRef:
-        """Write every bucket of ``producers`` (format 1 -> 2); a large inline state moves to its own object."""
-        table = TableRef.empty(BUCKETS)
-        grouped: dict[int, dict[str, ProducerState]] = {}
-        for pid, s in producers.items():
-            if s.state is not None and len(dump_json(s.state)) > INLINE_STATE_BYTES:
-                data = dump_json(s.state)
-                ref = state_ref(number, hashlib.sha256(data).hexdigest())
-                self.store.put(state_key(pid, ref), data)
-                s = replace(s, state=None, state_ref=ref)
-            grouped.setdefault(bucket_of(pid, BUCKETS), {})[pid] = s
-        self._next_bucket = grouped.get(bucket_of(self.producer_id, BUCKETS), {})
-        for index, members in sorted(grouped.items()):
-            ref = self._put_bucket(index, BUCKETS, members, number)
-            for pid, s in members.items():
-                table = table.with_bucket(index, ref, before=None, after=s.status,
-                                          declared=job is not None and pid in job)
-        return table
-
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number
         key = version_key(number)
-        # Never write what a reader would refuse: valid entries, consecutive offsets,
-        # and a version that follows the view.
-        what = f"{self.manifest.where}candidate manifest version={number}"
-        for i, entry in enumerate(candidate.entries):
-            entry.validate(what=f"{what} entry {i}")
-        candidate.check_offsets(what=what)
-        fold(self.view, candidate, where=self.manifest.where)
-        data = candidate.encode()
-        if len(data) > MAX_METADATA_BYTES:  # every reader would refuse it, and the namespace with it
-            raise ManifestError(
-                f"{what}: {len(data)} bytes of JSON ({len(candidate.entries)} entries), over the metadata limit of "
-                f"{MAX_METADATA_BYTES}: commit at most MAX_VERSION_ENTRIES entries per version"
-            )
+        data = encode_candidate(self.view, candidate, where=self.manifest.where)
         self._hook("before_commit")
-        created: bool | None
-        recognised = False
-        for _ in range(self._max_ambiguous_retries):
-            try:
-                created = self.store.put_if_absent(key, data)
-            except AmbiguousWriteError:
-                created = None
-            if created:
-                break
-            # 412 / False or no reply: the slot is taken -- by us (lost ack) or by another writer?
-            existing = self.manifest.try_read_version(number)
-            if existing is None:
-                if created is None:
-                    continue  # our write did not land: same bytes, same slot
-                break  # taken and gone again: only a reclamation deletes versions
-            if existing.token == self._token:
-                created, recognised = True, True
-            break
-        else:
-            raise StorageError(f"{self.manifest.where}manifest version={number}: no definite reply after retries")
+        created, recognised = create_version(self.store, self.manifest, number, data, self._token,
+                                             retries=self._max_ambiguous_retries)
         window = time.monotonic() - read_at
         if not created:
             return AttemptResult(False, True, number, window)
@@ -511,45 +443,5 @@ class Committer:
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")
-        try:
-            if number % self.manifest.snapshot_every == 0:
-                self.manifest.write_snapshot(number, self._view)
-            elif self._view.table is not None and (self._rate.rate or 0.0) > 0.0:
-                self.manifest.move_hint(number)  # others commit too: their next probe starts here
-        except StorageError as e:  # a missing snapshot or stale hint costs time, never correctness
-            log.warning("%s: snapshot or hint of version=%d failed: %s", self.store.url, number, e)
+        self.manifest.after_commit(self._view, others_commit=(self._rate.rate or 0.0) > 0.0)
         return AttemptResult(True, False, number, window, recognised=recognised)
-
-
-
-def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
-    """Seal the namespace now, unless a producer is unfinished; returns the sealing version.
-
-    Without declared shards, for jobs whose producers ran one after another
-    (each closed, none ``done``), or that mix ``closed`` and ``done``: the
-    seal is committed as producer :data:`SEALER_ID`; refused while a producer
-    is still open. With declared shards the last shard's done mark seals by
-    itself, so a plain seal is refused while any declared shard is not done.
-    Idempotent on a sealed namespace. ``force`` seals anyway: for an operator
-    or coordinator that knows better (a process that died after its last
-    commit stays marked open), and it records that the sealer sealed; a
-    producer still running then meets :class:`NamespaceSealed`.
-    """
-    head = manifest.head()
-    if head.sealed:
-        return head.version
-    still = unfinished(head)
-    if still and not force:
-        raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {unfinished_text(head, still)}")
-    committer = Committer(manifest, SEALER_ID)
-    committer.start()
-    try:
-        while True:
-            result = committer.attempt([], seal=True, mark="done", refuse_open=not force)
-            if result.committed:
-                return result.version
-    except ManifestError:
-        # a producer started meanwhile: leave the sealer "done" so it never holds a later seal back
-        while not committer.attempt([], mark="done").committed:
-            pass
-        raise

@@ -21,6 +21,7 @@ from torch_tgb.errors import ManifestError, ObjectNotFound, TGBError
 from torch_tgb.manifest import _reads
 from torch_tgb.manifest._boundary import BoundaryView
 from torch_tgb.manifest._continuity import Continuity
+from torch_tgb.manifest._maintenance import Maintenance
 from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
 from torch_tgb.manifest._producers import ProducerTable, decode_bucket
@@ -37,13 +38,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Manifest"]
 
+
 #: head() starts again from the new boundary this often when reclamations keep passing its replay
 _HEAD_ATTEMPTS = 8
 #: most versions ``entries()`` reads ahead concurrently from a remote store
 _ENTRIES_AHEAD = 64
 
 
-class Manifest:
+class Manifest(Maintenance):
     """The manifest log of one namespace, read through ``store``. Thread-safe.
 
     Cost, with n committed versions and K = ``snapshot_every``:
@@ -213,10 +215,6 @@ class Manifest:
         # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
         # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
         return read_at, self._versions.saw_newest(probe_newest(max(known, hint), self._exists))
-
-    def move_hint(self, number: int) -> None:
-        """Point the hint at version ``number`` (committed): the next committer's probe starts there."""
-        _reads.put_hint(self.store, number)
 
     def state_of(self, version: Version) -> ManifestState:
         """The full state at format-2 ``version`` (no replay: its table names every producer)."""
@@ -413,79 +411,3 @@ class Manifest:
         and the first new generation supersedes it.
         """
         return self._boundary.stored(self.store, generations)
-
-    # --- maintenance writes ------------------------------------------------------
-
-    def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
-        """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
-
-        ``state`` may be passed by a caller that already holds it (the
-        committer); otherwise it is computed from the log. Snapshots are only
-        written for versions that exist.
-        """
-        if state is None:
-            if number > self.latest_version():
-                raise ManifestError(f"{self.where}cannot snapshot version={number}: not committed")
-            state = self.state_at(number)
-        if state.version != number:
-            raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
-        _reads.put_snapshot(self.store, state, where=self.where)
-        return state
-
-    def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
-        """Allow versions below ``version`` and the objects of steps below ``step`` to be deleted.
-
-        Preconditions, checked: the snapshot of ``version`` exists (write it
-        first with :meth:`write_snapshot`), ``step`` is at most that version's
-        ``stop_step`` (the version record itself stays, so the steps from
-        ``step`` on stay readable even when ``step`` lies inside it), and the
-        boundary only moves forward. Call this *before* deleting anything:
-        producers re-read it after every create to detect a commit into a
-        reclaimed slot.
-        """
-        current = self.gc_boundary()
-        if (version, step) == (current.version, current.step):
-            return current
-        if version < current.version or step < current.step:
-            raise ManifestError(
-                f"{self.where}GC boundary moves only forward: at version={current.version}, step={current.step}, "
-                f"asked for version={version}, step={step}"
-            )
-        if self.read_snapshot(version) is None:
-            raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
-        stop_step = self.read_version(version).stop_step
-        if step > stop_step:
-            raise ManifestError(
-                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} ends before "
-                f"step={stop_step}; a later version must be the boundary; pass step <= {stop_step}"
-            )
-        boundary = GCBoundary(version, step)
-        self._boundary.put(self.store, boundary)
-        return boundary
-
-    def repair_gc_boundary(self) -> GCBoundary:
-        """The boundary, after re-creating the highest one seen if storage no longer lists it.
-
-        Generations are immutable, so a late write cannot lower the stored
-        boundary; only a deleted generation (by hand, or a store whose LIST
-        lags) can. Lower generations re-created by late writes are dropped.
-        The Reclaimer calls this first in every pass, before it deletes
-        anything.
-        """
-        return self._boundary.repair(self.store)
-
-    def version_keys_below(self, version: int) -> list[str]:
-        """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
-        return _reads.version_keys_below(self.store, version)
-
-    def delete_versions_below(self, version: int) -> int:
-        """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""
-        boundary = self.gc_boundary()
-        if version > boundary.version:
-            raise ManifestError(
-                f"{self.where}delete_versions_below({version=}) is above the GC boundary version={boundary.version}"
-            )
-        keys = self.version_keys_below(version)
-        self.store.delete(keys)
-        self._versions.drop_below(version)
-        return len(keys)
