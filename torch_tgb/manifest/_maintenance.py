@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from torch_tgb.errors import ManifestError, StorageError
 from torch_tgb.manifest import _reads
+from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.records import GCBoundary, ManifestState
 
 if TYPE_CHECKING:
@@ -124,6 +125,19 @@ class Maintenance:
     def version_keys_below(self, version: int) -> list[str]:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
         return _reads.version_keys_below(self.store, version)
+
+    def delete_version_range(self, low: int, high: int) -> int:
+        """Delete log versions ``low .. high - 1`` without listing (the Reclaimer knows everything below ``low``
+        is gone already); ``high`` must not exceed the GC boundary. Returns how many keys were asked to go."""
+        boundary = self.gc_boundary()
+        if high > boundary.version:
+            raise ManifestError(f"{self.where}delete_version_range({low}, {high}) reaches above the GC boundary "
+                                f"version={boundary.version}")
+        keys = [version_key(n) for n in range(max(1, low), high)]
+        if keys:
+            self.store.delete(keys)
+        self._versions.drop_below(high)
+        return len(keys)
 
     def delete_versions_below(self, version: int) -> int:
         """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""

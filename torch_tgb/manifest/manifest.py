@@ -248,6 +248,10 @@ class Manifest(Maintenance):
         """A producer's pipeline state kept in its own object (read only by that producer)."""
         return _reads.read_state_object(self.store, state_key(producer_id, ref), where=self.where)
 
+    def prefetch(self, numbers: list[int]) -> None:
+        """Read versions ``numbers`` into the cache, concurrently from a remote store (errors surface on use)."""
+        self._fetch_concurrently(numbers)
+
     def _fetch_concurrently(self, numbers: list[int]) -> None:
         """Read the versions of ``numbers`` not cached yet into the cache, concurrently from a remote store.
 
