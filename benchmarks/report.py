@@ -21,6 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import COMMITTED
 from _report_common import rng_m, section_run, verdict, when
+from _report_dac import dac_scale_section
 from _report_e2e import e2e_section
 from _report_e2e_gpu import e2e_gpu_section
 from _report_ingest import token_rows_section
@@ -310,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += hot_tier_section(results["hot_tier"])
     lines += token_rows_section(results.get("ingest") or results.get("ingest_quick"), results.get("consumer_read"), results.get("ingest_floor"),
                                 results.get("storage"))
+    if "dac_scale" in results:
+        lines += dac_scale_section(results["dac_scale"])
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

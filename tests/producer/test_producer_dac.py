@@ -17,7 +17,10 @@ from torch_tgb.producer.dac import (
     conflict_probability,
     duty_gap,
     ema,
+    first_gap,
+    gap_cap,
     jittered,
+    next_gap,
     optimal_gap,
 )
 
@@ -150,8 +153,91 @@ def test_policy_tracks_window_and_producers() -> None:
     assert policy.wait_time(0, 0.0) is None
     assert policy.wait_time(3, 0.0) == 0.0
     policy.on_attempt(success=True, window_s=0.1, active_producers=1)
+    assert 0.0 <= policy.gap_s <= 0.9  # the first gap: a random phase of the cycle
+    policy.on_attempt(success=True, window_s=0.1, active_producers=1)
     assert policy.gap_s == pytest.approx(0.9)  # duty budget 10 %
     policy.on_attempt(success=True, window_s=0.1, active_producers=8)
     assert policy.gap_s == pytest.approx(optimal_gap(0.1, 8))
     assert policy.wait_time(1, 0.5) == pytest.approx(policy.gap_s - 0.5)
     assert policy.active_horizon_s >= 4 * (0.1 + policy.gap_s)
+
+
+# --- the cap, the jitter after it, the first gap (issue 42) ---------------------------------------
+
+
+@given(st.floats(0.1, 100.0), st.integers(1, 100_000), st.integers(2, 256))
+@settings(max_examples=200, deadline=None)
+def test_gap_cap_is_max_gap_up_to_the_reference_then_grows_as_n_minus_1(max_gap: float, n: int, ref: int) -> None:
+    cap = gap_cap(max_gap, n, reference_producers=ref)
+    assert cap == (max_gap if n <= ref else pytest.approx(max_gap * (n - 1) / (ref - 1)))
+    assert gap_cap(max_gap, n + 1, reference_producers=ref) >= cap
+
+
+@given(st.floats(1e-3, 0.2), st.integers(2, 100_000))
+@settings(max_examples=200, deadline=None)
+def test_conflicts_at_the_cap_do_not_grow_with_n(w: float, n: int) -> None:
+    """At the cap P < 1 - exp(-W (ref-1) / max_gap) at every N; a fixed 30 s cap reaches 1 - exp(-(N-1) W / 30)."""
+    c = DACConfig()
+    bound = 1.0 - math.exp(-w * (c.cap_producers - 1) / c.max_gap_s)
+    assert conflict_probability(w, gap_cap(c.max_gap_s, n, reference_producers=c.cap_producers), n) <= bound
+    if n >= 1024 and w >= 0.04:  # what the fixed cap did
+        assert conflict_probability(w, c.max_gap_s, n) > 0.7
+
+
+@given(st.floats(0.0, 1e4), st.floats(1e-3, 1e3), st.floats(0.0, 0.9), st.floats(-1.0, 1.0), st.floats(1.0, 1e4))
+@settings(max_examples=300, deadline=None)
+def test_next_gap_jitters_after_the_caps_and_never_passes_the_ceiling(
+    target: float, cap: float, j: float, share: float, ceiling: float
+) -> None:
+    u = share * j
+    gap = next_gap(target, cap, j, u, ceiling=ceiling)
+    assert gap == pytest.approx(min(target, cap, ceiling / (1 + j)) * (1 + u))
+    assert gap <= ceiling * (1 + 1e-12)
+
+
+@given(st.floats(0.0, 1e4), st.floats(0.0, 1.0))
+def test_first_gap_is_a_share_of_the_gap(gap: float, phase: float) -> None:
+    assert 0.0 <= first_gap(gap, phase) <= gap
+    assert first_gap(gap, phase) == pytest.approx(gap * phase)
+    with pytest.raises(ValueError):
+        first_gap(gap, 1.5)
+
+
+def test_gaps_at_the_cap_still_differ() -> None:
+    """64 producers, W = 40 ms: DAC asks for ~49 s, above the 30 s of the old fixed cap; the gaps spread ±10 %.
+
+    Before issue 42 the cap came after the jitter: every gap was exactly 30 s,
+    and producers started together stayed in phase.
+    """
+    policy = DACPolicy(seed=1)
+    gaps = []
+    for _ in range(200):
+        policy.on_attempt(success=True, window_s=0.04, active_producers=64)
+        gaps.append(policy.gap_s)
+    gaps = gaps[1:]  # the first gap is a random phase
+    spread = DACConfig().jitter * optimal_gap(0.04, 64)
+    assert max(gaps) - min(gaps) > 1.5 * spread  # uniform over ±spread around the target
+    assert len(set(gaps)) == len(gaps)
+
+
+def test_first_gaps_spread_over_the_cycle() -> None:
+    """Producers started together make their first attempt together; their next ones spread over the whole cycle."""
+    firsts = []
+    for seed in range(400):
+        policy = DACPolicy(seed=seed)
+        policy.on_attempt(success=False, window_s=0.04, active_producers=16)
+        firsts.append(policy.gap_s)
+    g = optimal_gap(0.04, 16) * (1 + DACConfig().jitter)
+    assert min(firsts) < 0.05 * g and max(firsts) > 0.85 * g
+    assert sum(firsts) / len(firsts) == pytest.approx(g / 2, rel=0.15)
+
+
+def test_the_ceiling_bounds_the_gap_at_any_n() -> None:
+    """1,024 producers want ~800 s gaps; the commit loop commits after max_commit_delay_s anyway: gaps stay below it."""
+    from torch_tgb.producer import ProducerConfig
+
+    policy = DACPolicy(seed=2)
+    for _ in range(50):
+        policy.on_attempt(success=True, window_s=0.04, active_producers=1024)
+        assert policy.gap_s <= ProducerConfig().max_commit_delay_s
+    assert policy.gap_s >= ProducerConfig().max_commit_delay_s * (1 - DACConfig().jitter) / (1 + DACConfig().jitter)

@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from torch_tgb.errors import FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.manifest._backoff import Backoff
 from torch_tgb.manifest._create import create_version, encode_candidate
 from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
@@ -95,6 +96,9 @@ class AttemptResult:
 
 class Committer:
     """Commits one producer's entries to the log. Not thread-safe: one committer thread."""
+
+    #: start()'s wait after a conflict: random, exponential (``Backoff(0, 0)`` retries at once: O(N²) for N)
+    registration_backoff: Backoff = Backoff()
 
     def __init__(
         self,
@@ -273,6 +277,7 @@ class Committer:
         producer of a fresh namespace declares ``self.job`` with its bump.
         """
         self._reset_view()
+        conflicts = 0
         while True:
             self.refresh()
             check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
@@ -293,6 +298,8 @@ class Committer:
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
+            conflicts += 1
+            self.registration_backoff.wait(conflicts)  # random, growing: not all losers retry the next slot at once
 
     def _won_bump(self) -> ProducerState:
         state = self.state

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from torch_tgb.errors import TGBError
+from torch_tgb.errors import FencedError, ObjectNotFound, TGBError
 from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb, segment_index
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.manifest.keys import parse_object_name
@@ -228,6 +228,16 @@ class SegmentWriter:
                                                             [t.footer for t in tgbs])])
             total = writer.size
             writer.commit()
+        except ObjectNotFound as e:
+            writer.abort()
+            # Our own partial write is gone: only a newer incarnation of this producer removes it (it removes
+            # its fenced predecessors' partial writes at start, remove_fenced_partials), or the Reclaimer once
+            # this incarnation is fenced. Say so, as the next commit would.
+            raise FencedError(
+                f"{self.store.url}: producer {self.producer_id!r}: the segment being written ({writer.key!r}) "
+                "was removed before it was published: a newer incarnation of this producer started and removed "
+                "its fenced predecessors' partial writes"
+            ) from e
         except BaseException:
             writer.abort()
             raise

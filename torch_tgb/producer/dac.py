@@ -13,7 +13,14 @@ Budgets ``P <= ε_c`` and ``D <= ε_d`` give the smallest feasible gaps
 - ``g_c = (N-1) W / (-ln(1-ε_c)) - W``,
 - ``g_d = W (1-ε_d) / ε_d``,
 
-and DAC waits ``g* = max(0, g_c, g_d)`` scaled by a jitter ``1 + U(-j, j)``.
+and DAC waits ``g* = max(0, g_c, g_d)``, capped (:func:`gap_cap`) and only then
+scaled by a jitter ``1 + U(-j, j)`` (:func:`next_gap`): a gap capped after
+the jitter is the same for every producer at the cap, and producers that
+started together then stay in phase and conflict in bursts. The cap grows
+with ``N - 1`` as ``g_c`` does, so it binds at the same window at every N;
+a ceiling (the producer's ``max_commit_delay_s``) bounds it, jitter included.
+A producer's first gap is a uniform share of its gap (:func:`first_gap`),
+which spreads producers started together over the cycle at once.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ __all__ = [
     "conflict_probability",
     "duty_gap",
     "ema",
+    "first_gap",
+    "gap_cap",
     "jittered",
+    "next_gap",
     "optimal_gap",
 ]
 
@@ -85,6 +95,47 @@ def jittered(gap: float, jitter: float, u: float) -> float:
     if abs(u) > jitter:
         raise ValueError(f"u={u} lies outside [-{jitter}, {jitter}]")
     return max(0.0, gap * (1.0 + u))
+
+
+def gap_cap(max_gap_s: float, producers: int, *, reference_producers: int) -> float:
+    """The longest gap DAC waits among ``producers``: ``max_gap_s`` up to ``reference_producers``, then ∝ ``N - 1``.
+
+    ``g_c`` grows as ``N - 1``, so a cap that does not would bind at ever
+    smaller windows as N grows, and the conflict rate at the cap,
+    ``1 - exp(-(N-1) W / cap)``, would grow with N (64 producers at 30 s and
+    W = 40 ms: 8 %; 1,024: 75 %). Scaled, the cap binds at the same fragile
+    window at every N: it only stops a burst of slow writes from stalling a producer.
+    """
+    if not (max_gap_s > 0.0 and math.isfinite(max_gap_s)):
+        raise ValueError(f"max_gap_s={max_gap_s!r} must be a finite number > 0")
+    if reference_producers < 2:
+        raise ValueError(f"reference_producers={reference_producers} must be >= 2")
+    return max_gap_s * max(1.0, (producers - 1) / (reference_producers - 1))
+
+
+def next_gap(target: float, cap: float, jitter: float, u: float, *, ceiling: float = math.inf) -> float:
+    """``min(target, cap, ceiling / (1 + jitter)) (1 + u)``: jittered *after* the caps, never above ``ceiling``.
+
+    Gaps at the cap differ too, so producers drift apart; ``ceiling`` bounds
+    the gap jitter included (the commit loop's ``max_commit_delay_s``, past
+    which it would commit anyway, unjittered, every producer at the same age
+    of its oldest entry).
+    """
+    if not ceiling > 0.0:
+        raise ValueError(f"ceiling={ceiling!r} must be > 0")
+    return jittered(min(target, cap, ceiling / (1.0 + jitter)), jitter, u)
+
+
+def first_gap(gap: float, phase: float) -> float:
+    """``gap * phase`` for ``phase`` drawn from ``U(0, 1)``: a producer's first gap, a random phase of its cycle.
+
+    Producers started together make their first attempt together; a uniform
+    first gap spreads their next attempts over the whole cycle at once,
+    where the jitter alone would take many cycles to.
+    """
+    if not 0.0 <= phase <= 1.0:
+        raise ValueError(f"phase={phase} must lie in [0, 1]")
+    return max(0.0, gap) * phase
 
 
 def ema(previous: float | None, sample: float, weight: float) -> float:

@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass
 
 from torch_tgb.producer import dac
+from torch_tgb.producer.config import ProducerConfig
 
 __all__ = [
     "AIMDPolicy",
@@ -144,24 +145,40 @@ class AIMDPolicy(CommitPolicy):
 
 @dataclass(frozen=True)
 class DACConfig:
-    """DAC parameters. Defaults: conflict budget 5 %, duty budget 10 %, ±20 % jitter, EMA weight 0.2.
+    """DAC parameters. Defaults: conflict budget 5 %, duty budget 10 %, ±10 % jitter, EMA weight 0.2.
 
     ``active_gaps``: a producer is active if it committed within that many of
     our cycles (``W + g``), but never less than ``min_active_s`` seconds.
-    ``max_gap_s`` caps the gap so that a burst of slow writes cannot stall a producer.
+    ``max_gap_s`` caps the gap among up to ``cap_producers`` producers, so
+    that a burst of slow writes cannot stall a producer; among more, the cap
+    grows in proportion to ``N - 1``, as the conflict gap does (``dac.gap_cap``):
+    30 s per 31 other producers binds at a fragile window of about 50 ms at any N.
+    ``ceiling_s`` bounds every gap, jitter included: keep it at the producer's
+    ``ProducerConfig.max_commit_delay_s`` (the same default), past which the
+    commit loop commits anyway, unjittered, and retries at once after a conflict.
+    The jitter need only be wide against the fragile window (±10 % of a 6 s
+    gap is ±0.6 s against a 40 ms window); a wider one lowers the mean gap
+    under the ceiling, ``ceiling_s / (1 + jitter)``, and raises the conflict rate where it binds.
     """
 
     epsilon_c: float = 0.05
     epsilon_d: float = 0.1
-    jitter: float = 0.2
+    jitter: float = 0.1
     ema_weight: float = 0.2
     active_gaps: float = 4.0
     min_active_s: float = 2.0
     max_gap_s: float = 30.0
+    cap_producers: int = 32
+    ceiling_s: float = ProducerConfig.max_commit_delay_s
 
 
 class DACPolicy(CommitPolicy):
-    """Decentralized Adaptive Commit: the smallest gap meeting the conflict and duty budgets."""
+    """Decentralized Adaptive Commit: the smallest gap meeting the conflict and duty budgets.
+
+    The gap is capped (a cap that grows with N), then jittered; the gap after
+    a producer's first attempt is a uniform share of that, so producers
+    started together spread over the cycle instead of committing in bursts.
+    """
 
     name = "dac"
 
@@ -170,6 +187,8 @@ class DACPolicy(CommitPolicy):
         # validate the budgets once, up front
         dac.optimal_gap(0.0, 2, epsilon_c=self.config.epsilon_c, epsilon_d=self.config.epsilon_d)
         dac.jittered(0.0, self.config.jitter, 0.0)
+        dac.gap_cap(self.config.max_gap_s, 1, reference_producers=self.config.cap_producers)
+        dac.next_gap(0.0, 0.0, self.config.jitter, 0.0, ceiling=self.config.ceiling_s)
         self._rng = random.Random(seed)
         self._window: float | None = None
         self._gap = 0.0
@@ -180,11 +199,13 @@ class DACPolicy(CommitPolicy):
 
     def on_attempt(self, *, success: bool, window_s: float, active_producers: int) -> None:
         c = self.config
+        first = self._window is None
         self._window = dac.ema(self._window, window_s, c.ema_weight)
         self._producers = max(1, active_producers)
         target = dac.optimal_gap(self._window, self._producers, epsilon_c=c.epsilon_c, epsilon_d=c.epsilon_d)
-        u = self._rng.uniform(-c.jitter, c.jitter)
-        self._gap = min(c.max_gap_s, dac.jittered(target, c.jitter, u))
+        cap = dac.gap_cap(c.max_gap_s, self._producers, reference_producers=c.cap_producers)
+        gap = dac.next_gap(target, cap, c.jitter, self._rng.uniform(-c.jitter, c.jitter), ceiling=c.ceiling_s)
+        self._gap = dac.first_gap(gap, self._rng.random()) if first else gap
 
     @property
     def gap_s(self) -> float:
