@@ -5,11 +5,17 @@ removes things that every later state of the namespace no longer needs, so a
 pass killed anywhere leaves a readable namespace and the next pass finishes
 the job (deletes are idempotent, TGB objects immutable):
 
-1. list ``data/`` and the namespace's partial writes, then read the head
-   state ``S`` (the order matters: every listed object was written before
-   ``S`` was read);
-2. free what the *existing* GC boundary already allows — objects of steps
-   below it, versions and snapshots below it, uncommitted objects that
+0. read the last pass's record (``checkpoint/_reclaim_state.py``): what is
+   already clean below the boundary, and when the last sweep ran. A pass
+   with no work (the boundary cannot move, nothing is left below it, no
+   sweep is due) ends here, after a handful of requests whatever the size
+   of the namespace;
+1. on a sweep (every ``sweep_interval``): list ``data/`` and the
+   namespace's partial writes, then read the head state ``S`` (the order
+   matters: every listed object was written before ``S`` was read);
+2. free what the *existing* GC boundary already allows, if an earlier pass
+   did not finish — objects of steps below it, versions and snapshots below
+   it; on a sweep, uncommitted objects that
    ``S`` proves can never be committed (:mod:`torch_tgb.checkpoint._orphans`)
    once older than ``grace_period``, and partial writes (temp files, open
    multipart uploads of writers killed mid-segment) that ``S`` proves
@@ -27,9 +33,13 @@ the job (deletes are idempotent, TGB objects immutable):
    space reserve (``manifest/reserve.py``) and writes them into its room;
 5. delete the TGB objects of steps below ``T``, then the log versions below
    ``vb`` (objects first: a version is the only record of which objects it
-   named), then snapshots below the boundary;
+   named), then snapshots below the boundary. Only the versions between the
+   old and the new boundary are read (concurrently), never the live ones:
+   a one-TGB object goes with its step, a segment when the entries after its
+   last reclaimed TGB show none of it remains (``_segments.py``);
 6. drop retired checkpoints: their watermarks, then their markers;
-7. write the space reserve again if it is missing (a local namespace).
+7. write the space reserve again if it is missing (a local namespace), and
+   the pass's record.
 
 Every object deleted passes the same rule: named by no version at or above
 the boundary, and dead in ``S`` (a committed object below the boundary is
