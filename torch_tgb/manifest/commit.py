@@ -117,6 +117,8 @@ class Committer:
         self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
         self._view: ManifestState | None = None
         self._bucket: dict[str, ProducerState] | None = None  # our bucket of the view's table (format 2)
+        self._bucket_ref = ""  # the reference of that bucket's object ("": not read from one)
+        self._taken = 0  # a slot found taken by another writer: the newest version is at least this
         self._token = uuid.uuid4().hex
         self._landed: int | None = None
         self._fenced: FencedError | None = None
@@ -124,6 +126,7 @@ class Committer:
         self._max_ambiguous_retries = max_ambiguous_retries
         self._rate = VersionRate()
         self._next_bucket: dict[str, ProducerState] | None = None  # our bucket as the candidate in flight wrote it
+        self._next_bucket_ref = ""
 
     @property
     def store(self) -> ObjectStore:
@@ -181,7 +184,8 @@ class Committer:
         view = self.view
         if view.table is None:
             return self._refresh_folding()
-        read_at, newest = self.manifest.newest_for_commit(view.version, expect_new=self._expect_new())
+        taken, self._taken = self._taken, 0
+        read_at, newest = self.manifest.newest_for_commit(view.version, expect_new=self._expect_new(), at_least=taken)
         self._rate.saw(newest - view.version, read_at)  # versions since our view: all others'
         if newest == view.version:
             return read_at
@@ -222,10 +226,12 @@ class Committer:
         """Take ``view`` (a format-2 state): read our bucket, recognise a landed write, check fencing."""
         table = view.table
         assert table is not None
-        producers = view.producers
-        bucket = producers.bucket(bucket_of(self.producer_id, len(table.buckets)))  # type: ignore[attr-defined]
+        index = bucket_of(self.producer_id, len(table.buckets))
+        ref = table.buckets[index]
+        if self._bucket is None or not ref or ref != self._bucket_ref:  # unchanged since we read or wrote it
+            self._bucket = dict(view.producers.bucket(index))  # type: ignore[attr-defined]
+            self._bucket_ref = ref
         self._view = view
-        self._bucket = dict(bucket)
         mine = self._bucket.get(self.producer_id)
         if mine is not None and mine.token == self._token:
             self._landed = view.version if mine.at is None else mine.at
@@ -407,7 +413,7 @@ class Committer:
             before = bucket.get(self.producer_id)
             bucket[self.producer_id] = full
             written = self._writes.bucket(index, len(table.buckets), bucket, number, self._token)
-            self._next_bucket = bucket
+            self._next_bucket, self._next_bucket_ref = bucket, written
             table = table.with_bucket(index, written, before=None if before is None else before.status,
                                       after=full.status, declared=job is not None and self.producer_id in job)
         return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
@@ -422,6 +428,7 @@ class Committer:
                                              retries=self._max_ambiguous_retries)
         window = time.monotonic() - read_at
         if not created:
+            self._taken = number  # the next refresh probes from this slot: it exists
             return AttemptResult(False, True, number, window)
         self._hook("after_version_put")
         boundary = self.manifest.gc_boundary()
@@ -446,7 +453,7 @@ class Committer:
             return AttemptResult(False, True, number, window, reclaimed_slot=True)
         # number == boundary.version is ours and kept (the boundary version itself is never deleted)
         self._view = self.manifest.with_loader(fold(self.view, candidate, where=self.manifest.where))
-        self._bucket = self._next_bucket
+        self._bucket, self._bucket_ref = self._next_bucket, self._next_bucket_ref
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")

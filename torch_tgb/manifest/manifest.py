@@ -198,16 +198,20 @@ class Manifest(Maintenance):
 
     # --- format 2: the newest version names everything -------------------------
 
-    def newest_for_commit(self, known: int, *, expect_new: bool = False) -> tuple[float, int]:
+    def newest_for_commit(self, known: int, *, expect_new: bool = False, at_least: int = 0) -> tuple[float, int]:
         """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
 
         One existence check when nothing was committed since; else the hint
         (which committers of a busy namespace move with every commit) and a
         probe from it: O(1) round trips however many versions others wrote
         meanwhile. ``expect_new`` (others commit often) skips the first
-        check. No GC-boundary read: the committer reads it after its create.
+        check; ``at_least``: a version known to exist (the slot our create
+        just found taken), probed on from directly. No GC-boundary read: the
+        committer reads it after its create.
         """
         read_at = time.monotonic()
+        if at_least > known:  # our create just met this slot taken: probe on from it, no hint needed
+            return read_at, self._versions.saw_newest(probe_newest(at_least, self._exists))
         if not expect_new and not self._exists(known + 1):
             return read_at, known
         hint = self._read_hint()
