@@ -114,9 +114,9 @@ SEQ = 16
 
 
 def _lengths(step: int, row: int) -> list[int]:
-    """Sequences of a packed row (an empty one and padding included), different per step and row."""
-    n = (step * 5 + row * 3) % 7
-    return [n, 0, SEQ - n - 2] if row % 2 else [SEQ - n]
+    """Sequences of a packed row (padding included), different per step and row."""
+    n = (step * 5 + row * 3) % 7 + 1
+    return [n, 1, SEQ - n - 3] if row % 2 else [SEQ - n]
 
 
 @pytest.fixture
@@ -127,6 +127,8 @@ def mixed_ns(tmp_path) -> str:
     with Producer(path, producer_id="p", layout=layout) as p:
         for step in range(STEPS):
             ids = torch.arange(4 * (SEQ + 1), dtype=torch.int64).reshape(4, SEQ + 1) + 2**32 - 200 - step * 100
+            for r in range(4):  # a packer pads each row after its sequences with one pad id
+                ids[r, sum(_lengths(step, r)) : SEQ] = 0
             p.append({"input_ids": ids.to(torch.uint32),
                       "seq_lens": [torch.tensor(_lengths(step, r), dtype=torch.int32) for r in range(4)],
                       "pix": [torch.full((r + step % 2, 3), r * 10 + step, dtype=torch.uint8) for r in range(4)]},

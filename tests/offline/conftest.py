@@ -19,9 +19,12 @@ def read_global_batches(ns: str) -> tuple[list[dict[str, torch.Tensor]], Layout,
     with open_store(ns) as store:
         manifest = Manifest(store)
         head = manifest.head()
-        layout = Layout.from_json(manifest.dataset().layout)
+        info = manifest.dataset()
+        layout = Layout.from_json(info.layout)
+    # token rows derive them; other namespaces store them, or have none (a reader refuses what it cannot derive)
+    derive = DERIVED if "seq_lens" in info.schema else ()
     # up to the steps committed now, sealed or not (a reader would wait at the end of an unsealed stream)
-    out = list(TGBDataset(ns, mesh=Mesh(0, 1, 0, 1), prefetch=0, derive=DERIVED, stop_step=head.num_steps))
+    out = list(TGBDataset(ns, mesh=Mesh(0, 1, 0, 1), prefetch=0, derive=derive, stop_step=head.num_steps))
     return out, layout, head.sealed
 
 

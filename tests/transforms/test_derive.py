@@ -14,10 +14,13 @@ from torch_tgb.transforms.derive import (
     document_ids,
     ignored_labels,
     mask_labels,
+    padding_at,
+    padding_problem,
     position_ids,
     row_cu_seqlens,
     seq_lens_problem,
 )
+from torch_tgb.transforms.token_rows import chunk_spans, concat_spans, spans_from_bins, token_rows
 
 
 def spans_to_ragged(bins: list, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,13 +86,15 @@ def test_the_fast_mask_ignores_exactly_what_pack_rows_ignores(docs, seq_len, met
 
 @st.composite
 def ragged_lengths(draw) -> tuple[np.ndarray, np.ndarray, int]:
-    """Any rows' seq_lens that fit (empty sequences and padding included): (lengths int32, offsets, seq_len)."""
+    """Any rows' seq_lens that fit (padding and rows of no sequence included): (lengths int32, offsets, seq_len)."""
     seq_len = draw(st.sampled_from([1, 4, 8, 16]))
     lengths, offsets = [], [0]
     for _ in range(draw(st.integers(1, 6))):
         room = seq_len
         for _ in range(draw(st.integers(0, min(4, seq_len)))):
-            n = draw(st.integers(0, room))
+            if not room:
+                break
+            n = draw(st.integers(1, room))
             lengths.append(n)
             room -= n
         offsets.append(len(lengths))
@@ -121,10 +126,67 @@ def test_the_numpy_derivations_equal_the_torch_ones(rows, cp, zigzag, rank) -> N
 @given(lengths=st.lists(st.integers(-3, 12), min_size=0, max_size=8), cuts=st.lists(st.integers(0, 8), max_size=3),
        seq_len=st.sampled_from([4, 8]))
 def test_seq_lens_problem_accepts_exactly_lengths_that_fit_their_rows(lengths, cuts, seq_len) -> None:
-    """Stored lengths pass iff none is negative and no row holds more than seq_len tokens or sequences."""
+    """Stored lengths pass iff each is >= 1 (no empty sequence) and no row holds more than seq_len tokens or sequences."""
     offsets = np.asarray([0, *sorted(min(c, len(lengths)) for c in cuts), len(lengths)], dtype=np.int64)
     arr = np.asarray(lengths, dtype=np.int32)
     rows = [arr[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
-    good = all(n >= 0 for n in lengths) and all(int(r.sum()) <= seq_len and len(r) <= seq_len for r in rows)
+    good = all(n >= 1 for n in lengths) and all(int(r.sum()) <= seq_len and len(r) <= seq_len for r in rows)
     problem = seq_lens_problem(arr, offsets, seq_len)
     assert (problem is None) == good, problem
+
+
+@st.composite
+def packed_rows(draw):
+    """Token rows as ``Pack`` makes them (empty documents included): (rows, lengths, offsets, seq_len, pad_id)."""
+    lengths = np.asarray(draw(st.lists(st.integers(0, 40), min_size=1, max_size=25)), dtype=np.int64)
+    seq_len = draw(st.sampled_from([4, 8, 16]))
+    method = draw(st.sampled_from(["bfd", "concat", "concat-vectorised", "none"]))
+    pad_id = draw(st.sampled_from([0, 7]))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    tokens = np.arange(offsets[-1], dtype=np.int64) % 5  # small ids: content equal to the pad id too
+    if method == "none":
+        spans, offsets = chunk_spans(int(lengths.sum()), seq_len), np.array([0, len(tokens)], dtype=np.int64)
+    elif method == "concat-vectorised":
+        spans = concat_spans(lengths, seq_len)
+    else:
+        spans = spans_from_bins(pack(lengths, seq_len, method))
+    rows, lens, row_offsets = token_rows(tokens, offsets, spans, seq_len, pad_id=pad_id)
+    return rows[:, :seq_len], lens, row_offsets, seq_len, pad_id
+
+
+@settings(max_examples=150, deadline=None)
+@given(packed=packed_rows())
+def test_the_packer_writes_lengths_that_pass(packed) -> None:
+    """Every length >= 1, and what the lengths call padding holds the pad id alone."""
+    rows, lens, offsets, seq_len, pad_id = packed
+    assert lens.size == 0 or int(lens.min()) >= 1
+    assert seq_lens_problem(lens, offsets, seq_len) is None
+    padding = padding_at(lens, offsets, seq_len, [(0, seq_len)])
+    assert padding_problem(rows, padding, "input_ids") is None
+    assert bool((rows[padding[0], padding[1]] == pad_id).all())
+
+
+@settings(max_examples=150, deadline=None)
+@given(packed=packed_rows(), data=st.data())
+def test_lengths_short_of_the_content_are_found(packed, data) -> None:
+    """A row's last length cut by k: refused where the k tokens it no longer counts show it.
+
+    They show it unless they all equal the pad id, or (the limit of not knowing
+    the pad id) they are one value and the step has no other padding to compare.
+    """
+    rows, lens, offsets, seq_len, pad_id = packed
+    if not lens.size:
+        return
+    row = data.draw(st.sampled_from([r for r in range(len(offsets) - 1) if offsets[r + 1] > offsets[r]]))
+    last = int(offsets[row + 1]) - 1
+    k = data.draw(st.integers(1, max(1, int(lens[last]) - 1)))
+    if k >= int(lens[last]):
+        return
+    short = lens.copy()
+    short[last] -= k
+    real = int(short[offsets[row]:offsets[row + 1]].sum())
+    hidden = rows[row, real : real + k]
+    problem = padding_problem(rows, padding_at(short, offsets, seq_len, [(0, seq_len)]), "input_ids")
+    padded = len(padding_at(lens, offsets, seq_len, [(0, seq_len)])[0]) > 0
+    shows = not bool((hidden == pad_id).all()) and (len(np.unique(hidden)) > 1 or padded)
+    assert (problem is not None) == shows, problem

@@ -9,6 +9,13 @@ offsets). ``ReaderOptions(derive=...)`` names what to derive from the rows'
 padding (a copy; without it ``labels`` is the bare shift, a view), and
 ``position_ids``, ``document_ids`` and ``cu_seqlens`` are computed on request.
 A key the namespace stores is read, never derived (older namespaces store them).
+
+What cannot be made is refused at open (:class:`SchemaMismatch`), as a key
+the namespace neither stores nor derives is: ``derive=("cu_seqlens",)`` on a
+namespace without ``seq_lens`` would otherwise deliver no ``cu_seqlens`` and
+no error. ``"labels"`` is the exception, since it is the default: on a
+namespace without ``seq_lens`` it means labels as stored (or the bare shift of
+``labels_from``), so every older namespace reads with the default options.
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ class KeyPlan:
     deliver: frozenset[str] | None
     #: whether ``labels`` is masked from ``seq_lens`` (else the bare shift of ``labels_from``)
     mask_labels: bool
+    #: the namespace's schema (``dataset.json``) the plan was made from: what the read path holds every
+    #: footer to (``format.Contract``); None: footers are held to the layout only
+    schema: Mapping[str, Any] | None = None
 
 
 def plan_keys(
@@ -41,7 +51,9 @@ def plan_keys(
     """The :class:`KeyPlan` of a namespace (its ``schema`` and layout's ``labels_from``) for ``keys``/``derive``.
 
     Raises :class:`SchemaMismatch` for a key the namespace neither stores nor
-    can derive, and ``ValueError`` for an unknown derivation.
+    can derive (asked for in ``keys`` or in ``derive``, but for ``"labels"``,
+    the default, which derives only where it can), and ``ValueError`` for an
+    unknown derivation.
     """
     unknown = sorted(set(derive) - set(DERIVABLE))
     if unknown:
@@ -51,6 +63,13 @@ def plan_keys(
     stored = set(schema)
     deliverable = stored | ({LABELS_KEY} if labels_from is not None else set())
     derivable = set(DERIVABLE) - {LABELS_KEY} if has_lens else set()
+    impossible = sorted(set(derive) - {LABELS_KEY} - stored - derivable)
+    if impossible:
+        raise SchemaMismatch(
+            f"cannot derive {impossible}: the namespace stores no {SEQ_LENS_KEY!r} (the lengths of the sequences "
+            f"packed into each row, which token rows carry) and does not store them either; it stores "
+            f"{sorted(stored)}. Drop them from ReaderOptions(derive=...), or write the namespace as token rows"
+        )
     wanted = set(deliverable | (set(derive) & derivable)) if keys is None else set(keys)
     missing = sorted(wanted - deliverable - derivable)
     if missing:
@@ -63,10 +82,12 @@ def plan_keys(
     needs = set(wanted & stored)
     if LABELS_KEY in wanted and labels_from is not None:
         needs.add(labels_from)
-    if derived or mask:
+    if derived or mask:  # from the lengths, over the rows' tokens (their width; the padding they leave)
         needs.add(SEQ_LENS_KEY)
+        needs.add(labels_from if labels_from is not None else LABELS_KEY)
+        needs &= stored
     read = frozenset(needs | {offsets_key(k) for k in needs & ragged})
     if keys is None:
-        return KeyPlan(None, derived, None, mask)
+        return KeyPlan(None, derived, None, mask, schema)
     deliver = frozenset(wanted | {offsets_key(k) for k in wanted & ragged})
-    return KeyPlan(read, derived, deliver, mask)
+    return KeyPlan(read, derived, deliver, mask, schema)

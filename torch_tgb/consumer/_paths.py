@@ -50,12 +50,19 @@ from torch_tgb.datapipes.read import (
 )
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
-from torch_tgb.format import IntegerCast, SliceReader
+from torch_tgb.format import Contract, IntegerCast, SliceReader
 from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
-from torch_tgb.transforms.derive import SEQ_LENS_KEY, derived_arrays, ignored_labels, seq_lens_problem
+from torch_tgb.transforms.derive import (
+    SEQ_LENS_KEY,
+    derived_arrays,
+    ignored_labels,
+    padding_at,
+    padding_problem,
+    seq_lens_problem,
+)
 from torch_tgb.transforms.packing import IGNORE_INDEX
 
 __all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs", "uncast_keys"]
@@ -136,9 +143,13 @@ class ReadPath(ABC):
             None if self.plain else self._finish_cast if self._derives else self.select)
         self._lens_offsets = offsets_key(SEQ_LENS_KEY)
         self._tokens_key = project.plan.written.labels_from or LABELS_KEY
+        #: whether the tokens the rows' lengths call padding are judged (rows of tokens: labels_from)
+        self._padded = project.plan.written.labels_from is not None
         #: delivered tokens per row -> (the rows' seq_len, the token ranges this rank holds)
         self._geometry: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
-        self._last_rows: tuple[tuple[int, bytes, bytes], np.ndarray | None, dict[str, np.ndarray]] | None = None
+        #: the last rows' (key, ignored labels, derived keys, padding positions): alike every step when unpacked
+        self._last_rows: tuple[tuple[int, bytes, bytes], np.ndarray | None, dict[str, np.ndarray],
+                               tuple[np.ndarray, np.ndarray, np.ndarray] | None] | None = None
 
     def finish_step(self, tensors: Batch) -> Batch:
         """Derived keys, only the keys asked for, the cast: a step as read -> the step handed out."""
@@ -168,16 +179,22 @@ class ReadPath(ABC):
     def derive(self, tensors: Batch) -> Batch:
         """Masked ``labels`` and the keys asked for, from the rows' ``seq_lens`` (:mod:`torch_tgb.transforms.derive`).
 
-        :class:`CorruptObject` if the stored lengths cannot be the rows' (:func:`seq_lens_problem`).
+        :class:`CorruptObject` if the stored lengths cannot be the rows' (:func:`seq_lens_problem`), or
+        call tokens padding that are not (:func:`padding_problem`).
         """
         lengths, offsets = tensors[SEQ_LENS_KEY].numpy(), tensors[self._lens_offsets].numpy()
-        width = int(tensors[self._tokens_key].shape[1])
+        tokens = tensors[self._tokens_key]
+        width = int(tokens.shape[1])
         geometry = self._geometry.get(width)
         if geometry is None:
             seq_len = self.project.plan.seq_len_of(width)
             geometry = self._geometry[width] = (seq_len, self.project.plan.token_ranges(seq_len))
         seq_len, ranges = geometry
-        ignored, derived = self._rows_derived(lengths, offsets, seq_len, ranges)
+        ignored, derived, padding = self._rows_derived(lengths, offsets, seq_len, ranges)
+        if padding is not None:
+            problem = padding_problem(tokens.numpy(), padding, self._tokens_key)
+            if problem is not None:
+                raise CorruptObject(f"stored {SEQ_LENS_KEY!r}: {problem}")
         out = dict(tensors)
         if ignored is not None:
             shift = tensors[LABELS_KEY]
@@ -198,8 +215,9 @@ class ReadPath(ABC):
 
     def _rows_derived(
         self, lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: tuple[tuple[int, int], ...]
-    ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-        """The rows' lengths judged; the labels they ignore (None: not masked) and the keys derived from them.
+    ) -> tuple[np.ndarray | None, dict[str, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+        """The rows' lengths judged; the labels they ignore (None: not masked), the keys derived from them,
+        and where they leave padding (None: not judged).
 
         Remembered for the last rows seen: unpacked and concat-and-chunk rows are alike every step.
         """
@@ -210,8 +228,9 @@ class ReadPath(ABC):
                 raise CorruptObject(f"stored {SEQ_LENS_KEY!r}: {problem}")
             ignored = ignored_labels(lengths, offsets, seq_len, ranges) if self.keys.mask_labels else None
             derived = derived_arrays(lengths, offsets, seq_len, ranges, self.keys.derive) if self.keys.derive else {}
-            self._last_rows = (key, ignored, derived)
-        return self._last_rows[1], self._last_rows[2]
+            padding = padding_at(lengths, offsets, seq_len, ranges) if self._padded else None
+            self._last_rows = (key, ignored, derived, padding)
+        return self._last_rows[1], self._last_rows[2], self._last_rows[3]
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
@@ -235,7 +254,7 @@ class StepPath(ReadPath):
         sources: list[ReadStats], *, emit_meta: bool,
     ) -> None:
         self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
-                                   slices=slices, errors=options.errors)
+                                   slices=slices, errors=options.errors, contract=slices.contract)
         self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
                                   inline_local=options.inline_local, slices=slices, errors=options.errors,
                                   names=keys.read)
@@ -355,9 +374,10 @@ def open_path(
     origin = start.origin if start.exact is None else start.exact.origin
     project = Project(steps, plan, origin=origin, worker=start.worker, num_workers=start.num_workers,
                       start=start.exact)
-    # one open-object cache for footers and slices: each object is opened, checked and mapped once
+    # one open-object cache for footers and slices: each object is opened, checked and mapped once, and
+    # every footer held to the namespace's contract (dataset.json) once, at parse, on either path
     slices = SliceReader(store, verify=options.verify, mode=options.read_mode, cache_size=options.open_objects,
-                         read_whole_below=options.small_object_bytes)
+                         read_whole_below=options.small_object_bytes, contract=Contract(plan.written, keys.schema))
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
     if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):

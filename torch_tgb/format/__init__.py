@@ -21,6 +21,7 @@ Every slice starts on a 4096-byte boundary so a memory-mapped object yields
 page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
 from torch_tgb.format._footer import (
     FORMAT_VERSION,
@@ -74,6 +75,7 @@ __all__ = [
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
+    "Contract",
     "DType",
     "Footer",
     "FooterRun",

@@ -33,6 +33,7 @@ import numpy as np
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._checks import check_tables, json_depth
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
 from torch_tgb.format._spec import (
@@ -187,8 +188,15 @@ def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
 _COPY_FOOTER_BYTES = 64 << 10
 
 
-def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset: int) -> Footer:
-    """Parse footer body + trailer (``data`` = bytes ``[footer_offset, size)``)."""
+def parse_footer(
+    data: bytes | memoryview, *, key: str, size: int, footer_offset: int, contract: Contract | None = None
+) -> Footer:
+    """Parse footer body + trailer (``data`` = bytes ``[footer_offset, size)``).
+
+    ``contract``: the namespace's (``dataset.json``); a footer that disagrees
+    with it raises :class:`CorruptObject`, and the footer keeps it to judge
+    each slice when first asked for (:class:`~torch_tgb.format._contract.Contract`).
+    """
     where = f"object {key!r}"
     if len(data) != size - footer_offset:
         raise CorruptObject(f"{where}: truncated footer, got {len(data)} of {size - footer_offset} bytes")
@@ -201,7 +209,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
             f"{where}: footer location disagrees: expected offset {footer_offset}, trailer says {found_offset}"
         )
     body = data[:length] if isinstance(data, bytes) else memoryview(data)[:length]
-    _, crc, _, _ = _TRAILER.unpack(bytes(data[-TRAILER_SIZE:]))
+    _, crc, trailer_version, _ = _TRAILER.unpack(bytes(data[-TRAILER_SIZE:]))
     if crc32c_of(body) != crc:
         raise CorruptObject(f"{where}: footer CRC32C mismatch (footer corrupted)")
     magic, version, _flags, dp, cp, nslices, ntensors, ndims, meta_len = _HEADER.unpack_from(body, 0)
@@ -209,6 +217,8 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         raise CorruptObject(f"{where}: bad footer magic {magic!r}")
     if version not in FORMAT_VERSIONS:
         raise CorruptObject(f"{where}: unknown footer version {version} (this reader knows {list(FORMAT_VERSIONS)})")
+    if version != trailer_version:  # the writer writes one version in both: a footer judged by the wrong rules
+        raise CorruptObject(f"{where}: footer header says format version {version}, its trailer {trailer_version}")
     meta_end = _HEADER.size + meta_len
     meta_padded = meta_end + (-meta_len % 8)
     expected = meta_padded + nslices * _SLICE_ROW.itemsize + ntensors * _TENSOR_ROW.itemsize + ndims * 8
@@ -230,7 +240,7 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
     pos += trows.nbytes
     dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
     check_tables(where, srows, trows, dims, names, cp, footer_offset)
-    return Footer(
+    footer = Footer(
         key=key,
         size=size,
         footer_offset=footer_offset,
@@ -245,4 +255,10 @@ def parse_footer(data: bytes | memoryview, *, key: str, size: int, footer_offset
         tensors=trows,
         dims=dims,
         ragged=ragged,
+        contract=contract,
     )
+    if contract is not None:
+        problem = contract.footer_problem(footer)
+        if problem is not None:
+            raise CorruptObject(f"{where}: {problem}")
+    return footer

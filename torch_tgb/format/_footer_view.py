@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject, SchemaMismatch
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._dtypes import DType, dtype_by_code
 from torch_tgb.layout import Layout, offsets_key
 
@@ -142,7 +143,14 @@ def ragged_checks(info: SliceInfo) -> tuple[RaggedCheck, ...]:
 
 
 class Footer:
-    """The parsed footer of one TGB object. Immutable after construction."""
+    """The parsed footer of one TGB object. Immutable after construction.
+
+    ``contract``: the namespace's :class:`~torch_tgb.format._contract.Contract`
+    that the footer was judged by at parse (``parse_footer(contract=)``); each
+    slice is judged by it when first asked for, with its shape/length checks,
+    so the verdict is cached with the slice. None: the footer is checked only
+    against itself (tools reading an object on its own).
+    """
 
     def __init__(
         self,
@@ -161,6 +169,7 @@ class Footer:
         tensors: np.ndarray,
         dims: np.ndarray,
         ragged: tuple[str, ...] = (),
+        contract: Contract | None = None,
     ) -> None:
         self.key = key
         self.size = size
@@ -177,6 +186,7 @@ class Footer:
         self._dims = dims
         #: ragged keys (stored as values under the name and offsets under name + "_offsets")
         self.ragged = ragged
+        self.contract = contract
         # built on first use; a benign race between threads builds equal objects
         self._cache: dict[int, SliceInfo] = {}
         self._selected: dict[tuple[int, frozenset[str]], SliceInfo] = {}
@@ -208,30 +218,22 @@ class Footer:
         return [self.slice(i // self.cp, i % self.cp) for i in range(self.num_slices)]
 
     def check(self, *, layout: Layout | Mapping[str, Any] | None = None, schema: Mapping[str, Any] | None = None) -> None:
-        """Raise :class:`SchemaMismatch` if the recorded layout/schema disagree with the given ones.
+        """Raise :class:`SchemaMismatch` if the footer disagrees with the given layout/schema (a namespace's contract).
 
         ``layout`` is a ``Layout`` or its JSON; objects written without a
-        recorded layout are checked on their (dp, cp) grid only.
+        recorded layout are checked on their (dp, cp) grid only. The readers
+        check every footer so at parse (``parse_footer(contract=)``, as
+        :class:`CorruptObject`); this is the same check for tools, over every slice.
         """
-        where = f"object {self.key!r}"
-        if layout is not None:
-            want = layout.to_json() if isinstance(layout, Layout) else dict(layout)
-            if (want.get("dp", 1), want.get("cp", 1)) != (self.dp, self.cp):
-                raise SchemaMismatch(f"{where}: holds dp={self.dp} x cp={self.cp} slices, expected layout {want}")
-            if self.layout is not None and self.layout != want:
-                raise SchemaMismatch(f"{where}: written with layout {self.layout}, expected {want}")
-        if schema is not None:
-            stored = set(self.names) - {offsets_key(k) for k in self.ragged}
-            if stored != set(schema):
-                raise SchemaMismatch(f"{where}: holds tensors {sorted(stored)}, schema has {sorted(schema)}")
-            for name, spec in schema.items():
-                if bool(dict(spec).get("ragged", False)) != (name in self.ragged):
-                    raise SchemaMismatch(f"{where}: tensor {name!r} is {'ragged' if name in self.ragged else 'dense'}, "
-                                         f"the schema says {'ragged' if dict(spec).get('ragged') else 'dense'}")
-            for name, spec in self.schema.items():
-                want_dtype = dict(schema.get(name, {})).get("dtype")
-                if isinstance(spec, dict) and want_dtype is not None and spec.get("dtype") != want_dtype:
-                    raise SchemaMismatch(f"{where}: tensor {name!r} is {spec.get('dtype')}, schema says {want_dtype}")
+        contract = Contract(layout, schema)
+        problem = contract.footer_problem(self)
+        for info in () if problem is not None else self.slices():
+            problem = contract.slice_problem(info.cp, info.tensors)
+            if problem is not None:
+                problem = f"slice (dp={info.dp}, cp={info.cp}): {problem}"
+                break
+        if problem is not None:
+            raise SchemaMismatch(f"object {self.key!r}: {problem}")
 
     def _build(self, index: int) -> SliceInfo:
         # one tolist() of the row: per-field numpy scalar access costs microseconds each
@@ -254,6 +256,10 @@ class Footer:
                     f"{numel * dt.itemsize} bytes, footer says {length}"
                 )
             infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt))
+        if self.contract is not None:
+            problem = self.contract.slice_problem(cp, infos)
+            if problem is not None:
+                raise CorruptObject(f"{where}: {problem}")
         return SliceInfo(dp, cp, start, end, tuple(infos), self.ragged)
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._decode import ByteSource, check_ragged_slice, crc_mismatch, decode_slice, writable
 from torch_tgb.format._dtypes import CHECK, WIDEN, IntegerCast, dtype_of_tensor
 from torch_tgb.format._footer import TRAILER_SIZE, parse_footer, parse_trailer
@@ -56,8 +57,9 @@ def read_footer(
     size: int | None = None,
     footer_offset: int | None = None,
     footer_length: int | None = None,
+    contract: Contract | None = None,
 ) -> Footer:
-    """Read and parse the footer of ``key``.
+    """Read and parse the footer of ``key`` (judged by the namespace's ``contract``, when given).
 
     With ``size``, ``footer_offset`` and ``footer_length`` known (a manifest
     entry has them) this is exactly one range read. Otherwise the size is
@@ -74,14 +76,15 @@ def read_footer(
                 f"object {key!r}: footer at {footer_offset} of length {footer_length} does not end "
                 f"an object of {size} bytes"
             )
-        return parse_footer(store.get_range(key, footer_offset, size), key=key, size=size, footer_offset=footer_offset)
+        return parse_footer(store.get_range(key, footer_offset, size), key=key, size=size, footer_offset=footer_offset,
+                            contract=contract)
     tail_start = max(0, size - TAIL_READ)
     tail = store.get_range(key, tail_start, size)
     if len(tail) != size - tail_start:
         raise CorruptObject(f"object {key!r}: truncated, read {len(tail)} of {size - tail_start} tail bytes")
     offset, _length = parse_trailer(tail, key=key, size=size)
     rest = memoryview(tail)[offset - tail_start :] if offset >= tail_start else store.get_range(key, offset, size)
-    return parse_footer(rest, key=key, size=size, footer_offset=offset)
+    return parse_footer(rest, key=key, size=size, footer_offset=offset, contract=contract)
 
 
 def _open_local(path: str, key: str, read_below: int) -> mmap.mmap | bytearray:
@@ -150,7 +153,9 @@ class SliceReader:
 
     ``verify`` (see :func:`verify_policy`): ``"first"`` checks a byte range's
     CRCs the first time this reader delivers it and never again,
-    ``"always"`` on every read, ``"never"`` not at all.
+    ``"always"`` on every read, ``"never"`` not at all. ``contract``: the
+    namespace's, which every footer this reader parses (:meth:`runs`) is
+    judged by, whatever the verify policy.
     """
 
     def __init__(
@@ -161,6 +166,7 @@ class SliceReader:
         cache_size: int = 64,
         mode: str = "mmap",
         read_whole_below: int = 0,
+        contract: Contract | None = None,
     ) -> None:
         if mode not in READ_MODES:
             raise ValueError(f"mode must be one of {READ_MODES}, got {mode!r}")
@@ -169,6 +175,7 @@ class SliceReader:
         self.cache_size = cache_size
         self.mode = mode
         self.read_whole_below = read_whole_below
+        self.contract = contract
         self._lock = threading.Lock()
         self._maps: dict[str, mmap.mmap | bytearray | None] = {}
         self._verified: dict[tuple[str, int], None] = {}  # insertion-ordered: oldest dropped first
@@ -244,7 +251,7 @@ class SliceReader:
         mm = self._mapping(key, size)  # once per run: no need for read()'s inlined cache hit
         if mm is None:
             return None
-        footers = parse_footer_run(mm, tgbs, key=key)
+        footers = parse_footer_run(mm, tgbs, key=key, contract=self.contract)
         out = []
         for dp, cp in slices:
             info, crcs = footers.slice_run(dp, cp, names)

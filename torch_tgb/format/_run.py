@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._decode import ByteSource
 from torch_tgb.format._footer import parse_footer
 from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
@@ -82,7 +83,7 @@ class FooterRun:
         return Footer(
             key=f.key, size=f.size + d, footer_offset=f.footer_offset + d, footer_length=f.footer_length,
             dp=f.dp, cp=f.cp, names=f.names, layout=f.layout, schema=f.schema, metadata=f.metadata,
-            slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged,
+            slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged, contract=f.contract,
         )
 
     def slice_run(
@@ -107,22 +108,26 @@ class FooterRun:
         return SliceInfo(info.dp, info.cp, info.start + d, info.end + d, tensors, info.ragged)
 
 
-def parse_footer_run(buffer: ByteSource, tgbs: Sequence[tuple[int, int]], *, key: str) -> FooterRun:
+def parse_footer_run(
+    buffer: ByteSource, tgbs: Sequence[tuple[int, int]], *, key: str, contract: Contract | None = None
+) -> FooterRun:
     """The footers of the longest leading run of ``tgbs`` that are shifted copies of the first.
 
     ``buffer`` holds the whole object (a mapping); ``tgbs`` are ``(footer_offset,
     size)`` of consecutive TGBs of it, as their manifest entries say. The first
     is parsed in full (and raises :class:`CorruptObject` as :func:`parse_footer`
-    does); the run is at least that one.
+    does, judged by ``contract`` too); the run is at least that one. The others
+    are byte-exact shifted copies of it: the same header, meta and shapes,
+    hence the same verdict.
     """
     view = memoryview(buffer)
     fo0, size0 = tgbs[0]
     if size0 > len(view) or fo0 < 0 or fo0 > size0:
         # parse_footer words the truncation; a short view keeps the message
         first = parse_footer(view[max(0, min(fo0, len(view))) : min(size0, len(view))], key=key, size=size0,
-                             footer_offset=fo0)
+                             footer_offset=fo0, contract=contract)
     else:
-        first = parse_footer(view[fo0:size0], key=key, size=size0, footer_offset=fo0)
+        first = parse_footer(view[fo0:size0], key=key, size=size0, footer_offset=fo0, contract=contract)
     span = size0 - fo0
     crc0 = first._tensors["crc"].astype(np.uint32)[None, :]
     if len(tgbs) == 1:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_tgb.errors import CorruptObject
+from torch_tgb.format._contract import Contract
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._footer import parse_footer
 from torch_tgb.format._footer_view import Footer
@@ -127,13 +128,17 @@ class SegmentIndex:
     def __len__(self) -> int:
         return len(self._at)
 
-    def footer(self, footer_offset: int, size: int) -> Footer | None:
-        """The footer of the TGB at ``[.., size)`` with its footer at ``footer_offset``; None if not indexed."""
+    def footer(self, footer_offset: int, size: int, *, contract: Contract | None = None) -> Footer | None:
+        """The footer of the TGB at ``[.., size)`` with its footer at ``footer_offset``; None if not indexed.
+
+        Parsed as one read in place is, judged by the namespace's ``contract`` too.
+        """
         found = self._at.get(footer_offset)
         if found is None or found[2] != size:
             return None
         start, end, _ = found
-        return parse_footer(self._body[start:end], key=self.key, size=size, footer_offset=footer_offset)
+        return parse_footer(self._body[start:end], key=self.key, size=size, footer_offset=footer_offset,
+                            contract=contract)
 
 
 def read_segment_index(

@@ -19,7 +19,8 @@ Pure torch over the whole batch at once (no Python loop over rows): a
 training step runs them on the device, on the tensors it received. The reader
 derives on the CPU with the numpy twins, a few times faster at a step's size
 (:func:`ignored_labels`, :func:`derived_arrays`: equal results, tested so),
-after :func:`seq_lens_problem` has judged the stored lengths (untrusted bytes).
+after :func:`seq_lens_problem` has judged the stored lengths (untrusted bytes)
+and :func:`padding_problem` the tokens they call padding.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ __all__ = [
     "document_ids",
     "ignored_labels",
     "mask_labels",
+    "padding_at",
+    "padding_problem",
     "position_ids",
     "row_cu_seqlens",
     "seq_lens_problem",
@@ -74,10 +77,13 @@ def seq_lens_problem(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> 
     """What is wrong with rows' stored ``seq_lens`` (None: nothing). Pure.
 
     Lengths are untrusted bytes (a CRC only says they were written so; the
-    offsets were checked on read): each must be ``>= 0``, a row's must sum to
-    at most ``seq_len`` (or the derived tensors would mark tokens of other
-    rows) and a row holds at most ``seq_len`` of them (``cu_seqlens`` has room
-    for no more).
+    offsets were checked on read): each must be ``>= 1`` (packers write no
+    empty sequence; a row of ``[0, 0, ...]`` would have every label ignored and
+    every position 0; a padding row holds no sequence at all), a row's must
+    sum to at most ``seq_len`` (or the derived tensors would mark tokens of
+    other rows) and a row holds at most ``seq_len`` of them (``cu_seqlens`` has
+    room for no more). Lengths that sum to less than a row's content are
+    :func:`padding_problem`'s to find (it needs the tokens).
     """
     lengths = np.asarray(lengths)
     if not lengths.size:
@@ -86,15 +92,68 @@ def seq_lens_problem(lengths: np.ndarray, offsets: np.ndarray, seq_len: int) -> 
     if int(counts.max(initial=0)) > seq_len:
         row = int(np.argmax(counts))
         return f"row {row} holds {int(counts[row])} sequences, more than its seq_len {seq_len}"
-    if int(lengths.min()) < 0:
+    if int(lengths.min()) < 1:
         at = int(np.argmin(lengths))
         row = int(np.searchsorted(np.asarray(offsets, dtype=np.int64), at, side="right")) - 1
-        return f"row {row} holds a sequence of length {int(lengths[at])} (lengths are >= 0)"
+        return (f"row {row} holds a sequence of length {int(lengths[at])} (lengths are >= 1: a packer writes "
+                "no empty sequence)")
     real = _sequences(lengths, np.asarray(offsets, dtype=np.int64)).real
     if int(real.max(initial=0)) > seq_len:
         row = int(np.argmax(real))
         return f"row {row}'s sequences hold {int(real[row])} tokens, more than its seq_len {seq_len}"
     return None
+
+
+def padding_at(
+    lengths: np.ndarray, offsets: np.ndarray, seq_len: int, ranges: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, columns, real)``: where a rank's ``[rows, n]`` tokens are padding by the rows' lengths. Pure.
+
+    The rank holds token positions ``ranges`` of every row (as :func:`ignored_labels`
+    takes them); a token is padding at positions ``>= sum(seq_lens)`` of its row
+    (``real``, per row). ``lengths`` must pass :func:`seq_lens_problem`.
+    """
+    real = _sequences(np.asarray(lengths, dtype=np.int64), np.asarray(offsets, dtype=np.int64)).real
+    positions = np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in ranges])
+    if not len(real) or not len(positions) or int(real.min()) > int(positions.max()):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, real
+    rows, columns = np.nonzero(positions[None, :] >= real[:, None])
+    return rows, columns, real
+
+
+def padding_problem(tokens: np.ndarray, padding: tuple[np.ndarray, np.ndarray, np.ndarray], key: str) -> str | None:
+    """What is wrong with the tokens that rows' lengths call padding (None: nothing). Pure.
+
+    ``tokens``: a rank's ``[rows, n]`` tokens of ``key``; ``padding``:
+    :func:`padding_at` of its rows' lengths. A packer pads a row after its
+    last sequence with one pad id, the same in every row; lengths that sum to
+    less than a row's content call real tokens padding (their labels would be
+    ignored, their positions 0), and those differ from the pad id. Such rows
+    are found where their real tokens differ from the step's pad id (the most
+    common padding token): a row short of its content by tokens equal to the
+    pad id looks padded, and is.
+    """
+    rows, columns, real = padding
+    if not len(rows):
+        return None
+    values = tokens[rows, columns]
+    if values.min() == values.max():
+        return None
+    # a row whose padding is not one value, else a row whose pad value is not the other rows'
+    firsts = np.flatnonzero(np.concatenate([[True], rows[1:] != rows[:-1]]))
+    mixed = values != np.repeat(values[firsts], np.diff(np.append(firsts, len(values))))
+    if mixed.any():
+        row = int(rows[int(np.argmax(mixed))])
+        held = values[rows == row]
+        return (f"row {row} holds {key} tokens {held[:4].tolist()}{' ...' if len(held) > 4 else ''} after the "
+                f"{int(real[row])} its seq_lens count, where a packer pads with one id: lengths that stop short of "
+                "the row's content")
+    uniques, counts = np.unique(values[firsts], return_counts=True)
+    pad = uniques[int(np.argmax(counts))]
+    row = int(rows[firsts[int(np.argmax(values[firsts] != pad))]])
+    return (f"row {row} holds {key} token {values[rows == row][0].item()} after the {int(real[row])} its seq_lens "
+            f"count, where the step's other rows pad with {pad.item()}: lengths that stop short of the row's content")
 
 
 def derived_arrays(

@@ -13,8 +13,11 @@ location recorded in the manifest entry, so a reader pays one round trip per
 ``lookahead`` steps for footers instead of one per step. If an object of
 that window is missing, the tasks before it are served one by one and the
 missing object's own task raises :class:`ObjectNotFound`: no step before
-it is lost. The entry's numbers are checked before anything is read (a
-hostile ``size`` must not decide an allocation).
+it is lost; a footer of that window that fails its checks is served the same
+way (its own step raises :class:`CorruptObject`, naming the step). The
+entry's numbers are checked before anything is read (a hostile ``size`` must
+not decide an allocation), and every footer, read in place or taken from a
+segment index, is judged by the namespace's ``contract`` at parse.
 
 State: the source's state as it was right after the last task handed out,
 so tasks buffered ahead are fetched again after a reset, never skipped.
@@ -31,10 +34,11 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes.read._types import Lookahead, ReadTask, StepEntry
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
-from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.errors import CorruptObject, ManifestError, ObjectNotFound
 from torch_tgb.format import (
     INDEX_TAIL_READ,
     TRAILER_SIZE,
+    Contract,
     Footer,
     SegmentIndex,
     SliceReader,
@@ -84,7 +88,9 @@ class FooterIndex(BaseNode[ReadTask]):
         lookahead: int = 32,
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
+        contract: Contract | None = None,
     ) -> None:
+        """``contract``: the namespace's layout and schema, that every footer is judged by (None: not judged)."""
         super().__init__()
         if cache_size < 1 or lookahead < 1:
             raise ValueError(f"cache_size and lookahead must be >= 1, got {cache_size=} {lookahead=}")
@@ -95,6 +101,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self.stats = ReadStats()  # this node's own counters (the reader merges them)
         self.slices = slices  # shared with the RangeReader: one mapping per object
         self.errors = errors
+        self.contract = contract
         self._cache: OrderedDict[tuple[str, int], Footer] = OrderedDict()
         self._pending: deque[tuple[ReadTask, dict[str, Any]]] = deque()
         self._state: dict[str, Any] | None = None
@@ -132,21 +139,24 @@ class FooterIndex(BaseNode[ReadTask]):
             if self._local:
                 # no round trip to save: parse this task's footers only, so that a step never pays
                 # for the next ``lookahead`` steps' footers (that batching made every 8th step slow)
-                for e in task.entries:
-                    if e.address not in cache:
-                        self._fetch_one_local(e)
+                try:
+                    for e in task.entries:
+                        if e.address not in cache:
+                            self._fetch_one_local(e)
+                except CorruptObject as error:
+                    raise self._at_step(task, error) from error
             elif self._narrow:  # a window's fetch failed: task by task until past that window
                 self._narrow -= 1
-                self._fetch(list(task.entries))
+                self._fetch_task(task)
             else:
                 self._pull_ready()
                 try:
                     self._fetch([e for t, _ in self._pending for e in t.entries])
-                except ObjectNotFound:
-                    # One object of the window is missing: deliver every step before it, then fail
-                    # on its own step (this task's fetch raises if the missing object is its own).
+                except (ObjectNotFound, CorruptObject):
+                    # One object of the window is missing or corrupt: deliver every step before it,
+                    # then fail on its own step (this task's fetch raises if the object is its own).
                     self._narrow = len(self._pending) - 1
-                    self._fetch(list(task.entries))
+                    self._fetch_task(task)
         else:
             self.stats.add(footer_cache_hits=len(task.entries))
         self._pending.popleft()
@@ -165,6 +175,17 @@ class FooterIndex(BaseNode[ReadTask]):
         return next((f for (k, _), f in self._cache.items() if k == key), None)
 
     # --- internals -------------------------------------------------------------
+
+    def _fetch_task(self, task: ReadTask) -> None:
+        """The footers of one task; a corrupt one raises naming the task's step."""
+        try:
+            self._fetch(list(task.entries))
+        except CorruptObject as error:
+            raise self._at_step(task, error) from error
+
+    def _at_step(self, task: ReadTask, error: CorruptObject) -> CorruptObject:
+        """``error`` (the format names object and slice) with the namespace and the task's step, as RangeReader words it."""
+        return CorruptObject(f"{self.store.url}: step={task.cursor.step}: {error}")
 
     def _pull(self) -> None:
         task = next(self.source)  # StopIteration / DataTimeout propagate
@@ -191,8 +212,8 @@ class FooterIndex(BaseNode[ReadTask]):
         if self._local is None:  # one namespace lives on one backend: ask once
             self._local = self.store.local_path(requests[0].key) is not None
         def parse(blobs: Sequence[bytes | memoryview]) -> list[Footer]:
-            return [parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset)
-                    for e, blob in zip(todo.values(), blobs)]
+            return [parse_footer(blob, key=e.key, size=e.entry.size, footer_offset=e.entry.footer_offset,
+                                 contract=self.contract) for e, blob in zip(todo.values(), blobs)]
 
         if self._local:
             # local files: sequential reads beat spinning up reader threads; through the
@@ -230,7 +251,8 @@ class FooterIndex(BaseNode[ReadTask]):
         left = {}
         for address, e in todo.items():
             index = self._indexes.get(e.key)
-            footer = None if index is None else index.footer(e.entry.footer_offset, e.entry.size)
+            footer = None if index is None else index.footer(e.entry.footer_offset, e.entry.size,
+                                                             contract=self.contract)
             if footer is None:
                 left[address] = e
             else:
@@ -285,7 +307,8 @@ class FooterIndex(BaseNode[ReadTask]):
         r = self._footer_range(e)
         blob = self._local_range(r)
         self.stats.add(footer_requests=1, bytes_read=len(blob))
-        self._cache[e.address] = parse_footer(blob, key=e.key, size=r.end, footer_offset=r.start)
+        self._cache[e.address] = parse_footer(blob, key=e.key, size=r.end, footer_offset=r.start,
+                                              contract=self.contract)
         if len(self._cache) > self.cache_size:
             self._evict()
 

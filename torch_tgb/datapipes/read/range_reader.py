@@ -22,7 +22,9 @@ their ranges go out as one ordered batched ``get_ranges`` call
 (:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`), whose soft failures
 (missing object, timeout, 5xx) are re-read within the ``errors`` budget and
 whose hard failures are raised. Errors (a timeout, a corrupt object) are
-delivered in order too, at the first step of the read they happened in.
+delivered in order too, at the first step of the read they happened in; a
+corrupt object in a read of several steps is read again step by step, so the
+steps before it are delivered and it fails at its own step.
 
 State: the source's state right after the task of the last delivered batch,
 so that steps fetched ahead but not delivered are fetched again after a
@@ -58,6 +60,13 @@ class _End:
         self.error = error
 
 
+class _Failed:
+    """A step of a group read that failed (and the steps after it): its error, raised when it is delivered."""
+
+    def __init__(self, error: CorruptObject) -> None:
+        self.error = error
+
+
 class RangeReader(BaseNode[StepBatch]):
     """Fetches, verifies and assembles the slices of each ReadTask."""
 
@@ -86,7 +95,7 @@ class RangeReader(BaseNode[StepBatch]):
         self.inline_local = inline_local
         self.stats = ReadStats()  # this node's own counters (the reader merges them)
         self._state: dict[str, Any] | None = None
-        self._queue: queue.Queue[tuple[concurrent.futures.Future[list[StepBatch]], int, dict] | _End] | None = None
+        self._queue: queue.Queue[tuple[concurrent.futures.Future[list[StepBatch | _Failed]], int, dict] | _End] | None = None
         self._feeder: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stop = threading.Event()
@@ -137,19 +146,24 @@ class RangeReader(BaseNode[StepBatch]):
         assert self._slots is not None
         self._slots.release()  # this step leaves the window: the feeder may start another
         try:
-            batch = future.result()[index]
+            got = future.result()[index]
+            if isinstance(got, _Failed):
+                raise got.error
         except BaseException:
             self._ended = _End(None)
             self.close()
             raise
         self._state = state
-        return batch
+        return got
 
     # --- reading ---------------------------------------------------------------
 
     def read(self, task: ReadTask) -> StepBatch:
         """Fetch and assemble one task's pieces."""
-        return self.read_group([task])[0]
+        batch = self.read_group([task])[0]
+        if isinstance(batch, _Failed):  # one task: read_group raises instead
+            raise batch.error
+        return batch
 
     def _read_local(self, task: ReadTask) -> StepBatch:
         """One task of a mapped local namespace: a slice view per piece, no request objects, one stats update."""
@@ -171,15 +185,34 @@ class RangeReader(BaseNode[StepBatch]):
         self.stats.add(data_requests=len(parts), bytes_read=nbytes, useful_bytes=useful)
         return StepBatch(task, task.assemble(parts))
 
-    def read_group(self, tasks: Sequence[ReadTask]) -> list[StepBatch]:
-        """Fetch the pieces of several upcoming steps at once (a reader thread), assemble each."""
+    def read_group(self, tasks: Sequence[ReadTask]) -> list[StepBatch | _Failed]:
+        """Fetch the pieces of several upcoming steps at once (a reader thread), assemble each.
+
+        A corrupt object fails only its own step: the group is read again task
+        by task, the steps before it delivered, it and the steps after it
+        :class:`_Failed` (one task: raised).
+        """
         if self._local is None:  # one namespace lives on one backend: ask once
             key = next((t.entries[p.tgb].key for t in tasks for p in t.pieces), None)
             self._local = key is not None and self.store.local_path(key) is not None
-        if self._local:
-            return [self._read_local(task) for task in tasks]
-        parts = self._read_remote(tasks)
-        return [StepBatch(task, task.assemble(p)) for task, p in zip(tasks, parts)]
+        if not self._local:
+            try:
+                parts = self._read_remote(tasks)
+                return [StepBatch(task, task.assemble(p)) for task, p in zip(tasks, parts)]
+            except CorruptObject:
+                if len(tasks) == 1:
+                    raise
+        read_one = self._read_local if self._local else self.read
+        out: list[StepBatch | _Failed] = []
+        for task in tasks:
+            try:
+                out.append(read_one(task))
+            except CorruptObject as e:
+                if len(tasks) == 1:
+                    raise
+                out.extend([_Failed(e)] * (len(tasks) - len(out)))
+                break
+        return out
 
     def _read_remote(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:
         """Each task's slices, in piece order; the ranges of all tasks in one batched call."""
@@ -189,7 +222,10 @@ class RangeReader(BaseNode[StepBatch]):
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
-                infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp, self.names)))
+                try:  # a slice is judged (shapes, the namespace's contract) when first asked for
+                    infos.append((entry.key, footer, footer.slice(piece.dp, piece.cp, self.names)))
+                except CorruptObject as e:
+                    raise CorruptObject(f"{self.store.url}: step={task.cursor.step}: {e}") from e
                 owner.append(t)
         started = time.perf_counter()
         parts: list[dict] = []
