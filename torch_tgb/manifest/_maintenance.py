@@ -63,7 +63,6 @@ class Maintenance:
         except StorageError as e:
             log.warning("%s: snapshot or hint of version=%d failed: %s", self.store.url, number, e)
 
-
     def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
         """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.manifest.records import GCBoundary, TGBEntry, Version
 
-__all__ = ["collect_entries", "find_version", "probe_newest", "search_step"]
+__all__ = ["collect_entries", "find_version", "probe_near", "probe_newest", "search_step"]
 
 
 def probe_newest(low: int, exists: Callable[[int], bool]) -> int:
@@ -29,6 +29,28 @@ def probe_newest(low: int, exists: Callable[[int], bool]) -> int:
         else:
             bad = low + step
             break
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if exists(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def probe_near(known: int, guess: int, exists: Callable[[int], bool]) -> int:
+    """The newest version, given that ``known`` exists (or is 0) and a ``guess`` of it above ``known``.
+
+    A committer's guess comes from the rate at which others commit: when it is
+    right, two existence checks (``guess`` and ``guess + 1``) settle it;
+    otherwise the search gallops on from ``guess`` or bisects down to
+    ``known``, as :func:`probe_newest` does.
+    """
+    if guess <= known:
+        return probe_newest(known, exists)
+    if exists(guess):
+        return guess if not exists(guess + 1) else probe_newest(guess + 1, exists)
+    good, bad = known, guess
     while bad - good > 1:
         mid = (good + bad) // 2
         if exists(mid):

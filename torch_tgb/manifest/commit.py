@@ -185,7 +185,7 @@ class Committer:
         if view.table is None:
             return self._refresh_folding()
         taken, self._taken = self._taken, 0
-        read_at, newest = self.manifest.newest_for_commit(view.version, expect_new=self._expect_new(), at_least=taken)
+        read_at, newest = self.manifest.newest_for_commit(view.version, expected=self._expected(), at_least=taken)
         self._rate.saw(newest - view.version, read_at)  # versions since our view: all others'
         if newest == view.version:
             return read_at
@@ -217,10 +217,10 @@ class Committer:
                 self._adopt(self.manifest.with_loader(view))
                 return self.refresh()
 
-    def _expect_new(self) -> bool:
-        """Whether others have most likely committed since our view (then the probe starts from the hint)."""
+    def _expected(self) -> int | None:
+        """How many versions others most likely wrote since our view (from their rate); ``None``: no rate yet."""
         rate = self._rate.rate
-        return rate is not None and rate * self._rate.since(time.monotonic()) >= 1.0
+        return None if rate is None else round(rate * self._rate.since(time.monotonic()))
 
     def _adopt(self, view: ManifestState) -> None:
         """Take ``view`` (a format-2 state): read our bucket, recognise a landed write, check fencing."""
@@ -457,5 +457,5 @@ class Committer:
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")
-        self.manifest.after_commit(self._view, others_commit=(self._rate.rate or 0.0) > 0.0)
+        self.manifest.after_commit(self._view, others_commit=bool(self._rate.rate))
         return AttemptResult(True, False, number, window, recognised=recognised)

@@ -198,27 +198,32 @@ class Manifest(Maintenance):
 
     # --- format 2: the newest version names everything -------------------------
 
-    def newest_for_commit(self, known: int, *, expect_new: bool = False, at_least: int = 0) -> tuple[float, int]:
+    def newest_for_commit(self, known: int, *, expected: int | None = None, at_least: int = 0) -> tuple[float, int]:
         """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
 
-        One existence check when nothing was committed since; else the hint
-        (which committers of a busy namespace move with every commit) and a
-        probe from it: O(1) round trips however many versions others wrote
-        meanwhile. ``expect_new`` (others commit often) skips the first
-        check; ``at_least``: a version known to exist (the slot our create
-        just found taken), probed on from directly. No GC-boundary read: the
-        committer reads it after its create.
+        O(1) round trips however many versions others wrote meanwhile:
+        ``at_least``, a version known to exist (the slot our create just
+        found taken), is probed on from; ``expected == 0`` (others are not
+        committing, by their rate) costs one existence check; otherwise the
+        hint, which committers move with each commit while others commit too,
+        and a probe from it (one or two checks: the hint lags only by the
+        commits in flight). No GC-boundary read: the committer reads it after
+        its create. (A guess from the rate alone, probed around, cost more:
+        the count of others' commits in an interval varies as much as its
+        mean, and every miss costs a gallop or a bisection.)
         """
         read_at = time.monotonic()
-        if at_least > known:  # our create just met this slot taken: probe on from it, no hint needed
-            return read_at, self._versions.saw_newest(probe_newest(at_least, self._exists))
-        if not expect_new and not self._exists(known + 1):
-            return read_at, known
-        hint = self._read_hint()
-        read_at = time.monotonic()
-        # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
-        # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
-        return read_at, self._versions.saw_newest(probe_newest(max(known, hint), self._exists))
+        if at_least > known:
+            newest = probe_newest(at_least, self._exists)
+        elif expected == 0:
+            newest = probe_newest(known, self._exists)
+        else:
+            # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
+            # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
+            hint = self._read_hint()
+            read_at = time.monotonic()
+            newest = probe_newest(max(known, hint), self._exists)
+        return read_at, self._versions.saw_newest(newest)
 
     def state_of(self, version: Version) -> ManifestState:
         """The full state at format-2 ``version`` (no replay: its table names every producer)."""
