@@ -95,7 +95,8 @@ def append_versions(store: Any, after: int, table: Any, versions: int, per_versi
     step, offset, number = first_step, 0, after
     for _ in range(versions):
         number += 1
-        entries = tuple(TGBEntry(key, tgb.size, tgb.footer_offset, tgb.footer_length, "w", offset + i, 1, 1)
+        record = {"slice_record": tgb.slice_record} if getattr(tgb, "slice_record", 0) else {}  # version 3 only
+        entries = tuple(TGBEntry(key, tgb.size, tgb.footer_offset, tgb.footer_length, "w", offset + i, 1, 1, **record)
                         for i in range(per_version))
         offset += per_version
         delta = {"w": ProducerState(1, offset, 1.0)}

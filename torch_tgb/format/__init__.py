@@ -24,6 +24,7 @@ page-aligned tensors with no copy; each tensor carries its own CRC32C.
 from torch_tgb.format._contract import Contract
 from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
 from torch_tgb.format._footer import (
+    V3_SLICE_ALIGN,
     FORMAT_VERSION,
     FORMAT_VERSIONS,
     SLICE_ALIGN,
@@ -33,8 +34,10 @@ from torch_tgb.format._footer import (
     Footer,
     SliceInfo,
     TensorInfo,
+    footer_from_records,
     parse_footer,
 )
+from torch_tgb.format._records import meta_range, record_range, record_width
 from torch_tgb.format._padding import check_padding, padding_ranges
 from torch_tgb.format._reader import (
     READ_MODES,
@@ -72,6 +75,7 @@ __all__ = [
     "READ_MODES",
     "READ_WHOLE_BELOW",
     "SLICE_ALIGN",
+    "V3_SLICE_ALIGN",
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
@@ -99,8 +103,12 @@ __all__ = [
     "narrowing_problem",
     "padding_ranges",
     "ragged_keys",
+    "footer_from_records",
+    "meta_range",
     "parse_footer",
     "parse_footer_run",
+    "record_range",
+    "record_width",
     "parse_index_trailer",
     "read_footer",
     "read_segment_index",

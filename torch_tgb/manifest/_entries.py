@@ -12,7 +12,7 @@ Format 2 writes the same columns as JSON::
     "entries": {"keys": [k0, k1, ...], "pids": [p0, ...],
                 "key": [i, ...], "pid": [j, ...], "offset": [...], "start": [...], "size": [...],
                 "footer_offset": [...], "footer_length": [...], "object_size": [...],
-                "samples": [...], "tokens": [...]}
+                "samples": [...], "tokens": [...], "slice_record": [...]}
 
 (``object_size`` 0: the object is exactly ``size`` bytes). Every column is
 checked on parse: integers, non-negative, of equal length, indices in
@@ -28,14 +28,15 @@ from typing import Any, cast, overload
 import numpy as np
 
 from torch_tgb.errors import ManifestError
-from torch_tgb.manifest._entry import MAX_FOOTER_BYTES, TGBEntry, check_data_key, check_producer
+from torch_tgb.manifest._entry import MAX_FOOTER_BYTES, MIN_SLICE_RECORD, TGBEntry, check_data_key, check_producer
 from torch_tgb.manifest._json import Fields
 
 __all__ = ["EntryTable"]
 
 #: the numeric columns, in the order of the table's array
-COLUMNS = ("offset", "start", "size", "footer_offset", "footer_length", "object_size", "samples", "tokens")
-_OFFSET, _START, _SIZE, _FOOTER_OFFSET, _FOOTER_LENGTH, _OBJECT_SIZE, _SAMPLES, _TOKENS = range(len(COLUMNS))
+COLUMNS = ("offset", "start", "size", "footer_offset", "footer_length", "object_size", "samples", "tokens",
+           "slice_record")
+_OFFSET, _START, _SIZE, _FOOTER_OFFSET, _FOOTER_LENGTH, _OBJECT_SIZE, _SAMPLES, _TOKENS, _RECORD = range(len(COLUMNS))
 _INT64_MAX = (1 << 63) - 1
 _new = object.__new__
 
@@ -66,7 +67,8 @@ class EntryTable(Sequence[TGBEntry]):
         key = np.fromiter((keys.setdefault(e.key, len(keys)) for e in entries), dtype=np.int32, count=n)
         pid = np.fromiter((pids.setdefault(e.producer, len(pids)) for e in entries), dtype=np.int32, count=n)
         numbers = np.array([(e.offset, e.start, e.size, e.footer_offset, e.footer_length, e.object_size or 0,
-                             e.samples, e.tokens) for e in entries], dtype=np.int64).reshape(n, len(COLUMNS))
+                             e.samples, e.tokens, e.slice_record) for e in entries],
+                           dtype=np.int64).reshape(n, len(COLUMNS))
         return cls(list(keys), list(pids), key, pid, numbers)
 
     # --- the Sequence --------------------------------------------------------
@@ -107,12 +109,13 @@ class EntryTable(Sequence[TGBEntry]):
         return f"EntryTable({len(self)} entries, {len(self._keys)} objects)"
 
     def _entry(self, i: int) -> TGBEntry:
-        offset, start, size, footer_offset, footer_length, object_size, samples, tokens = self._numbers[i].tolist()
+        offset, start, size, footer_offset, footer_length, object_size, samples, tokens, record = \
+            self._numbers[i].tolist()
         entry = _new(TGBEntry)
         entry.__dict__.update(
             key=self._keys[self._key[i]], size=size, footer_offset=footer_offset, footer_length=footer_length,
             producer=self._pids[self._pid[i]], offset=offset, samples=samples, tokens=tokens, start=start,
-            object_size=object_size or None,
+            object_size=object_size or None, slice_record=record,
         )
         return cast(TGBEntry, entry)
 
@@ -150,7 +153,9 @@ class EntryTable(Sequence[TGBEntry]):
         key = _ints(f.array("key"), "key", what)
         pid = _ints(f.array("pid"), "pid", what)
         n = len(key)
-        columns = [_ints(f.array(name), name, what) for name in COLUMNS]
+        columns = [_ints(f.array(name), name, what) for name in COLUMNS[:-1]]
+        records = f.optional_array("slice_record")
+        columns.append(_ints(records, "slice_record", what) if records is not None else np.zeros(len(key), np.int64))
         f.done()
         if len(pid) != n or any(len(c) != n for c in columns):
             raise ManifestError(f"{what}: entries' columns differ in length")
@@ -171,7 +176,9 @@ class EntryTable(Sequence[TGBEntry]):
             return
         v = self._numbers
         start, size, fo, fl, osize = v[:, _START], v[:, _SIZE], v[:, _FOOTER_OFFSET], v[:, _FOOTER_LENGTH], v[:, _OBJECT_SIZE]
+        record = v[:, _RECORD]
         bad = (fl > MAX_FOOTER_BYTES) | (start > fo) | ((osize != 0) & (osize < size)) | (fo > size - fl)
+        bad |= (record != 0) & ((record < MIN_SLICE_RECORD) | (record > fl))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             self._entry(i).validate(what=f"{what} entry {i}")  # words the error

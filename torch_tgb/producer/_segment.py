@@ -40,7 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError
-from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb, segment_index
+from torch_tgb.format import V3_SLICE_ALIGN, SliceData, encode_tgb, segment_index
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.manifest.keys import parse_object_name
 from torch_tgb.manifest.records import DATA_PREFIX
@@ -84,6 +84,7 @@ class _Open:
     samples: int
     tokens: int
     footer: bytes  # bytes [footer_offset, size): the segment index repeats them
+    slice_record: int = 0
 
 
 @dataclass
@@ -134,8 +135,8 @@ class SegmentWriter:
             self._open = _Segment(self.store.open_writer(self.key_for(offset), size_hint=hint), [])
         segment = self._open
         end = segment.writer.size
-        base = end + (-end % SLICE_ALIGN)
-        buffers, obj = encode_tgb(slices, base=base)
+        base = end + (-end % V3_SLICE_ALIGN)  # encode_tgb pads its first slice to a page where it pages them
+        buffers, obj = encode_tgb(slices, base=base, key=segment.writer.key)
         # written (copied) now: the encoder's buffers view the caller's tensors, which may change after append
         try:
             written = segment.writer.write_at(base, buffers)
@@ -148,7 +149,7 @@ class SegmentWriter:
             raise error
         footer = bytes(buffers[-1])  # encode_tgb ends with the footer, bytes [footer_offset, size)
         segment.tgbs.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens,
-                                  footer))
+                                  footer, obj.slice_record))
         if len(segment.tgbs) >= self.segment_tgbs or obj.size >= self.segment_bytes:
             if self.segment_tgbs == 1 or self.on_written is None:
                 return self.flush()
@@ -243,6 +244,6 @@ class SegmentWriter:
             raise
         return [
             TGBEntry(writer.key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
-                     t.tokens, start=t.start, object_size=None if single else total)
+                     t.tokens, start=t.start, object_size=None if single else total, slice_record=t.slice_record)
             for t in tgbs
         ]

@@ -27,6 +27,8 @@ def get_entry_field(version: dict[str, Any], index: int, field: str) -> Any:
     if field in _NAMED:
         column, names = _NAMED[field]
         return entries[names][entries[column][index]]
+    if field not in entries:  # a column written versions ago did not exist yet
+        return 0
     return entries[field][index]
 
 
@@ -34,7 +36,10 @@ def set_entry_field(version: dict[str, Any], index: int, field: str, value: Any)
     """Set field ``field`` of entry ``index`` to ``value`` (a key or producer id only for that entry)."""
     entries = version["entries"]
     if isinstance(entries, list):
-        entries[index][field] = value
+        if field in ("start", "object_size", "slice_record") and not value:
+            entries[index].pop(field, None)  # format 1 omits them when 0
+        else:
+            entries[index][field] = value
         return
     if field in _NAMED:
         column, names = _NAMED[field]
@@ -46,14 +51,14 @@ def set_entry_field(version: dict[str, Any], index: int, field: str, value: Any)
 
 #: every field of an entry, as format 1 names them
 FIELDS = ("key", "size", "footer_offset", "footer_length", "producer", "offset", "samples", "tokens", "start",
-          "object_size")
+          "object_size", "slice_record")
 
 
 def get_entry(version: dict[str, Any], index: int) -> dict[str, Any]:
     """Entry ``index`` as a format-1 object (every field; ``start``/``object_size`` 0 when absent)."""
     entries = version["entries"]
     if isinstance(entries, list):
-        return {"start": 0, "object_size": 0, **entries[index]}
+        return {"start": 0, "object_size": 0, "slice_record": 0, **entries[index]}
     return {field: get_entry_field(version, index, field) for field in FIELDS}
 
 
