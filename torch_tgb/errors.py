@@ -18,6 +18,7 @@ __all__ = [
     "DataTimeout",
     "FencedError",
     "FleetError",
+    "FrameworkError",
     "InvalidKey",
     "JobMismatch",
     "LayoutError",
@@ -185,6 +186,15 @@ class FencedError(TGBError):
 
 class DataTimeout(TGBError, TimeoutError):
     """No new step became visible within the consumer's timeout."""
+
+
+class FrameworkError(TGBError, RuntimeError):
+    """A training framework would use a TGB loader in a way that trains wrong data; the message says what to use.
+
+    Raised before the first wrong batch: accelerate re-sharding a TGB dataset that
+    already reads one rank's slice, a skip on top of a restored position, a
+    framework restoring a loader's position after it started reading.
+    """
 
 
 # --- fleets ---------------------------------------------------------------------

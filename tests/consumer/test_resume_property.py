@@ -64,6 +64,7 @@ def test_resume_under_any_topology(namespace, before, after, split_before, split
     expressible = cursor.sub_step == 0 or (
         plan.steps_per_tgb > 1 and (cursor.sub_step * plan.steps_per_tgb) % cursor.sub_steps == 0
     )
+    next_pass = False
     for i, mesh in enumerate(meshes(*after)):
         ds = TGBDataset(namespace, mesh=mesh, dp_split=split_after, prefetch=0)
         ds.load_state_dict(states[i % len(states)])
@@ -72,8 +73,15 @@ def test_resume_under_any_topology(namespace, before, after, split_before, split
                 next(iter(ds))
             return
         rest = list(ds)
-        assert same(rest, expected_stream(LAYOUT, mesh, cursor, N_STEPS, split_after))
+        expected = expected_stream(LAYOUT, mesh, cursor, N_STEPS, split_after)
+        if not expected:  # saved where no step of the pass is left: a sealed namespace's next pass follows
+            assert same(rest, expected_stream(LAYOUT, mesh, Cursor(0), N_STEPS, split_after))
+            next_pass = True
+            continue
+        assert same(rest, expected)
         seen += tokens(rest)
+    if next_pass:
+        return
     produced = Counter(t for s in range(N_STEPS) for t in make_batch(s)["input_ids"].flatten().tolist())
     assert all(n == 1 for n in seen.values()) and not (seen - produced)
     # complete up to the last step the new topology can form

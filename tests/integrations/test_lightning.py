@@ -3,10 +3,12 @@
 ``examples/lightning_train.py`` trains 12 steps on a sealed dp=2 namespace
 with ``ModelCheckpoint(every_n_train_steps=5)``, then a second launch resumes
 from ``step=5.ckpt`` (a rollback past the stop, with a loader worker this
-time) and trains on to the seal at step 14 (max_steps is 16: Lightning would
-repeat empty epochs there without end). Lightning fetches one batch ahead of
-the one it trains; the checkpoint must still hold cursor 5, and every global
-step must train the TGB step of that number, this rank's slice, once per run.
+time) and trains on to max_steps=16: the namespace is sealed at 14 steps, so
+global steps 14 and 15 are the first two steps of its next pass (a sealed
+namespace is a finite dataset, and Lightning's next epoch its next pass). The
+checkpoint must hold cursor 5, and every global step must train its TGB step,
+this rank's slice, once per run. Off the documented path, see
+``test_lightning_offpath.py``.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ require("pytorch_lightning", "pip install 'torch-tgb[lightning]'")
 from torch_tgb.integrations.lightning import ConsumedBatches, pytorch_lightning_callbacks  # noqa: E402
 
 
-def test_the_callback_acts_once_when_registered_twice_and_stops_after_the_seal(tmp_path):
+def test_the_callback_acts_once_when_registered_twice_and_stops_after_an_empty_epoch(tmp_path):
     """Entry point plus callbacks=[ConsumedBatches()] (or two metadata copies): one acknowledgement per batch."""
     ns = str(tmp_path / "ns")
     produce(ns, 3, layout=Layout(dp=2))
-    loader = DataLoader(ns, mesh=Mesh(0, 2))
+    loader = DataLoader(ns, mesh=Mesh(0, 2), stop_step=3)  # a stream that ends for good at step 3
     trainer = SimpleNamespace(callbacks=[*pytorch_lightning_callbacks(), ConsumedBatches()], train_dataloader=loader,
                               should_stop=False)
     it = iter(loader)
@@ -51,7 +53,8 @@ def test_the_callback_acts_once_when_registered_twice_and_stops_after_the_seal(t
     assert not trainer.should_stop  # an epoch with batches
     for cb in trainer.callbacks:
         cb.on_train_epoch_start(trainer, None)
-    assert list(loader) == []  # the stream ended at its seal: the next epoch is empty
+    with pytest.warns(UserWarning, match="ended at stop_step=3"):
+        assert list(loader) == []  # the stream ended at stop_step: the next epoch is empty
     for cb in trainer.callbacks:
         cb.on_train_epoch_end(trainer, None)
     assert trainer.should_stop
@@ -65,8 +68,8 @@ def test_resume_from_a_lightning_checkpoint_trains_each_step_once(tmp_path):
     def launch(*args: str) -> None:  # Lightning's own launcher starts the second process
         run([sys.executable, str(EXAMPLES / "lightning_train.py"), "--num-steps", "14", *args], env=env)
 
-    # the namespace is sealed at 14 steps, before max_steps=16: the resumed run must end there, not hang
-    stop_then_resume(work, launch, "--resume", str(work / "ckpt" / "step=5.ckpt"), "--workers", "1", end=14)
+    # the namespace is sealed at 14 steps, before max_steps=16: the resumed run goes on with its next pass
+    stop_then_resume(work, launch, "--resume", str(work / "ckpt" / "step=5.ckpt"), "--workers", "1", pass_steps=14)
     ckpt = torch.load(work / "ckpt" / "step=5.ckpt", weights_only=False)
     saved = ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     assert cursor_of(saved).step == 5  # what the fit loop trained, not the batch it had fetched ahead

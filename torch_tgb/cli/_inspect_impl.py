@@ -246,6 +246,13 @@ def _schema_text(schema: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def contract_text(metadata: dict[str, Any]) -> str:
+    """The namespace's data contract (``dataset.json`` metadata), as a reader's ``expect=`` compares it."""
+    import json
+
+    return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(metadata.items())) or "-"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -275,6 +282,7 @@ def render_text(r: dict[str, Any]) -> str:
     if job:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
+    rows.insert(3, ("contract", contract_text((r["dataset"] or {}).get("metadata") or {})))
     if "storage" in r:
         partial = r["storage"]["partial_writes"]
         more = f" and {partial['count']} partial write(s)" if partial["count"] else ""

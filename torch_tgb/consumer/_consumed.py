@@ -39,23 +39,26 @@ __all__ = ["Consumption"]
 class Consumption:
     """Counts batches handed out and consumed in one iteration; keeps the states between the two."""
 
-    __slots__ = ("_states", "consumed_count", "handed", "tracking")
+    __slots__ = ("_states", "began", "consumed_count", "handed", "tracking")
 
     def __init__(self) -> None:
         self.tracking = False
         self.handed = 0  # batches handed out in this iteration
         self.consumed_count = 0  # of them, the ones the loop acknowledged
         self._states: list[tuple[int, dict[str, Any]]] = []  # (i, state after i batches handed out), i ascending
+        self.began: dict[str, Any] | None = None  # the state this iteration began at (None: none began)
 
     def reset(self) -> None:
         """Forget the current iteration (a new one starts, or a state was loaded)."""
         self.handed = self.consumed_count = 0
         self._states = []
+        self.began = None
 
     def hand_out(self, batches: Iterator[Any], state_now: Callable[[], dict[str, Any]]) -> Iterator[Any]:
         """Yield ``batches``, recording ``state_now()`` before the first one and, while tracking, before each."""
         self.reset()
-        self._states = [(0, state_now())]
+        self.began = state_now()
+        self._states = [(0, self.began)]
         for batch in batches:
             self.handed += 1
             yield batch

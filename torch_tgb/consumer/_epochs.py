@@ -69,6 +69,16 @@ class EpochOrder:
             "num_steps": num_steps,
         }
 
+    @classmethod
+    def from_saved(cls, saved: Mapping[str, Any]) -> EpochOrder:
+        """The order a saved epochs position (:meth:`to_json`) was taken under, from its first epoch."""
+        try:
+            epochs = saved.get("epochs")
+            return cls(bool(saved["shuffle"]), int(saved["block_size"]), int(saved["seed"]),
+                       None if epochs is None else int(epochs), int(saved.get("first_epoch", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed {EPOCHS_KEY} state {dict(saved)!r:.300}: {e}") from e
+
     def check_same_order(self, saved: Mapping[str, Any]) -> None:
         """Refuse a saved position taken under another order: it would name other TGBs."""
         mine = {"shuffle": self.shuffle, "block_size": self.block_size, "seed": self.seed}

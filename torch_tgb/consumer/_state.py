@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from torch_tgb.consumer._contract import EXPECT_KEY, saved_expectation
 from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, reader_states
 from torch_tgb.datapipes.read import Position
@@ -126,16 +127,23 @@ def start_of(state: Mapping[str, Any], order: EpochOrder | None) -> tuple[Cursor
     """Where a reader reading with ``order`` (None: a stream) continues from any consumer ``state``.
 
     A stream continues from the smallest cursor; an epochs read from the
-    smallest position, in the epoch it was taken in. Mixing the two, or
-    another shuffle order, is refused: the positions would name other TGBs.
+    smallest position, in the epoch it was taken in. A stream reader also
+    continues an unshuffled epochs position: that is where a stream of a sealed
+    namespace goes on after its first pass (``consumer/_passes.py``), in the
+    manifest order either way. Any other mix, or another shuffle order, is
+    refused: the positions would name other TGBs.
     """
     found = epochs_position(state)
     if order is None:
-        if found is not None:
+        if found is None:
+            return cursor_of(state), None
+        passes = EpochOrder.from_saved(found[1])
+        if passes.shuffle:
             raise LayoutError(
-                f"the state was taken reading epochs ({dict(found[1])}); pass the same shuffle/epochs settings"
+                f"the state was taken reading shuffled epochs ({dict(found[1])}); pass the same shuffle/epochs "
+                "settings"
             )
-        return cursor_of(state), None
+        return found[0], passes
     if found is None:
         raise LayoutError("the state was taken reading a stream; an epochs read cannot continue from it")
     cursor, saved = found
@@ -146,8 +154,9 @@ def start_of(state: Mapping[str, Any], order: EpochOrder | None) -> tuple[Cursor
 def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
 
-    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered) and, for
-    an epochs read, the smallest ``tgb_epochs`` position with its order settings. The
+    The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered), for
+    an epochs read the smallest ``tgb_epochs`` position with its order settings, and
+    the data contract (``tgb_expect``, ``consumer/_contract.py``) if the reader has one. The
     ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
     under one key that loads on any world size).
     """
@@ -155,6 +164,9 @@ def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
     found = epochs_position(state)
     if found is not None:
         out[EPOCHS_KEY] = dict(found[1])
+    expect = saved_expectation(reader_states(state))
+    if expect is not None:
+        out[EXPECT_KEY] = expect
     return out
 
 

@@ -26,11 +26,18 @@ fit loop) calls :meth:`DataLoader.track_consumed` and
 :meth:`DataLoader.consumed`; ``state_dict()`` then describes the batches the
 loop consumed (``consumer/_consumed.py``). HF accelerate's ``prepare`` keeps
 the loader as it is (``consumer/_accelerate.py``). docs/frameworks.md has both.
+
+``iter(loader)`` reads nothing (and starts no worker) before the first
+``next()``, so a framework that creates its iterator before it restores a
+position can still restore it (:meth:`DataLoader.resume`). The loader's
+dataset knows when its own loader reads it: another loader built over it
+(accelerate's ``skip_first_batches``) gets plain steps from its workers, not
+shared-memory ones, and is refused right after a restore (it would skip the
+restored steps again). ``len(loader)``: one pass of a sealed namespace.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 import warnings
@@ -45,16 +52,18 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter
 from typing_extensions import Unpack
 
-from torch_tgb.cursor import DATASET_STATE_KEY, WORKER_SNAPSHOTS_PATH, Cursor
+from torch_tgb.cursor import Cursor
 from torch_tgb.consumer._accelerate import AccelerateAware
 from torch_tgb.consumer._consumed import Consumption
 from torch_tgb.consumer._paths import uncast_keys
 from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
+from torch_tgb.consumer._worker_state import without_worker_stats, worker_readers
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
+from torch_tgb.errors import FrameworkError
 from torch_tgb.layout import Mesh
 from torch_tgb.storage import ObjectStore
 
@@ -66,9 +75,10 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
 
     Reader settings as on :class:`TGBDataset` (``options=ReaderOptions(...)``
     or its fields as keywords: ``timeout=None`` waits without limit, with
-    periodic warnings). ``num_workers`` worker processes read steps round
-    robin (the order stays the step order); ``pin_memory`` pins on machines
-    with CUDA. :attr:`step` is the next step to deliver.
+    periodic warnings; ``expect={...}``: the data contract, checked before step 0).
+    ``num_workers`` worker processes read steps round robin (the order stays the
+    step order); ``pin_memory`` pins on machines with CUDA. :attr:`step` is the next
+    step to deliver; ``len()`` is one pass of a sealed namespace.
     """
 
     def __init__(
@@ -101,6 +111,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             if not isinstance(ns, TGBDataset):
                 dataset.options = dataclasses.replace(dataset.options, dtype=None)
         dataset.emit_meta = dataset.options.check_consistency and num_workers > 0
+        dataset._owned = True  # another loader iterating it right after a load is refused (TGBDataset.__iter__)
         with warnings.catch_warnings():
             # torchdata 0.11 calls the deprecated torch.set_vital in its constructor: a
             # UserWarning on every rank that says nothing about this loader.
@@ -135,11 +146,27 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             return self.tgb_dataset.step
         return next_step_of(self.state_dict())
 
+    def __len__(self) -> int:
+        """Steps of one pass for this rank once the namespace is sealed; ``TypeError`` before (see ``TGBDataset``).
+
+        Not the base loader's ``len()``: that one also makes its iterators warn when an
+        iteration goes on past the length, which an epochs read does by design.
+        """
+        return len(self.tgb_dataset)
+
     def _get_iterator(self) -> Any:
-        if self.num_workers > 0:
-            return super()._get_iterator()
-        # load_state_dict hands the dataset its state and the base loader {}, so there is no iterator state to resume
-        return _InProcessIter(self, None)
+        # Every iterator of this loader is made here (by iter() and by state_dict()): the dataset
+        # (and the copy each worker gets now) knows it is read by its own loader, which hands
+        # shared-memory steps to the main process; another loader over it gets plain steps.
+        dataset = self.tgb_dataset
+        dataset._by_loader = True
+        try:
+            if self.num_workers > 0:
+                return super()._get_iterator()
+            # load_state_dict hands the dataset its state and the base loader {}: no iterator state to resume
+            return _InProcessIter(self, None)
+        finally:
+            dataset._by_loader = False
 
     def _before_workers(self) -> None:
         # Workers report their position only with their next item: read the written layout
@@ -149,13 +176,26 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self.tgb_dataset._plan()
 
     def __iter__(self) -> Iterator[Any]:
+        """The next batches; nothing is read (and no worker starts) before the first ``next()``.
+
+        So a state loaded between ``iter()`` and the first batch still applies, as it
+        does when frameworks create their iterator before they restore a position
+        (Lightning's fit loop does, see ``integrations/lightning.py``).
+        """
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Any]:
         self._before_workers()
         if self._feed is not None and self._feed.dtype is not None:  # the device cast keeps what the host cast keeps
             self._feed.keep = uncast_keys(self.tgb_dataset._plan())
         self._continue_workers()
+        if self.num_workers > 0:
+            self.tgb_dataset._check_contract()  # here, not in each worker
+            self.tgb_dataset._next_pass()  # decided once here, for every worker (consumer/_passes.py)
+        self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
         inner = super().__iter__()
         batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
-        return self._consumption.hand_out(batches, self._handed_out_state)
+        yield from self._consumption.hand_out(batches, self._handed_out_state)
 
     def _continue_workers(self) -> None:
         """With workers, a new iteration starts where the last one stopped, as it does in-process.
@@ -244,6 +284,39 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         self.tgb_dataset.load_state_dict(state_dict)
         super().load_state_dict({})
 
+    def resume(self, state: Mapping[str, Any]) -> None:
+        """Load ``state`` for a framework that restores positions late (after ``iter()``, before reading).
+
+        Nothing is read before the first ``next()``, so a state loaded up to then
+        applies to the iteration already created. If that iteration has handed out a
+        batch, it is too late: when the iteration began at ``state``'s position nothing
+        needs doing, otherwise :class:`~torch_tgb.errors.FrameworkError` (the framework
+        holds a batch from the wrong position). The Lightning callback calls this with the
+        loader states of a checkpoint Lightning itself does not restore.
+        """
+        if self._consumption.handed == 0:
+            self.load_state_dict(state)
+            return
+        began = self._consumption.began
+        if began is not None and next_step_of(began) == next_step_of(state):
+            return
+        at = "?" if began is None else next_step_of(began)
+        raise FrameworkError(
+            f"{self.tgb_dataset.ns}: a framework restores this loader to step {next_step_of(state)} after it "
+            f"has handed out batches from step {at}: it would train from the wrong step. The framework must "
+            "restore a TGB loader's state before it fetches from it (docs/frameworks.md)"
+        )
+
+    def restart(self) -> None:
+        """Start the next iteration where a new loader would (step 0, or the first epoch): validation loaders.
+
+        A validation loader must read the whole set at every validation; a framework
+        adapter calls this after each validation run (integrations/lightning.py).
+        """
+        self._consumption.reset()
+        self.tgb_dataset.restart()
+        super().load_state_dict({})
+
     def set_epoch(self, epoch: int) -> None:
         """Start the next iteration at the beginning of ``epoch`` (epochs reads; see ``TGBDataset.set_epoch``)."""
         self.tgb_dataset.set_epoch(epoch)
@@ -255,8 +328,8 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         elif self._iterator is None:
             own = ConsumerStats()
         else:
-            own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in _worker_readers(StatefulDataLoader.state_dict(self))
-                              if STATS_KEY in r)
+            readers = worker_readers(StatefulDataLoader.state_dict(self))
+            own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in readers if STATS_KEY in r)
         fields = own.to_json()
         fields["stall_s"] = self._stall[0]
         return ConsumerStats.from_json(fields)
@@ -265,11 +338,15 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
 def _collate(batch: object) -> object:
     """The DataLoader's ``default_convert``, without its walk over a step that is already tensors.
 
-    In a worker such a step travels as one shared buffer (:mod:`torch_tgb.consumer._shared_step`),
-    which ``_deliver`` unpacks in the main process.
+    In a worker of a tgb.DataLoader such a step travels as one shared buffer
+    (:mod:`torch_tgb.consumer._shared_step`), which ``_deliver`` unpacks in the main
+    process. Another loader built with this collate over the same dataset (accelerate's
+    ``skip_first_batches``, which HF Trainer's resume uses, copies it) gets the step as
+    it is: it has no ``_deliver`` to unpack it.
     """
     if type(batch) is dict and all(type(v) is torch.Tensor for v in batch.values()):
-        return batch if get_worker_info() is None else pack_step(batch)
+        info = get_worker_info()
+        return pack_step(batch) if info is not None and getattr(info.dataset, "_by_loader", False) else batch
     return default_convert(batch)
 
 
@@ -282,8 +359,8 @@ class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
 
     The base ``__next__`` opens a profiler ``record_function`` span per item,
     about 8 µs here, a third of a local segment step. The base path still runs when a
-    profiler is recording (the span is kept) and when ``len()`` of the loader
-    was taken (it warns on a length overrun). It reads the base class's private
+    profiler is recording (the span is kept) and when the base loader's ``len()``
+    was taken (it warns on a length overrun; ``DataLoader.__len__`` does not take it). It reads the base class's private
     attributes (:data:`PRIVATE_ATTRIBUTES`), so pyproject.toml pins torchdata 0.11
     and ``tests/consumer/test_resume.py`` checks they are there.
     """
@@ -302,27 +379,3 @@ class _InProcessIter(_StatefulSingleProcessDataLoaderIter):
             raise
         self._num_yielded += 1
         return data
-
-
-def _worker_readers(state: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The workers' dataset states inside a multi-worker StatefulDataLoader state (by path)."""
-    snapshots: Any = state
-    for key in WORKER_SNAPSHOTS_PATH:
-        snapshots = snapshots.get(key, {}) if isinstance(snapshots, Mapping) else {}
-    return [w[DATASET_STATE_KEY] for w in snapshots.values() if DATASET_STATE_KEY in w]
-
-
-def without_worker_stats(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with the workers' ``"stats"`` left out (a copy along the paths that change): not checkpoint data."""
-    readers = _worker_readers(state)
-    if not any(STATS_KEY in r for r in readers):
-        return state
-    out = copy.copy(state)
-    node = out
-    for key in WORKER_SNAPSHOTS_PATH:
-        node[key] = copy.copy(node[key])
-        node = node[key]
-    for name, worker in node.items():
-        worker = node[name] = copy.copy(worker)
-        worker[DATASET_STATE_KEY] = {k: v for k, v in worker[DATASET_STATE_KEY].items() if k != STATS_KEY}
-    return out

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import torch
 
 from torch_tgb._options import with_fields
+from torch_tgb.consumer._contract import normalise_expect
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
@@ -57,6 +58,12 @@ class ReaderOptions:
     (``None``: 80% of the free space there). ``node_cache``: the reader processes of a node share their
     manifest reads (:class:`torch_tgb.storage.NodeSharedStore`): ``True`` in ``/dev/shm`` for a remote URL,
     a directory for any remote store, ``None``/``False`` off.
+
+    The data contract: ``expect``, metadata keys and the values this trainer
+    was built for (``{"tokenizer": ..., "vocab_size": ..., "seq_len": ...}``),
+    compared with the namespace's metadata before the first step; any key
+    missing or different raises ``SchemaMismatch`` naming each one
+    (``consumer/_contract.py``). It rides in the reader's state.
     """
 
     prefetch: int = 4
@@ -98,6 +105,8 @@ class ReaderOptions:
     cache_bytes: int | None = None
     #: share manifest reads between the reader processes of a node (True: default dir; a path; None/False: off)
     node_cache: str | bool | None = True
+    #: the data contract: metadata keys and the values they must have in the namespace (None: no check)
+    expect: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -121,6 +130,7 @@ class ReaderOptions:
             raise ValueError(f"cache_bytes must be positive or None, got {self.cache_bytes}")
         if not isinstance(self.node_cache, (str, bool, type(None))):
             raise TypeError(f"node_cache must be True, False, None or a directory, got {self.node_cache!r}")
+        object.__setattr__(self, "expect", normalise_expect(self.expect))  # TypeError for non-JSON values
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -132,7 +142,6 @@ class ReaderOptions:
     def with_settings(self, settings: Mapping[str, object]) -> ReaderOptions:
         """These options with ``settings`` (field name -> value) replacing fields; unknown names are a TypeError."""
         return with_fields(self, settings, "reader")
-
 
 
 class ReadSettings(TypedDict, total=False):
@@ -163,3 +172,4 @@ class ReadSettings(TypedDict, total=False):
     cache_dir: str | None
     cache_bytes: int | None
     node_cache: str | bool | None
+    expect: Mapping[str, Any] | None
