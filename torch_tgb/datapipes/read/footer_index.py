@@ -114,8 +114,11 @@ class FooterIndex(BaseNode[ReadTask]):
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
         contract: Contract | None = None,
+        skip_errors: bool = False,
     ) -> None:
-        """``contract``: the namespace's layout and schema, that every footer is judged by (None: not judged)."""
+        """``contract``: the namespace's layout and schema, that every footer is judged by (None: not judged).
+        ``skip_errors``: a task whose footer is corrupt or whose object is missing is handed on carrying its
+        error (``ReadTask.error``) instead of raising it (``ReaderOptions(on_corrupt="skip_step")``)."""
         super().__init__()
         if cache_size < 1 or lookahead < 1:
             raise ValueError(f"cache_size and lookahead must be >= 1, got {cache_size=} {lookahead=}")
@@ -127,6 +130,7 @@ class FooterIndex(BaseNode[ReadTask]):
         self.slices = slices  # shared with the RangeReader: one mapping per object
         self.errors = errors
         self.contract = contract
+        self.skip_errors = skip_errors
         self._cache: OrderedDict[tuple[str, int], Footer] = OrderedDict()
         # version 3: the slice records read per TGB (a footer of some slices is rebuilt when more are read),
         # and the footer metas seen, by their CRC32C (one per stream, usually)
@@ -160,6 +164,18 @@ class FooterIndex(BaseNode[ReadTask]):
         return len(self._pending) + ahead
 
     def next(self) -> ReadTask:
+        if not self.skip_errors:
+            return self._next()
+        try:
+            return self._next()
+        except (CorruptObject, ObjectNotFound) as error:  # this task's own footer or object: skipped, not read
+            if not self._pending:
+                raise  # not a task's footer: from upstream
+            task, state = self._pending.popleft()
+            self._state = state
+            return ReadTask(task.index, task.cursor, task.entries, task.pieces, task.assemble, {}, error)
+
+    def _next(self) -> ReadTask:
         if not self._pending:
             self._pull()
         task, state = self._pending[0]
