@@ -70,6 +70,7 @@ from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
+from torch_tgb.manifest.skips import delete_skips_below
 from torch_tgb.manifest.reserve import RESERVE_BYTES, create_reserve, release_reserve
 from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.storage import ObjectStore, PartialObject, open_store
@@ -234,6 +235,7 @@ class Reclaimer:
         counts.boundary, counts.released = self._advance_with_reserve(manifest, safe_step, head)
         boundary = counts.boundary
         if boundary != before:
+            delete_skips_below(manifest.store, boundary.step)  # markers of reclaimed steps: no reader reads them
             counts.add_objects(*self._delete_reclaimed_objects(manifest, before, boundary, head, known))
             if known is not None:  # every version below ``before`` is gone: delete the range, no LIST
                 counts.versions += manifest.delete_version_range(before.version, boundary.version)

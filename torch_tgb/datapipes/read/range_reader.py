@@ -235,7 +235,11 @@ class RangeReader(BaseNode[StepBatch]):
                 return [done[t.index] if t.error is None else self._skipped(t, t.error) for t in tasks]
             except (CorruptObject, ObjectNotFound):
                 pass  # one of them: read them one by one
-        read_one = self._read_local if self._local else self.read
+        def read_one(task: ReadTask) -> StepBatch:
+            if self._local:
+                return self._read_local(task)
+            return StepBatch(task, task.assemble(self._read_remote([task])[0]))
+
         out: list[StepBatch | _Failed] = []
         for task in tasks:
             if task.error is not None:
