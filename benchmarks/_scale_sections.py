@@ -200,14 +200,15 @@ def versions_memory(args: dict[str, Any]) -> dict[str, Any]:
     gc.collect()
     base = rss_anon()
     marks = {}
+    early = min(10_000, steps // 4)  # the first mark: 10k steps, or a quarter of a short run
     for step in range(steps):
         poller.next()
-        if step + 1 in (10_000, steps):
+        if step + 1 in (early, steps):
             gc.collect()
             marks[step + 1] = rss_anon() - base
     return {"steps": steps, "per_version": per, "format": 2 if FORMAT2 else 1,
-            "rss_after_10k": marks[10_000], "rss_after_all": marks[steps],
-            "growth_10k_to_all": marks[steps] - marks[10_000]}
+            "first_mark": early, "rss_after_10k": marks[early], "rss_after_all": marks[steps],
+            "growth_10k_to_all": marks[steps] - marks[early]}
 
 
 def shuffled_manifest(args: dict[str, Any]) -> dict[str, Any]:
@@ -260,134 +261,16 @@ def fold(args: dict[str, Any]) -> dict[str, Any]:
 
 SECTIONS = {f.__name__: f for f in (startup, footer, versions_memory, shuffled_manifest, fold)}
 
-# --- the write side ------------------------------------------------------------------------------------------
+# the write side (and bytes at rest) lives in _scale_write.py, which adds its sections to SECTIONS
 
-
-def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
-    """``producers`` real producers (threads) committing one TGB every ``period_s`` for ``seconds``: manifest
-    requests per successful commit and the conflict rate, on a counting store over the latency model."""
-    import threading
-
-    from torch_tgb.producer import Producer
-
-    n, seconds, period = int(args.get("producers", 8)), float(args.get("seconds", 8.0)), float(args.get("period_s", 0.5))
-    inner = MemoryStore(f"scale-{uuid.uuid4().hex}")
-    counting = CountingStore(LatencyStore(inner, rtt=0.020, bandwidth=100e6, max_in_flight=64))
-    layout = Layout(dp=1)
-    batch = {"x": torch.zeros(1, 8, dtype=torch.int32)}
-    stats: list[Any] = []
-    start = threading.Barrier(n, action=counting.reset)  # steady state: the producers' starts not counted
-
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            with Producer(counting, producer_id=f"p{i:04d}", layout=layout,
-                          commit_policy=str(args.get("policy", "naive"))) as p:
-                start.wait()
-                deadline = time.monotonic() + seconds
-                offset = p.resume_offset
-                while time.monotonic() < deadline:
-                    p.append(batch, offset=offset)
-                    offset += 1
-                    time.sleep(period)
-                p.flush()
-                stats.append(p.stats())
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    report = counting.report()
-    successes = sum(s.successes for s in stats)
-    attempts = sum(s.attempts for s in stats)
-    manifest = report["manifest_requests"]
-    return {"producers": n, "format": 2 if FORMAT2 else 1, "policy": args.get("policy", "naive"),
-            "successes": successes, "attempts": attempts,
-            "conflict_rate": (attempts - successes) / attempts if attempts else 0.0,
-            "manifest_requests_per_commit": manifest / successes if successes else None,
-            "by_class": {c: v["requests"] for c, v in report["by_class"].items() if v["requests"]}}
-
-
-def reclaim(args: dict[str, Any]) -> dict[str, Any]:
-    """Reclaimer passes over ``live`` one-entry versions of one-TGB objects: an idle pass, then one reclaiming
-    ``reclaim`` objects; requests of each (exact counts)."""
-    from torch_tgb.checkpoint import Reclaimer, record_watermark
-    from torch_tgb.manifest import Committer, Manifest
-
-    live, doomed = int(args.get("live", 10_000)), int(args.get("reclaim", 1000))
-    store = MemoryStore(f"scale-{uuid.uuid4().hex}")
-    c = Committer(Manifest(store), "p")
-    c.start()
-    for offset in range(live):
-        key = f"data/p/e000001-o{offset:012d}-00000000.tgb"
-        store.put(key, b"x" * 64)
-        assert c.attempt([TGBEntry(key, 64, 32, 8, "p", offset, 1, 1)]).committed
-    record_watermark(store, "ck", {"tgb_cursor": {"step": 10, "version": 1}})
-    Reclaimer(store).run_once()  # the first pass: whatever it must do to know where it stands
-    out: dict[str, Any] = {"live": live, "format": 2 if FORMAT2 else 1}
-    for label, step in (("idle", None), ("reclaiming", 10 + doomed)):
-        if step is not None:
-            record_watermark(store, "ck", {"tgb_cursor": {"step": step, "version": 1}})
-        counting = CountingStore(store)
-        report = Reclaimer(counting).run_once()
-        r = counting.report()
-        out[label] = {"requests": r["requests"], "objects": report.objects, "versions": report.versions,
-                      "requests_per_object": r["requests"] / report.objects if report.objects else None,
-                      "by_type": {t: n for t, n in r["by_type"].items() if n}}
-    return out
-
-
-def encode(args: dict[str, Any]) -> dict[str, Any]:
-    """CPU seconds of Layout.cut + encode_tgb for one TGB at dp x cp (process time, median of a few)."""
-    from torch_tgb.format import encode_tgb
-
-    dp, cp = int(args.get("dp", 1024)), int(args.get("cp", 8))
-    layout = Layout(dp=dp, cp=cp, seq_keys=("input_ids", "labels"))
-    rows, seq = dp, 16 * cp
-    batch = {"input_ids": torch.randint(0, 50000, (rows, seq), dtype=torch.int32),
-             "labels": torch.randint(0, 50000, (rows, seq), dtype=torch.int32)}
-    runs = []
-    for _ in range(int(args.get("runs", 3))):
-        t0 = time.process_time()
-        encode_tgb(layout.cut(batch), layout=layout)
-        runs.append(time.process_time() - t0)
-    return {"dp": dp, "cp": cp, "payload_bytes": rows * seq * 8, "cpu_ms_median": sorted(runs)[len(runs) // 2] * 1e3}
-
-
-def state_bytes(args: dict[str, Any]) -> dict[str, Any]:
-    """Metadata bytes written per version while ``producers`` producers with ``state_bytes`` of pipeline state
-    each commit once after all registered (their states change with every commit)."""
-    from torch_tgb.manifest import Committer, Manifest
-
-    n, size = int(args.get("producers", 1024)), int(args.get("state_bytes", 30 * 1024))
-    inner = MemoryStore(f"scale-{uuid.uuid4().hex}")
-    counting = CountingStore(inner)
-    committers = []
-    for i in range(n):
-        c = Committer(Manifest(counting), f"p{i:05d}")
-        c.start()
-        committers.append(c)
-    counting.reset()
-    for i, c in enumerate(committers):
-        key = f"data/p{i:05d}/e000001-o{0:012d}-00000000.tgb"
-        assert c.attempt([TGBEntry(key, 64, 32, 8, f"p{i:05d}", 0, 1, 1)], state=_state(i + n, size)).committed
-    r = counting.report()
-    by_class = {k: v["written"] for k, v in r["by_class"].items() if v["written"]}
-    return {"producers": n, "state_bytes": size, "format": 2 if FORMAT2 else 1, "versions": n,
-            "metadata_written_per_version": sum(by_class.values()) / n, "written_by_class": by_class}
-
-
-SECTIONS.update({f.__name__: f for f in (commit_requests, reclaim, encode, state_bytes)})
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _scale_write  # every section, read side and write side (this script runs as __main__)
+
     name = sys.argv[1]
     params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    out = SECTIONS[name](params)
+    out = _scale_write.SECTIONS[name](params)
     print("RESULT " + json.dumps(out, default=str), flush=True)
     os._exit(0)  # threads of readers left behind do not hold the child

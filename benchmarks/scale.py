@@ -16,7 +16,8 @@ S3's published per-prefix rates (5,500 GET/HEAD and 3,500 PUT per second).
 
     python benchmarks/scale.py [--quick] [--base REV] [--sections startup,footer,...]
 
-A tiny variant runs in the suite (tests/test_scale_bench.py).
+A tiny variant runs in the suite (``--tiny``: tests/benchmarks/test_scale_bench.py); discovery (one node's
+requests per second with and without the node share) is ``_scale_discovery.py``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ PLAN: dict[str, list[dict[str, Any]]] = {
     "fold": [{"shards": 10000}, {"shards": 65536}],
     "versions_memory": [{"steps": 500_000, "per_version": 1024}],
     "shuffled_manifest": [{"steps": 200_000, "per_version": 1024, "blocks": 1500}],
+    "bytes_at_rest": [{"dp": 64, "batch": 64, "seq": 2048}, {"dp": 2, "batch": 16, "seq": 512}],
+    "encode": [{"dp": 64, "cp": 1}, {"dp": 1024, "cp": 1}, {"dp": 1024, "cp": 8}],
+    "state_bytes": [{"producers": 1024, "state_bytes": 30720}],
+    "reclaim": [{"live": 100_000, "reclaim": 1000}],
+    "commit_requests": [{"producers": 8, "seconds": 20, "period_s": 0.5, "policy": "dac"},
+                        {"producers": 64, "seconds": 30, "period_s": 0.5, "policy": "dac"}],
 }
 QUICK: dict[str, list[dict[str, Any]]] = {
     "startup": [{"producers": 200, "state_bytes": 30720, "versions": 20}],
@@ -54,6 +61,24 @@ QUICK: dict[str, list[dict[str, Any]]] = {
     "fold": [{"shards": 4096}],
     "versions_memory": [{"steps": 40_000, "per_version": 1024}],
     "shuffled_manifest": [{"steps": 40_000, "per_version": 1024, "blocks": 200}],
+    "bytes_at_rest": [{"dp": 2, "batch": 16, "seq": 512}],
+    "encode": [{"dp": 256, "cp": 4, "runs": 1}],
+    "state_bytes": [{"producers": 32, "state_bytes": 30720}],
+    "reclaim": [{"live": 300, "reclaim": 50}],
+    "commit_requests": [{"producers": 4, "seconds": 3, "period_s": 0.3, "policy": "dac"}],
+}
+#: what the suite runs (tests/test_scale_bench.py): one small row per section, seconds in all
+TINY: dict[str, list[dict[str, Any]]] = {
+    "startup": [{"producers": 20, "state_bytes": 8192, "versions": 4}],
+    "footer": [{"dp": 16, "cp": 2}],
+    "fold": [{"shards": 256}],
+    "versions_memory": [{"steps": 2000, "per_version": 64}],
+    "shuffled_manifest": [{"steps": 2000, "per_version": 64, "blocks": 20}],
+    "bytes_at_rest": [{"dp": 2, "batch": 16, "seq": 512, "steps": 2}],
+    "encode": [{"dp": 16, "cp": 2, "runs": 1}],
+    "state_bytes": [{"producers": 8, "state_bytes": 8192}],
+    "reclaim": [{"live": 200, "reclaim": 100}],
+    "commit_requests": [{"producers": 2, "seconds": 1, "period_s": 0.2, "policy": "naive"}],
 }
 
 
@@ -92,13 +117,14 @@ def projections(name: str, result: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (seconds): what the suite runs")
+    parser.add_argument("--quick", action="store_true", help="small sizes (minutes)")
+    parser.add_argument("--tiny", action="store_true", help="one tiny row per section (seconds): what the suite runs")
     parser.add_argument("--base", default=DEFAULT_BASE, help="revision measured as 'before' (none: skip it)")
     parser.add_argument("--sections", default=None, help="comma-separated subset of " + ",".join(PLAN))
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one measurement may take")
     add_results_arg(parser)
     args = parser.parse_args()
-    plan = QUICK if args.quick else PLAN
+    plan = TINY if args.tiny else QUICK if args.quick else PLAN
     names = args.sections.split(",") if args.sections else list(plan)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tgb-scale-base-") as tmp:
@@ -113,7 +139,7 @@ def main() -> None:
                     row[label] = {**result, "projected": projections(name, result)}
                 rows.append(row)
                 print(json.dumps(_brief(row)), flush=True)
-    save(results_dir(args), "scale_quick" if args.quick else "scale",
+    save(results_dir(args), "scale_tiny" if args.tiny else "scale_quick" if args.quick else "scale",
          {"base": args.base, "model": "LatencyStore rtt=20 ms, 100 MB/s per stream; counts exact", "rows": rows})
 
 

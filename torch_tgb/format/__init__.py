@@ -63,7 +63,7 @@ from torch_tgb.format._segment_index import (
     segment_index,
 )
 from torch_tgb.format._schema import check_schema, ragged_keys, schema_fingerprint, schema_of
-from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
+from torch_tgb.format._writer import SliceData, TGBObject, encode_batch, encode_tgb, write_tgb
 
 __all__ = [
     "DTYPES",
@@ -98,6 +98,7 @@ __all__ = [
     "check_schema",
     "decode_slice",
     "encode_segment_index",
+    "encode_batch",
     "encode_tgb",
     "is_integer",
     "narrowing_problem",

@@ -21,6 +21,7 @@ from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._dtypes import DType, dtype_of_tensor
 from torch_tgb.format._footer import SLICE_ALIGN, TENSOR_ALIGN, TRAILER_SIZE, encode_footer
 from torch_tgb.format._footer_view import TensorInfo
+from torch_tgb.format._grid import encode_grid
 from torch_tgb.format._records import record_width
 from torch_tgb.format._spec import FORMAT_VERSION, FORMAT_VERSIONS, PAGE_ALIGN_FROM, V3_SLICE_ALIGN
 from torch_tgb.layout import Layout, SliceData, offsets_key
@@ -28,7 +29,7 @@ from torch_tgb.layout import Layout, SliceData, offsets_key
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["SliceData", "TGBObject", "encode_tgb", "write_tgb"]
+__all__ = ["SliceData", "TGBObject", "encode_batch", "encode_tgb", "write_tgb"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,28 @@ def encode_tgb(
     size = pos + len(footer)
     width = 0 if legacy else record_width(len(table[0][4]), sum(len(t.shape) for t in table[0][4]))
     return buffers, TGBObject(None, size, pos, len(footer) - TRAILER_SIZE, base, width)
+
+
+def encode_batch(
+    batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]],
+    layout: Layout,
+    *,
+    base: int = 0,
+    key: str = "",
+    metadata: Mapping[str, Any] | None = None,
+) -> tuple[list[memoryview | bytes], TGBObject]:
+    """``encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata)``, without a Python object per slice
+    when every tensor is dense (``_grid.py``: producer CPU per TGB nearly independent of dp x cp). Unlike
+    :func:`encode_tgb` the payload is copied: ``batch`` may change once this returns."""
+    dense = {k: t for k, t in batch.items() if isinstance(t, torch.Tensor)}
+    grid = encode_grid(dense, layout, base=base, key=key, metadata=metadata, dtype_of=_dtype) \
+        if len(dense) == len(batch) else None
+    if grid is None:
+        return encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata)
+    buffers, width = grid
+    footer = len(buffers[-1])
+    size = base + sum(len(b) for b in buffers)
+    return buffers, TGBObject(None, size, size - footer, footer - TRAILER_SIZE, base, width)
 
 
 def slice_alignment(slices: Sequence[SliceData]) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
-from torch_tgb.format import check_schema, schema_fingerprint, schema_of
+from torch_tgb.format import TGBObject, check_schema, encode_batch, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
@@ -214,7 +214,12 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
-        self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens))
+        layout = self.layout  # encoded into the segment as one copy, without a Python object per slice
+
+        def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
+            return encode_batch(batch, layout, base=base, key=key)
+
+        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens))
         self._next_offset = offset + 1
         return True
 
