@@ -1,7 +1,9 @@
-"""The write side's sections of ``benchmarks/scale.py`` (and bytes at rest): see ``_scale_sections.py``."""
+"""The write side's sections of ``benchmarks/scale.py``, bytes at rest and reads per TP group: see
+``_scale_sections.py``."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -23,12 +25,16 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
     from torch_tgb.producer import Producer
 
     n, seconds, period = int(args.get("producers", 8)), float(args.get("seconds", 8.0)), float(args.get("period_s", 0.5))
+    warmup = float(args.get("warmup_s", 0.0))  # counted from here on: DAC's gaps settle over a few caps
     inner = MemoryStore(f"scale-{uuid.uuid4().hex}")
     counting = CountingStore(LatencyStore(inner, rtt=0.020, bandwidth=100e6, max_in_flight=64))
     layout = Layout(dp=1)
     batch = {"x": torch.zeros(1, 8, dtype=torch.int32)}
     stats: list[Any] = []
-    start = threading.Barrier(n, action=counting.reset)  # steady state: the producers' starts not counted
+    at_warmup: list[Any] = []
+    start = threading.Barrier(n, action=counting.reset)  # the producers' starts not counted
+    if warmup:
+        threading.Timer(warmup, counting.reset).start()
 
     errors: list[BaseException] = []
 
@@ -37,9 +43,14 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
             with Producer(counting, producer_id=f"p{i:04d}", layout=layout,
                           commit_policy=str(args.get("policy", "naive"))) as p:
                 start.wait()
-                deadline = time.monotonic() + seconds
+                began = time.monotonic()
+                deadline, warm_at = began + seconds, began + warmup
                 offset = p.resume_offset
+                snapped = not warmup
                 while time.monotonic() < deadline:
+                    if not snapped and time.monotonic() >= warm_at:
+                        at_warmup.append(p.stats())
+                        snapped = True
                     p.append(batch, offset=offset)
                     offset += 1
                     time.sleep(period)
@@ -55,10 +66,10 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise errors[0]
     report = counting.report()
-    successes = sum(s.successes for s in stats)
-    attempts = sum(s.attempts for s in stats)
+    successes = sum(s.successes for s in stats) - sum(s.successes for s in at_warmup)
+    attempts = sum(s.attempts for s in stats) - sum(s.attempts for s in at_warmup)
     manifest = report["manifest_requests"]
-    return {"producers": n, "format": 2 if FORMAT2 else 1, "policy": args.get("policy", "naive"),
+    return {"producers": n, "format": 2 if FORMAT2 else 1, "policy": args.get("policy", "naive"), "warmup_s": warmup,
             "successes": successes, "attempts": attempts,
             "conflict_rate": (attempts - successes) / attempts if attempts else 0.0,
             "manifest_requests_per_commit": manifest / successes if successes else None,
@@ -165,4 +176,75 @@ def bytes_at_rest(args: dict[str, Any]) -> dict[str, Any]:
             "bytes_per_token": stored / tokens, "over_token_width": stored / tokens / 2}
 
 
-SECTIONS.update({f.__name__: f for f in (commit_requests, reclaim, encode, state_bytes, bytes_at_rest)})
+_TP_RANK = """
+import json, sys
+import torch.distributed as dist
+from torch_tgb import DataLoader, Mesh
+from torch_tgb.storage import LocalStore
+from torch_tgb.testing.counting import CountingStore
+
+class Remote(CountingStore):
+    def local_path(self, key):
+        return None
+
+ns, mode, dp, tp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group("gloo")
+store = Remote(LocalStore(ns))
+loader = DataLoader(store, mesh=Mesh.from_env(dp=dp, tp=tp), prefetch=2)
+if mode == "broadcast":
+    from torch_tgb.distributed.broadcast import GroupBroadcast, groups_of
+    loader = GroupBroadcast(loader, group=groups_of(dp=dp, tp=tp))
+steps = sum(1 for _ in loader)
+r = store.report()
+print("RANK " + json.dumps({"steps": steps, "requests": r["requests"], "bytes": r["bytes"],
+                             "data_requests": r["by_class"].get("data", {}).get("requests", 0),
+                             "data_bytes": r["by_class"].get("data", {}).get("bytes", 0)}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def tp_broadcast(args: dict[str, Any]) -> dict[str, Any]:
+    """Store requests and bytes of a dp x tp job (torchrun, gloo, ranks read as from a remote store) reading
+    ``steps`` steps, every rank reading its slice vs one read per TP group (``GroupBroadcast``)."""
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from torch_tgb.producer import Producer
+
+    dp, tp, steps = int(args.get("dp", 2)), int(args.get("tp", 2)), int(args.get("steps", 16))
+    modes = ["plain"]
+    try:
+        import torch_tgb.distributed.broadcast  # noqa: F401
+        modes.append("broadcast")
+    except ImportError:  # the base tree has no broadcast
+        pass
+    out: dict[str, Any] = {"dp": dp, "tp": tp, "steps": steps}
+    with tempfile.TemporaryDirectory(prefix="tgb-scale-tp-") as tmp:
+        ns = f"{tmp}/ns"
+        with Producer(ns, producer_id="p", layout=Layout(dp=dp, seq_keys=("ids",)), commit_policy="naive") as p:
+            for step in range(steps):
+                p.append({"ids": torch.randint(0, 50000, (dp * 4, 512), dtype=torch.int32)}, offset=step)
+            p.close(seal=True)
+        body = f"{tmp}/rank.py"
+        with open(body, "w") as f:
+            f.write(_TP_RANK)
+        for mode in modes:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(dp * tp),
+                                   "--master-port", str(port), body, ns, mode, str(dp), str(tp)],
+                                  capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            ranks = [json.loads(line[5:]) for line in proc.stdout.splitlines() if line.startswith("RANK ")]
+            if proc.returncode != 0 or len(ranks) != dp * tp:
+                raise RuntimeError(f"tp_broadcast {mode}: {proc.stderr[-3000:]}")
+            out[mode] = {k: sum(r[k] for r in ranks) for k in ("requests", "bytes", "data_requests", "data_bytes")}
+            out[mode]["steps_per_rank"] = sorted({r["steps"] for r in ranks})
+    return out
+
+
+SECTIONS.update({f.__name__: f for f in (commit_requests, reclaim, encode, state_bytes, bytes_at_rest,
+                                         tp_broadcast)})

@@ -52,8 +52,9 @@ PLAN: dict[str, list[dict[str, Any]]] = {
     "encode": [{"dp": 64, "cp": 1}, {"dp": 1024, "cp": 1}, {"dp": 1024, "cp": 8}],
     "state_bytes": [{"producers": 1024, "state_bytes": 30720}],
     "reclaim": [{"live": 100_000, "reclaim": 1000}],
-    "commit_requests": [{"producers": 8, "seconds": 20, "period_s": 0.5, "policy": "dac"},
-                        {"producers": 64, "seconds": 30, "period_s": 0.5, "policy": "dac"}],
+    "tp_broadcast": [{"dp": 2, "tp": 2, "steps": 32}],
+    "commit_requests": [{"producers": 8, "seconds": 150, "warmup_s": 60, "period_s": 0.5, "policy": "dac"},
+                        {"producers": 64, "seconds": 240, "warmup_s": 90, "period_s": 0.5, "policy": "dac"}],
 }
 QUICK: dict[str, list[dict[str, Any]]] = {
     "startup": [{"producers": 200, "state_bytes": 30720, "versions": 20}],
@@ -65,6 +66,7 @@ QUICK: dict[str, list[dict[str, Any]]] = {
     "encode": [{"dp": 256, "cp": 4, "runs": 1}],
     "state_bytes": [{"producers": 32, "state_bytes": 30720}],
     "reclaim": [{"live": 300, "reclaim": 50}],
+    "tp_broadcast": [{"dp": 2, "tp": 2, "steps": 8}],
     "commit_requests": [{"producers": 4, "seconds": 3, "period_s": 0.3, "policy": "dac"}],
 }
 #: what the suite runs (tests/test_scale_bench.py): one small row per section, seconds in all
