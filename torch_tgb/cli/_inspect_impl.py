@@ -118,7 +118,8 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 "status": state.status,
                 "last_commit_time": state.committed_at or None,
                 "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
-                "pipeline_state": None if state.state is None else dict(state.state),
+                "pipeline_state": {"out_of_line": state.state_ref} if state.state_ref is not None
+                else None if state.state is None else dict(state.state),
             }
             for pid, state in sorted(head.producers.items())
         ]

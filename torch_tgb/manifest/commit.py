@@ -163,12 +163,7 @@ class Committer:
 
         A large one lives in its own object, read here (only this producer reads it).
         """
-        state = self.state
-        if state is None:
-            return None
-        if state.state_ref is not None:
-            return self.manifest.read_producer_state(self.producer_id, state.state_ref)
-        return state.state
+        return self.manifest.pipeline_state(self.producer_id, self.state)
 
     def others_commit_rate(self) -> float | None:
         """Versions per second committed by other producers, as seen by this committer's refreshes (EMA);

@@ -15,7 +15,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import ManifestError, ObjectNotFound, TGBError
 from torch_tgb.manifest import _reads
@@ -252,6 +252,14 @@ class Manifest(Maintenance):
                 raise ManifestError(f"{what}: could not be read")
             out.append(decode_bucket(_reads.within_limit(data, what), bucket=index, buckets=buckets, what=what))
         return out
+
+    def pipeline_state(self, producer_id: str, state: ProducerState | None) -> Mapping[str, Any] | None:
+        """``producer_id``'s committed pipeline state: inline, or read from its own object (``state_ref``)."""
+        if state is None:
+            return None
+        if state.state_ref is not None:
+            return self.read_producer_state(producer_id, state.state_ref)
+        return state.state
 
     def read_producer_state(self, producer_id: str, ref: str) -> dict[str, object]:
         """A producer's pipeline state kept in its own object (read only by that producer)."""

@@ -104,7 +104,9 @@ class Producer:
             self._check_max_lag(max_lag)
         self.resume_offset = state.next_offset
         #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
-        self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
+        #: (a large one lives in its own object: read from there, by this producer only)
+        resumed = self._committer.resume_state
+        self.resume_state: dict[str, Any] | None = None if resumed is None else dict(resumed)
         self._next_offset = state.next_offset
         self._closed = False
         self._saved: dict[int, Any] = {}  # offset -> encoded append(state=) of a TGB not yet written
