@@ -7,7 +7,7 @@ measuring instrument). It uses public names that both trees have, and says
 in its result which manifest format it wrote. Counts and bytes come from a
 ``CountingStore`` (exact); times, where reported, from a ``LatencyStore``
 model (20 ms first byte, 100 MB/s per stream), never from this box's clock
-alone. Run one with ``python benchmarks/_scale_sections.py NAME [--json ARGS]``.
+alone. Run one with ``python benchmarks/_scale_run.py NAME '{json args}'``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import os
-import sys
 import time
 import uuid
 from typing import Any
@@ -261,16 +259,5 @@ def fold(args: dict[str, Any]) -> dict[str, Any]:
 
 SECTIONS = {f.__name__: f for f in (startup, footer, versions_memory, shuffled_manifest, fold)}
 
-# the write side (and bytes at rest) lives in _scale_write.py, which adds its sections to SECTIONS
-
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _scale_write  # every section, read side and write side (this script runs as __main__)
-
-    name = sys.argv[1]
-    params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    out = _scale_write.SECTIONS[name](params)
-    print("RESULT " + json.dumps(out, default=str), flush=True)
-    os._exit(0)  # threads of readers left behind do not hold the child
+# the write side (and bytes at rest) lives in _scale_write.py, which adds its sections to SECTIONS;
+# _scale_run.py runs one section in a child process

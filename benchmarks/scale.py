@@ -4,7 +4,7 @@ Each row of the scale tables (docs/benchmarks.md, *Scale*) is measured twice in
 one run, side by side: on this checkout and on a base revision (``--base``,
 default the commit before round 4), extracted next to it with this
 checkout's ``testing/counting.py`` as the common measuring instrument. Each
-measurement runs in its own child process (``_scale_sections.py``), so the
+measurement runs in its own child process (``_scale_run.py``), so the
 two trees never share a process or a cache.
 
 Scale is never read off this 2-core box's clock: request and byte counts are
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, results_dir, save
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS_SCRIPT = Path(__file__).parent / "_scale_sections.py"
+SECTIONS_SCRIPT = Path(__file__).parent / "_scale_run.py"
 #: the last commit before round 4's scale work: what "before" means unless --base says otherwise
 DEFAULT_BASE = "1a105af"
 S3_GET_PER_PREFIX = 5500.0

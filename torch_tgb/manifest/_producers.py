@@ -19,7 +19,8 @@ from typing import Any
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._json import Fields, dump_json, load_json
 from torch_tgb.manifest._table import TableRef, bucket_of
-from torch_tgb.manifest.records import FORMAT2, ProducerState, validate_producer_id
+from torch_tgb.manifest._checks import validate_producer_id
+from torch_tgb.manifest._producer_state import FORMAT2, ProducerState
 
 __all__ = ["BucketLoader", "ProducerTable", "decode_bucket", "encode_bucket"]
 
