@@ -26,6 +26,7 @@ from _report_e2e import e2e_section
 from _report_e2e_gpu import e2e_gpu_section
 from _report_ingest import token_rows_section
 from _report_peers import getbatch_section, peers_s3_section, peers_section, redis_section
+from _report_scale import scale_section
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_DAC = {"dac": 431.9, "incr": 110.5, "fixed100": 107.5, "aimd": 79.0, "fixed10": 50.0, "naive": 7.1}
@@ -313,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                                 results.get("storage"))
     if "dac_scale" in results:
         lines += dac_scale_section(results["dac_scale"])
+    lines += scale_section(results.get("scale"), results.get("scale_discovery"))
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

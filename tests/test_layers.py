@@ -156,3 +156,35 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
     assert "torch_tgb.consumer" in found and FLOOR["consumer"] > FLOOR["format"]
     typed = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from torch_tgb.consumer import X\n")
     assert "torch_tgb.consumer" not in [t for t, _ in _imports(typed, top_level_only=False)]
+
+
+#: the two sides of the house: neither imports the other (their common ground is the floors below them)
+READER_SIDE = ("torch_tgb.consumer", "torch_tgb.datapipes.read")
+PRODUCER_SIDE = ("torch_tgb.producer", "torch_tgb.sources", "torch_tgb.datapipes.produce", "torch_tgb.offline")
+
+
+def _side(module: str) -> str | None:
+    for side, prefixes in (("reader", READER_SIDE), ("producer", PRODUCER_SIDE)):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return side
+    return None
+
+
+def test_the_reader_and_producer_sides_stay_apart():
+    """The floors are a total order, so ``consumer`` (floor 9) could import ``producer`` (floor 7) without an
+    upward arrow: this keeps the sides apart (a partial order), as docs/internals.md draws them."""
+    crossing = []
+    for path in _sources():
+        src = _side(_module_name(path))
+        if src is None:
+            continue
+        for target, line in _imports(ast.parse(path.read_text()), top_level_only=False):
+            dst = _side(target)
+            if dst is not None and dst != src:
+                crossing.append(f"{path.relative_to(ROOT.parent)}:{line} ({src} side) imports {target} ({dst} side)")
+    assert not crossing, "the reader and producer sides import each other:\n" + "\n".join(sorted(set(crossing)))
+
+
+def test_the_side_check_sees_a_crossing():
+    assert _side("torch_tgb.consumer.dataset") == "reader" and _side("torch_tgb.sources.webdataset") == "producer"
+    assert _side("torch_tgb.manifest") is None and _side("torch_tgb.datapipes") is None

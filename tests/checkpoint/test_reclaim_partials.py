@@ -19,7 +19,7 @@ import torch
 import torch_tgb as tgb
 from torch_tgb.checkpoint.reclaimer import METADATA_PARTIAL_AGE
 from torch_tgb.manifest import Manifest
-from torch_tgb.manifest.commit import seal_namespace
+from torch_tgb.manifest.seal import seal_namespace
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import LocalStore

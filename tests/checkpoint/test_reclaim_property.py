@@ -83,7 +83,7 @@ class Model:
             self._reclaim(late=op[1])
 
     def _reclaim(self, *, late: bool) -> None:
-        reclaimer = Reclaimer(self.store, clock=lambda: time.time() + 7200) if late else self.reclaimer
+        reclaimer = Reclaimer(self.store, clock=lambda: time.time() + 7200, sweep_interval=0) if late else self.reclaimer
         report = reclaimer.run_once()
         if self.live:
             safe = min(self.live.values())

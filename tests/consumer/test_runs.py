@@ -237,6 +237,7 @@ def test_a_bad_footer_location_inside_a_run_fails_at_its_own_step(tmp_path) -> N
 
     from torch_tgb.errors import ManifestError
     from torch_tgb.manifest.keys import version_key
+    from torch_tgb.testing.version_json import entry_count, get_entry_field, set_entry_field
 
     ns = str(tmp_path / "ns")
     produce(ns, 8, n=8)
@@ -245,8 +246,9 @@ def test_a_bad_footer_location_inside_a_run_fails_at_its_own_step(tmp_path) -> N
     for number in range(1, manifest.latest_version() + 1):
         path = os.path.join(ns, version_key(number))
         v = json.loads(open(path, "rb").read())
-        if v["entries"] and v["first_step"] <= 5 < v["first_step"] + len(v["entries"]):
-            v["entries"][5 - v["first_step"]]["footer_length"] += 1  # no longer ends its TGB
+        if v["first_step"] <= 5 < v["first_step"] + entry_count(v):
+            i = 5 - v["first_step"]
+            set_entry_field(v, i, "footer_length", get_entry_field(v, i, "footer_length") + 1)  # no longer ends its TGB
             open(path, "wb").write(json.dumps(v).encode())
     for runs in (True, False):
         ds = TGBDataset(ns, mesh=Mesh(0, 2, 0, 2), prefetch=0, options=ReaderOptions(runs=runs))

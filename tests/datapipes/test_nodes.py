@@ -129,7 +129,8 @@ def test_footers_are_fetched_in_batches_and_stay_warm(store: Any) -> None:
     footers = reader.source
     batches: list[int] = []
     fetch = footers._fetch
-    footers._fetch = lambda entries: (batches.append(len({e.key for e in entries if footers.cached(e.key) is None})), fetch(entries))[1]
+    footers._fetch = lambda tasks: (batches.append(len({e.key for t in tasks for e in t.entries
+                                                        if footers.cached(e.key) is None})), fetch(tasks))[1]
     assert len(list(reader)) == N_STEPS
     first = pipeline_stats(reader)
     assert first.footer_requests == N_STEPS

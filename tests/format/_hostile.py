@@ -18,6 +18,7 @@ from torch_tgb.format import TENSOR_ALIGN, TRAILER_SIZE, TensorInfo
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._dtypes import dtype_of_tensor
 from torch_tgb.format._footer import encode_footer
+from torch_tgb.format._records import record_width
 
 __all__ = ["tgb_bytes", "with_versions"]
 
@@ -31,10 +32,13 @@ def tgb_bytes(
     layout: Mapping[str, Any] | None = None,
     header_version: int | None = None,
     trailer_version: int | None = None,
-) -> tuple[bytes, int, int]:
+    records: bool = False,
+    key: str = "",
+) -> tuple[bytes, int, int, int]:
     """One TGB of one slice (dp=1, cp=1) holding ``tensors`` exactly as given, at ``base`` of its object.
 
-    Returns ``(bytes [base, size), footer_offset, footer_length)``. ``schema``:
+    Returns ``(bytes [base, size), footer_offset, footer_length, slice record width)``
+    (width 0: a version-1/2 footer; ``records``: version 3, its tables as slice records). ``schema``:
     what the footer's meta records (default: each tensor's dtype, as the
     producer writes it); ``ragged``: the footer's ragged list (empty: a
     version-1 footer); ``*_version``: force the header's / trailer's format
@@ -59,9 +63,11 @@ def tgb_bytes(
         schema = {n: {"dtype": dtype_of_tensor(t.dtype).name} for n, t in tensors.items()  # type: ignore[union-attr]
                   if not n.endswith("_offsets")}
     footer = encode_footer(dp=1, cp=1, slices=[(0, 0, base, end, infos)], layout=layout, schema=dict(schema),
-                           metadata={}, ragged=tuple(ragged))
+                           metadata={}, ragged=tuple(ragged), footer_offset=pos if records else None,
+                           key=key)
     footer = with_versions(footer, header_version, trailer_version)
-    return b"".join(parts) + footer, pos, len(footer) - TRAILER_SIZE
+    width = record_width(len(infos), sum(len(t.shape) for t in infos)) if records else 0
+    return b"".join(parts) + footer, pos, len(footer) - TRAILER_SIZE, width
 
 
 def with_versions(footer: bytes, header: int | None, trailer: int | None) -> bytes:

@@ -12,7 +12,10 @@ from hypothesis import strategies as st
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import encode_tgb, parse_footer
 from torch_tgb.format._checks import _check_tables_vectorised, _tables_valid_small, check_tables
+from torch_tgb.format._spec import V3_SLICE_ALIGN
 from torch_tgb.layout import Layout
+
+A = V3_SLICE_ALIGN  # the writer writes version 3: slices on 64-byte boundaries
 
 # (table, field) pairs a corruption may hit; values cover in-range and out-of-range cases
 _SLICE_FIELDS = ["dp", "cp", "start", "end", "first", "count"]
@@ -56,16 +59,16 @@ def test_small_and_vectorised_checks_agree_on_every_single_field_corruption(dp, 
         rows[row % len(rows)][name] = value % (1 << width)
     else:
         dims[row % len(dims)] = value if field % 2 else -value - 1
-    small_valid = _tables_valid_small(srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end)
-    vectorised = _verdict(_check_tables_vectorised, "k", srows, trows, dims, names, cp, data_end)
+    small_valid = _tables_valid_small(srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end, A)
+    vectorised = _verdict(_check_tables_vectorised, "k", srows, trows, dims, names, cp, data_end, A)
     assert small_valid == (vectorised is None)
-    assert _verdict(check_tables, "k", srows, trows, dims, names, cp, data_end) == vectorised
+    assert _verdict(lambda *a: check_tables(*a, align=A), "k", srows, trows, dims, names, cp, data_end) == vectorised
 
 
 def test_both_paths_accept_a_valid_footer():
     srows, trows, dims, names, data_end = _tables(2, 2)
-    assert _tables_valid_small(srows.tolist(), trows.tolist(), dims.tolist(), names, 2, data_end)
-    assert _verdict(_check_tables_vectorised, "k", srows, trows, dims, names, 2, data_end) is None
+    assert _tables_valid_small(srows.tolist(), trows.tolist(), dims.tolist(), names, 2, data_end, A)
+    assert _verdict(_check_tables_vectorised, "k", srows, trows, dims, names, 2, data_end, A) is None
 
 
 def test_unknown_tensor_name_is_reported_by_its_id():

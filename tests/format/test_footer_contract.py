@@ -75,7 +75,7 @@ HOSTILE = {
 @pytest.mark.parametrize("case", HOSTILE)
 def test_a_footer_that_disagrees_with_the_namespace_is_corrupt(case: str) -> None:
     tensors, ragged, schema, contract, (header, trailer), match = HOSTILE[case]
-    data, fo, _ = tgb_bytes(tensors, ragged=ragged, schema=schema, header_version=header, trailer_version=trailer)
+    data, fo, _, _ = tgb_bytes(tensors, ragged=ragged, schema=schema, header_version=header, trailer_version=trailer)
     parse(data, fo, None).slices()  # valid on its own: only the namespace's contract tells
     with pytest.raises(CorruptObject, match=match) as info:
         judged(data, fo, contract)
@@ -86,7 +86,7 @@ def test_a_footer_that_disagrees_with_the_namespace_is_corrupt(case: str) -> Non
 
 @pytest.mark.parametrize("versions", [(2, 1), (1, 2)], ids=["header 2, trailer 1", "header 1, trailer 2"])
 def test_a_footer_whose_header_and_trailer_disagree_on_the_version_is_corrupt(versions) -> None:
-    data, fo, _ = tgb_bytes(DENSE, header_version=versions[0], trailer_version=versions[1])
+    data, fo, _, _ = tgb_bytes(DENSE, header_version=versions[0], trailer_version=versions[1])
     with pytest.raises(CorruptObject, match=f"header says format version {versions[0]}, its trailer {versions[1]}"):
         parse(data, fo, None)
 
@@ -104,7 +104,7 @@ def test_the_grid_and_the_recorded_layout_are_held_to_the_namespace() -> None:
 
 def test_footer_check_is_the_same_contract_as_schema_mismatch() -> None:
     """``Footer.check`` (for tools) says what the read path says, as SchemaMismatch, over every slice."""
-    data, fo, _ = tgb_bytes({"x": torch.zeros(4, 8, dtype=torch.int16), "y": torch.zeros(4, 3)},
+    data, fo, _, _ = tgb_bytes({"x": torch.zeros(4, 8, dtype=torch.int16), "y": torch.zeros(4, 3)},
                             schema=schema_of(DENSE))
     footer = parse(data, fo, None)
     footer.check(layout=Layout(dp=1))

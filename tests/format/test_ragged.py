@@ -18,8 +18,8 @@ from torch_tgb.layout import SliceData, check_offsets, ragged_part
 from torch_tgb.storage import MemoryStore
 
 
-def write(store: MemoryStore, key: str, slices: list[SliceData]) -> None:
-    buffers, _ = encode_tgb(slices)
+def write(store: MemoryStore, key: str, slices: list[SliceData], format_version: int = FORMAT_VERSION) -> None:
+    buffers, _ = encode_tgb(slices, format_version=format_version)
     store.put(key, b"".join(bytes(b) for b in buffers))
 
 
@@ -30,27 +30,32 @@ def ragged_slice(values: torch.Tensor, offsets: torch.Tensor, rows: int | None =
     return SliceData(0, 0, tensors, ("pix",))
 
 
-def test_ragged_objects_are_version_2_and_dense_ones_stay_version_1() -> None:
+@pytest.mark.parametrize("written", [FORMAT_VERSION, 2])
+def test_ragged_objects_are_version_2_or_3_and_dense_ones_stay_version_1_for_older_readers(written) -> None:
     store = MemoryStore("ragged-version")
     layout = Layout(dp=2)
     batch = {"sid": torch.arange(4), "pix": [torch.ones(n, 2, dtype=torch.uint8) for n in (0, 1, 2, 3)]}
-    buffers, obj = encode_tgb(layout.cut(batch), layout=layout)
+    buffers, obj = encode_tgb(layout.cut(batch), layout=layout, format_version=written)
     data = b"".join(bytes(b) for b in buffers)
     footer = parse_footer(data[obj.footer_offset :], key="k", size=obj.size, footer_offset=obj.footer_offset)
-    assert footer.ragged == ("pix",) and int.from_bytes(data[-12:-8], "little") == FORMAT_VERSION == 2
+    assert footer.ragged == ("pix",) and int.from_bytes(data[-12:-8], "little") == written
     assert [footer.slice(d).ragged for d in range(2)] == [("pix",), ("pix",)]
-    dense, dobj = encode_tgb(layout.cut({"sid": torch.arange(4)}), layout=layout)
-    assert int.from_bytes(b"".join(bytes(b) for b in dense)[-12:-8], "little") == 1
+    dense, dobj = encode_tgb(layout.cut({"sid": torch.arange(4)}), layout=layout, format_version=written)
+    assert int.from_bytes(b"".join(bytes(b) for b in dense)[-12:-8], "little") == (1 if written == 2 else written)
     store.close()
 
 
 def test_an_older_reader_refuses_a_ragged_object_naming_the_version(monkeypatch) -> None:
     """A reader that knows version 1 only (what torch_tgb before ragged keys was) refuses, and says why."""
     store = MemoryStore("ragged-old-reader")
-    write(store, "o", [ragged_slice(torch.ones(3, 2), torch.tensor([0, 1, 3]), rows=2)])
+    write(store, "o", [ragged_slice(torch.ones(3, 2), torch.tensor([0, 1, 3]), rows=2)], format_version=2)
     monkeypatch.setattr(footer_module, "FORMAT_VERSIONS", (1,))
     with pytest.raises(CorruptObject, match="unknown TGB format version 2.*newer torch_tgb"):
         read_footer(store, "o")
+    write(store, "p", [ragged_slice(torch.ones(3, 2), torch.tensor([0, 1, 3]), rows=2)])
+    monkeypatch.setattr(footer_module, "FORMAT_VERSIONS", (1, 2))  # a reader of round 3
+    with pytest.raises(CorruptObject, match="unknown TGB format version 3.*newer torch_tgb"):
+        read_footer(store, "p")
     store.close()
 
 

@@ -7,6 +7,8 @@ import mmap
 import numpy as np
 import pytest
 import torch
+
+from torch_tgb.format._spec import PAGE_ALIGN_FROM, V3_SLICE_ALIGN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,7 +57,7 @@ def test_every_dtype_round_trips(any_store):
     assert (footer.dp, footer.cp, footer.num_slices) == (2, 2, 4)
     for s in slices:
         info = footer.slice(s.dp, s.cp)
-        assert info.start % SLICE_ALIGN == 0
+        assert info.start % V3_SLICE_ALIGN == 0  # small slices: 64-byte aligned (version 3)
         _same(read_slice(any_store, obj.key, footer, info), s.tensors)
 
 
@@ -67,7 +69,10 @@ def test_object_geometry_and_footer_without_hints(mem_store):
     footer = read_footer(mem_store, "o.tgb")  # tail read, size looked up
     assert footer.footer_offset == obj.footer_offset
     starts = [footer.slice(d, 0).start for d in range(3)]
-    assert starts == sorted(starts) and all(s % 4096 == 0 for s in starts)
+    assert starts == sorted(starts) and all(s % 64 == 0 for s in starts)
+    big = _grid(2, 1, lambda d, c: {"x": torch.zeros(PAGE_ALIGN_FROM, dtype=torch.uint8)})
+    large = read_footer(mem_store, write_tgb(mem_store, "big.tgb", big).key)
+    assert all(large.slice(d, 0).start % 4096 == 0 for d in range(2))  # large slices: on pages
     # shapes differ per slice (pre-cut, cost-balanced slices)
     assert [footer.slice(d, 0).tensors[0].shape for d in range(3)] == [(10,), (20,), (30,)]
 

@@ -66,3 +66,35 @@ def reclaim_to(store: ObjectStore, version: int) -> None:
     m.write_snapshot(version)
     m.advance_gc_boundary(version, m.read_version(version).first_step)
     m.delete_versions_below(version)
+
+
+def legacy_log(store: ObjectStore, versions: int, per_version: int = 3, *, producer: str = "p0",
+               start: int = 0) -> int:
+    """Write versions ``start+1 ..`` of a format-1 log by hand (a namespace written before format 2).
+
+    Version ``start + 1`` registers ``producer`` (epoch 1) when ``start`` is 0;
+    each later one appends ``per_version`` entries. Returns the newest version.
+    """
+    import uuid
+
+    from torch_tgb.manifest import ProducerState, Version, version_key
+
+    number, step, offset = start, 0, 0
+    if start:
+        head = Manifest(store).state_at(start)
+        step = head.num_steps
+        offset = head.producers[producer].next_offset if producer in head.producers else 0
+    else:
+        number += 1
+        store.put_if_absent(version_key(number), Version(number, uuid.uuid4().hex, 0, (),
+                                                         {producer: ProducerState(1, 0, 1.0)}).encode())
+    for _ in range(versions):
+        number += 1
+        batch = entries(producer, offset, per_version)
+        offset += per_version
+        state = ProducerState(1, offset, 1.0, {"position": offset})
+        version = Version(number, uuid.uuid4().hex, step, tuple(batch), {producer: state})
+        step += per_version
+        if not store.put_if_absent(version_key(number), version.encode()):
+            raise AssertionError(f"slot {number} taken")
+    return number

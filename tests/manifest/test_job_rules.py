@@ -22,7 +22,7 @@ from tests.manifest._manifest_helpers import entries
 from torch_tgb.errors import JobMismatch, ManifestError, ShardComplete
 from torch_tgb.manifest import SEALER_ID, Committer, JobSpec, Manifest, ManifestState, ProducerState, Version
 from torch_tgb.manifest._state import fold
-from torch_tgb.manifest.commit import seal_namespace
+from torch_tgb.manifest.seal import seal_namespace
 from torch_tgb.manifest.jobs import missing_shards, parse_shard_producer_id, shard_status
 from torch_tgb.storage import ForwardingStore, MemoryStore, ObjectStore
 

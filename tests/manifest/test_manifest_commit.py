@@ -116,13 +116,14 @@ def test_lost_ack_then_conflict_recognised_on_next_attempt(store) -> None:
     faulty = FaultyStore(store)
     c.store = faulty  # type: ignore[assignment]
     faulty.fail_next("put_if_absent", 1, "lost_ack")
-    calls = {"n": 0}
+    calls = {"raised": 0}
 
     def blind_read(number):
-        calls["n"] += 1
-        if calls["n"] == 2:  # the read-back right after the ambiguous write
+        found = original(number)
+        if found is not None and not calls["raised"]:  # the read-back right after the ambiguous write
+            calls["raised"] += 1
             raise AmbiguousWriteError("simulated: read-back timed out too")
-        return original(number)
+        return found
 
     c.manifest.try_read_version = blind_read  # type: ignore[method-assign]
     with pytest.raises(AmbiguousWriteError):
@@ -174,6 +175,7 @@ def test_commit_into_reclaimed_slot_is_detected(store) -> None:
     m.delete_versions_below(8)
     assert not store.exists(version_key(2))
 
+    stalled._rate.rate = 0.0  # it saw nobody else commit: it probes for version 2 only (no hint)
     result = stalled.attempt(entries("s", 0, 2))  # reads 2: missing; creates 2: lands in a reclaimed slot
     assert result.reclaimed_slot and not result.committed and result.version == 2
     assert not store.exists(version_key(2))  # undone
@@ -186,6 +188,21 @@ def test_commit_into_reclaimed_slot_is_detected(store) -> None:
     assert Counter((e.producer, e.offset) for e in kept.entries(step0, head.num_steps)) == Counter(
         {("o", o): 1 for o in range(step0, 10)} | {("s", 0): 1, ("s", 1): 1}
     )
+
+
+def test_a_stalled_committer_that_expects_others_jumps_to_the_newest_version(store) -> None:
+    """Format 2: with no rate yet (or others committing) a stalled committer starts its probe at the hint, so it
+    never writes into a reclaimed slot: its first attempt lands after the newest version."""
+    stalled = started(store, "s", snapshot_every=1000)  # version 1
+    other = started(store, "o", snapshot_every=1000)  # version 2
+    for _ in range(10):
+        commit(other, 1)  # versions 3..12
+    m = Manifest(store)
+    m.write_snapshot(8)
+    m.advance_gc_boundary(8, m.read_version(8).first_step)
+    m.delete_versions_below(8)
+    result = stalled.attempt(entries("s", 0, 2))
+    assert result.committed and not result.reclaimed_slot and result.version == 13
 
 
 def test_seal_stops_everyone(store) -> None:
@@ -207,11 +224,24 @@ def test_gap_in_offsets_refused(store) -> None:
 
 
 def test_snapshot_failure_does_not_fail_commit(store) -> None:
-    faulty = FaultyStore(store)
+    from torch_tgb.errors import TransientStorageError
+    from torch_tgb.manifest.keys import SNAPSHOT_PREFIX
+    from torch_tgb.storage._wrapper import ForwardingStore
+
+    class SnapshotsFail(ForwardingStore):
+        failed = 0
+
+        def put(self, key, data):
+            if key.startswith(SNAPSHOT_PREFIX):  # transient, no retry wrapper here
+                self.failed += 1
+                raise TransientStorageError(f"injected: put {key}")
+            self.inner.put(key, data)
+
+    faulty = SnapshotsFail(store)
     c = Committer(Manifest(faulty, snapshot_every=2), "p0")
     c.start()
-    faulty.fail_next("put", 5, "error")  # snapshot put fails (transient, no retry wrapper here)
     assert c.attempt(entries("p0", 0, 1)).committed  # version 2: snapshot attempted and failed
+    assert faulty.failed == 1
     assert Manifest(store).head().num_steps == 1
 
 

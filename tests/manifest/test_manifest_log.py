@@ -7,7 +7,7 @@ import math
 import uuid
 
 import pytest
-from _manifest_helpers import CountingStore, HookStore, commit, entries, reclaim_to, started
+from _manifest_helpers import CountingStore, HookStore, commit, entries, legacy_log, reclaim_to, started
 
 from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
 from torch_tgb.layout import Layout
@@ -124,6 +124,14 @@ def test_write_snapshot_any_version_idempotent(store) -> None:
 
 def test_corrupt_version_fails_loud_naming_it(store) -> None:
     build(store, 5)
+    store.put(version_key(3), b'{"format": "tgb-manifest/2", "version": 3}')
+    assert Manifest(store).head().version == 6  # format 2: the newest version alone names the state
+    with pytest.raises(ManifestError, match="version=3"):
+        Manifest(store).entries(0, 100)
+
+
+def test_corrupt_version_of_a_format1_log_fails_loud_on_replay(store) -> None:
+    legacy_log(store, 5)
     store.put(version_key(3), b'{"format": "tgb-manifest/1", "version": 3}')
     with pytest.raises(ManifestError, match="version=3: missing field"):
         Manifest(store).head()
@@ -131,14 +139,19 @@ def test_corrupt_version_fails_loud_naming_it(store) -> None:
         Manifest(store).entries(0, 100)
 
 
-def test_non_monotonic_first_step_detected(store) -> None:
-    build(store, 6, per_version=2, snapshot_every=1000)
+@pytest.mark.parametrize("log", ["format2", "format1"])
+def test_non_monotonic_first_step_detected(store, log) -> None:
+    if log == "format2":
+        build(store, 6, per_version=2, snapshot_every=1000)
+    else:
+        legacy_log(store, 6, per_version=2)
     m = Manifest(store)
     bad = m.read_version(4)
-    forged = type(bad)(4, bad.token, 100, bad.entries, bad.producers, False, bad.time)
+    forged = dataclasses.replace(bad, first_step=100)
     store.put(version_key(4), forged.encode())
-    with pytest.raises(ManifestError, match="version=4: first_step=100"):
-        Manifest(store).head()
+    if log == "format1":  # a replay folds every version; format 2 reads the newest only
+        with pytest.raises(ManifestError, match="version=4: first_step=100"):
+            Manifest(store).head()
     with pytest.raises(ManifestError, match="version="):
         Manifest(store).entries(0, 20)
 
@@ -259,7 +272,7 @@ def test_replay_uses_threads_for_a_remote_store_only(tmp_path, store, monkeypatc
     monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", counting)
     local = LocalStore(tmp_path)
     for s in (local, store):
-        build(s, 7, snapshot_every=100)  # no snapshot: a cold head() replays all 8 versions
+        legacy_log(s, 7)  # format 1, no snapshot: a cold head() replays all 8 versions
     assert Manifest(local).head().num_steps == 21 and not pools
     assert Manifest(store).head().num_steps == 21 and pools
 
@@ -275,13 +288,11 @@ def test_cold_start_racing_a_reclamation(store) -> None:
 
 
 def warm_reader(store, *, later: int) -> Manifest:
-    """A reader that cached the state at version 2, then ``later`` more one-entry versions committed."""
-    c = started(store, "p0", snapshot_every=1000)
-    commit(c, 1)
+    """A reader that cached the state at version 2 of a format-1 log, then ``later`` more one-entry versions."""
+    legacy_log(store, 1, per_version=1)
     reader = Manifest(store)
     assert reader.head().version == 2
-    for _ in range(later):
-        commit(c, 1)
+    legacy_log(store, later, per_version=1, start=2)
     return reader
 
 

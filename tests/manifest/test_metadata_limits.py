@@ -99,9 +99,8 @@ def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole() -
     store.destroy()
 
 
-def test_a_job_whose_snapshots_need_parts_reads_resumes_and_reclaims(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(_snapshot_parts, "WHOLE_BYTES", 2048)  # parts from a few shards on, not from 300
-    monkeypatch.setattr(_snapshot_parts, "PART_BYTES", 1024)
+def test_a_job_of_many_shards_keeps_snapshots_small_resumes_and_reclaims(tmp_path) -> None:
+    """Format 2: a snapshot names the producers' table, whatever the number and size of their states."""
     store = LocalStore(str(tmp_path))
     spec = JobSpec.sharded("job", 12)
     for i in range(12):
@@ -110,7 +109,8 @@ def test_a_job_whose_snapshots_need_parts_reads_resumes_and_reclaims(tmp_path, m
             p.append(BATCH, offset=0, state={"shard": i, "pad": "y" * 300})
             p.close(seal=i % 2 == 1)  # odd shards finish, even ones stop and resume below
     names = os.listdir(tmp_path / SNAPSHOT_PREFIX)
-    assert any(".part" in n for n in names)
+    assert names and not any(".part" in n for n in names)
+    assert max(os.path.getsize(tmp_path / SNAPSHOT_PREFIX / n) for n in names) < 2048  # 12 states of 300+ bytes
     for i in range(0, 12, 2):
         with Producer(store, producer_id=spec.producer_id(i), layout=LAYOUT, job=spec) as p:
             assert p.resume_offset == 1 and p.resume_state == {"shard": i, "pad": "y" * 300}
@@ -140,13 +140,13 @@ def test_one_version_carries_at_most_max_version_entries(tmp_path) -> None:
 
 
 def test_a_version_over_the_reader_limit_is_refused_not_written(tmp_path, monkeypatch) -> None:
-    from torch_tgb.manifest import commit
+    from torch_tgb.manifest import _create
 
-    monkeypatch.setattr(commit, "MAX_METADATA_BYTES", 600)
-    producer = Producer(str(tmp_path), producer_id="p0", layout=LAYOUT, commit_policy="fixed:4")
-    for offset in range(4):
+    monkeypatch.setattr(_create, "MAX_METADATA_BYTES", 700)  # an epoch bump fits (~640 B), 16 entries do not
+    producer = Producer(str(tmp_path), producer_id="p0", layout=LAYOUT, commit_policy="fixed:16")
+    for offset in range(16):
         producer.append(BATCH, offset=offset)
-    with pytest.raises(ManifestError, match="over the metadata limit of 600"):
+    with pytest.raises(ManifestError, match="over the metadata limit of 700"):
         producer.close()
     assert Manifest(LocalStore(str(tmp_path))).head().num_steps == 0  # nothing committed, still readable
 

@@ -17,7 +17,7 @@ import logging
 import uuid
 
 import pytest
-from _manifest_helpers import commit, started
+from _manifest_helpers import commit, legacy_log, started
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,12 +35,16 @@ PRODUCERS = 12
 
 @pytest.fixture
 def namespace():
-    """A namespace of 12 producers, 2 versions each; its state, computed by a full replay."""
+    """A format-1 namespace of 12 producers, 2 versions each; its state, computed by a full replay.
+
+    Format 1: a format-2 head never reads a snapshot (its newest version names every producer), and its
+    snapshots are never in parts; snapshots in parts are what namespaces written before it hold.
+    """
     inner = MemoryStore(f"parts-hostile-{uuid.uuid4().hex}")
     store = CountingStore(inner)
-    committers = [started(store, f"p{i:02d}") for i in range(PRODUCERS)]
-    for c in committers:
-        commit(c, 2)
+    newest = 0
+    for i in range(PRODUCERS):
+        newest = legacy_log(store, 2, per_version=1, producer=f"p{i:02d}", start=newest)
     truth = Manifest(inner, snapshot_every=1 << 20).head()
     yield store, truth
     inner.destroy()

@@ -42,7 +42,8 @@ def test_64_producers_started_together_stay_within_the_conflict_budget() -> None
 
 
 def test_request_costs_match_the_committer() -> None:
-    """One producer: 4 requests per commit (missing-version read, create, boundary LIST + GET), 3 more per snapshot."""
+    """One producer: 5 requests per commit (missing-version probe, its bucket, create, boundary LIST + GET), 3 more
+    per snapshot. (The model charges format 1's 4: a format-2 commit also writes the writer's bucket.)"""
     store = CountingStore(MemoryStore(f"model-{uuid.uuid4().hex}"))
     committer = Committer(Manifest(store), "p0")
     committer.start()  # version 1
@@ -51,7 +52,7 @@ def test_request_costs_match_the_committer() -> None:
         commit(committer, 1)
     real = store.total / 31
     modelled = simulate(ModelConfig(producers=1, window_s=320.0, rebase="per_version"), lambda i: DACPolicy(seed=i))
-    assert real == pytest.approx(4 + 2 * 3 / 31)
+    assert real == pytest.approx(5 + 2 * 3 / 31, abs=0.1)  # + the hint read of the first refresh (no rate yet)
     assert modelled["requests_per_commit"] == pytest.approx(4 + 3 / 16, abs=0.1)
     store.inner.destroy()
 

@@ -21,6 +21,7 @@ import torch_tgb as tgb
 from torch_tgb.errors import InvalidKey, TGBError
 from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, boundary_key, version_key
 from torch_tgb.storage import LocalStore
+from torch_tgb.testing.version_json import get_entry_field
 from torch_tgb.storage.local import open_regular
 
 pytestmark = pytest.mark.timeout(300)
@@ -61,7 +62,7 @@ def _reclaimer(tamper: Tamper) -> Callable[[], object]:
 
 
 def test_fifo_as_tgb_object(tamper: Tamper) -> None:
-    key = tamper.version(3)["entries"][0]["key"]
+    key = get_entry_field(tamper.version(3), 0, "key")
     fifo = _fifo_at(tamper.path(key))
     error = _outcome(_consumer(tamper), [fifo])
     assert isinstance(error, TGBError) and key in str(error), error

@@ -17,6 +17,7 @@ from _tamper import Tamper
 import torch_tgb as tgb
 from torch_tgb.manifest.watermarks import safe_boundary
 from torch_tgb.errors import InvalidKey, ManifestError, TGBError
+from torch_tgb.testing.version_json import append_entry, get_entry, get_entry_field, set_entry, set_entry_field
 from torch_tgb.manifest._json import MAX_METADATA_BYTES
 from torch_tgb.manifest.keys import DATASET_KEY, GC_BOUNDARY_KEY, SNAPSHOT_HINT_KEY, version_key
 from torch_tgb.storage import open_store
@@ -45,7 +46,7 @@ ESCAPING_KEYS = [
 @pytest.mark.parametrize("key", ESCAPING_KEYS)
 def test_entry_key_outside_namespace_is_rejected(tamper: Tamper, key: str) -> None:
     v = tamper.version(3)
-    v["entries"][0]["key"] = key
+    set_entry_field(v, 0, "key", key)
     tamper.write_version(3, v)
     with pytest.raises(ManifestError) as info:
         tamper.read_all()
@@ -56,7 +57,7 @@ def test_entry_key_outside_namespace_is_rejected(tamper: Tamper, key: str) -> No
 
 def test_symlinked_object_pointing_outside_is_rejected(tamper: Tamper, tmp_path) -> None:
     outside = tmp_path / "outside.tgb"
-    key = tamper.version(3)["entries"][0]["key"]
+    key = get_entry_field(tamper.version(3), 0, "key")
     shutil.copy(tamper.path(key), outside)  # a valid TGB object, but outside the namespace
     os.unlink(tamper.path(key))
     os.symlink(outside, tamper.path(key))
@@ -76,7 +77,7 @@ def test_symlinked_directory_pointing_outside_is_rejected(tamper: Tamper, tmp_pa
 
 def test_symlink_inside_the_namespace_is_allowed(tamper: Tamper) -> None:
     """Control: a link that stays inside the root is not an attack."""
-    key = tamper.version(3)["entries"][0]["key"]
+    key = get_entry_field(tamper.version(3), 0, "key")
     moved = tamper.path("data/elsewhere.bin")
     shutil.move(str(tamper.path(key)), moved)
     os.symlink(moved, tamper.path(key))
@@ -86,7 +87,7 @@ def test_symlink_inside_the_namespace_is_allowed(tamper: Tamper) -> None:
 def test_symlinked_dir_swapped_in_after_first_read(tamper: Tamper, tmp_path) -> None:
     """bugs.md B3 (fixed): a directory trusted once must not be trusted after it became a symlink."""
     store = open_store(tamper.ns)
-    key = tamper.version(3)["entries"][0]["key"]
+    key = get_entry_field(tamper.version(3), 0, "key")
     store.get(key)  # the directory data/p0 is now known to the store
     outside = tmp_path / "outside-dir"
     shutil.move(str(tamper.path("data/p0")), outside)
@@ -101,7 +102,7 @@ def test_symlinked_dir_swapped_in_after_first_read(tamper: Tamper, tmp_path) -> 
 
 def test_giant_version_is_rejected(tamper: Tamper) -> None:
     v = tamper.version(3)
-    v["entries"][0]["pad"] = " " * (MAX_METADATA_BYTES + 10)
+    v["pad"] = " " * (MAX_METADATA_BYTES + 10)
     tamper.write_version(3, v)
     with pytest.raises(ManifestError, match=r"version=3.*exceeds the metadata limit"):
         tamper.read_all()
@@ -150,7 +151,7 @@ def test_moderately_nested_version_is_rejected(tamper: Tamper) -> None:
     nested: object = 1
     for _ in range(40):
         nested = [nested]
-    v["entries"][0]["tokens"] = nested
+    set_entry_field(v, 0, "tokens", nested)
     tamper.write_version(3, v)
     with pytest.raises(ManifestError, match="version=3"):
         tamper.read_all()
@@ -175,7 +176,7 @@ def test_malformed_watermark_fails_loud(tamper: Tamper) -> None:
 def test_entry_with_absurd_size(tamper: Tamper) -> None:
     """bugs.md B5 (fixed): the entry's size must not drive an unbounded read."""
     v = tamper.version(3)
-    v["entries"][0].update(size=10**13, footer_offset=0, footer_length=0)
+    set_entry(v, 0, {**get_entry(v, 0), "size": 10**13, "footer_offset": 0, "footer_length": 0})
     tamper.write_version(3, v)
     with pytest.raises((ManifestError, tgb.CorruptObject)) as info:
         tamper.read_all()
@@ -184,10 +185,10 @@ def test_entry_with_absurd_size(tamper: Tamper) -> None:
 
 def test_entry_with_wrong_footer_location(tamper: Tamper) -> None:
     v = tamper.version(3)
-    v["entries"][0]["footer_offset"] += 8
-    v["entries"][0]["footer_length"] -= 8
+    entry = get_entry(v, 0)
+    set_entry(v, 0, {**entry, "footer_offset": entry["footer_offset"] + 8, "footer_length": entry["footer_length"] - 8})
     tamper.write_version(3, v)
-    with pytest.raises(tgb.CorruptObject, match=v["entries"][0]["key"]):
+    with pytest.raises(tgb.CorruptObject, match=entry["key"]):
         tamper.read_all()
 
 
@@ -212,7 +213,7 @@ def test_first_step_disagreeing_with_predecessor(tamper: Tamper) -> None:
 
 def test_same_producer_offset_committed_twice_across_versions(tamper: Tamper) -> None:
     v3 = tamper.version(3)
-    v3["entries"][0] = dict(tamper.version(2)["entries"][0])  # (p0, offset 0) again
+    set_entry(v3, 0, get_entry(tamper.version(2), 0))  # (p0, offset 0) again
     v3["producers"]["p0"]["next_offset"] = 1
     tamper.write_version(3, v3)
     with pytest.raises(ManifestError, match=r"version=3.*'p0'.*offset=0"):
@@ -221,7 +222,7 @@ def test_same_producer_offset_committed_twice_across_versions(tamper: Tamper) ->
 
 def test_same_producer_offset_twice_in_one_version(tamper: Tamper) -> None:
     v = tamper.version(3)
-    v["entries"].append(dict(v["entries"][0]))
+    append_entry(v, get_entry(v, 0))
     tamper.write_version(3, v)
     with pytest.raises(ManifestError, match=r"version=3.*offset=1"):
         tamper.read_all()

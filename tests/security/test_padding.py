@@ -10,10 +10,11 @@ from torch_tgb.cli._verify_impl import verify_namespace
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import check_padding, padding_ranges, read_footer, read_slice
 from torch_tgb.storage import LocalStore
+from torch_tgb.testing.version_json import get_entry
 
 
 def _first_object(tamper: Tamper):  # type: ignore[no-untyped-def]
-    entry = tamper.version(3)["entries"][0]
+    entry = get_entry(tamper.version(3), 0)
     store = LocalStore(tamper.ns)
     footer = read_footer(store, entry["key"], size=entry["size"], footer_offset=entry["footer_offset"],
                          footer_length=entry["footer_length"])

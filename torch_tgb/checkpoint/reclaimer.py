@@ -5,11 +5,17 @@ removes things that every later state of the namespace no longer needs, so a
 pass killed anywhere leaves a readable namespace and the next pass finishes
 the job (deletes are idempotent, TGB objects immutable):
 
-1. list ``data/`` and the namespace's partial writes, then read the head
-   state ``S`` (the order matters: every listed object was written before
-   ``S`` was read);
-2. free what the *existing* GC boundary already allows — objects of steps
-   below it, versions and snapshots below it, uncommitted objects that
+0. read the last pass's record (``checkpoint/_reclaim_state.py``): what is
+   already clean below the boundary, and when the last sweep ran. A pass
+   with no work (the boundary cannot move, nothing is left below it, no
+   sweep is due) ends here, after a handful of requests whatever the size
+   of the namespace;
+1. on a sweep (every ``sweep_interval``): list ``data/`` and the
+   namespace's partial writes, then read the head state ``S`` (the order
+   matters: every listed object was written before ``S`` was read);
+2. free what the *existing* GC boundary already allows, if an earlier pass
+   did not finish — objects of steps below it, versions and snapshots below
+   it; on a sweep, uncommitted objects that
    ``S`` proves can never be committed (:mod:`torch_tgb.checkpoint._orphans`)
    once older than ``grace_period``, and partial writes (temp files, open
    multipart uploads of writers killed mid-segment) that ``S`` proves
@@ -27,9 +33,13 @@ the job (deletes are idempotent, TGB objects immutable):
    space reserve (``manifest/reserve.py``) and writes them into its room;
 5. delete the TGB objects of steps below ``T``, then the log versions below
    ``vb`` (objects first: a version is the only record of which objects it
-   named), then snapshots below the boundary;
+   named), then snapshots below the boundary. Only the versions between the
+   old and the new boundary are read (concurrently), never the live ones:
+   a one-TGB object goes with its step, a segment when the entries after its
+   last reclaimed TGB show none of it remains (``_segments.py``);
 6. drop retired checkpoints: their watermarks, then their markers;
-7. write the space reserve again if it is missing (a local namespace).
+7. write the space reserve again if it is missing (a local namespace), and
+   the pass's record.
 
 Every object deleted passes the same rule: named by no version at or above
 the boundary, and dead in ``S`` (a committed object below the boundary is
@@ -52,11 +62,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from torch_tgb.checkpoint._orphans import Fate, fate_of, partial_is_live
+from torch_tgb.checkpoint._reclaim_state import PassRecord
+from torch_tgb.checkpoint._segments import still_named
+from torch_tgb.checkpoint._table_gc import reclaim_table_objects
 from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
+from torch_tgb.manifest.skips import delete_skips_below
 from torch_tgb.manifest.reserve import RESERVE_BYTES, create_reserve, release_reserve
 from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
 from torch_tgb.storage import ObjectStore, PartialObject, open_store
@@ -70,6 +84,34 @@ DEFAULT_GRACE_PERIOD = 3600.0
 #: partial writes of metadata (a killed put of a version, snapshot, watermark) younger than this are kept,
 #: whatever the grace period: no writer but their own can judge them, and such a put lasts a moment
 METADATA_PARTIAL_AGE = 600.0
+
+
+@dataclass
+class _Counts:
+    """What one pass deleted so far (the report's numbers), and the boundary it left."""
+
+    objects: int = 0
+    versions: int = 0
+    snapshots: int = 0
+    orphans: int = 0
+    live_orphans: int = 0
+    partials: int = 0
+    live_partials: int = 0
+    table_objects: int = 0
+    bytes: int = 0
+    released: int = 0
+    boundary: GCBoundary | None = None
+
+    def add_objects(self, keys: set[str], count: int, nbytes: int) -> set[str]:
+        self.objects += count
+        self.bytes += nbytes
+        return keys
+
+    def add_orphans(self, count: int, nbytes: int, live: int) -> None:
+        self.orphans, self.bytes, self.live_orphans = self.orphans + count, self.bytes + nbytes, live
+
+    def add_partials(self, count: int, nbytes: int, live: int) -> None:
+        self.partials, self.bytes, self.live_partials = self.partials + count, self.bytes + nbytes, live
 
 
 @dataclass(frozen=True)
@@ -91,6 +133,7 @@ class ReclaimReport:
     partials: int = 0  # partial writes deleted (temp files, open multipart uploads of killed writers)
     live_partials: int = 0  # partial writes whose (live) producer may still finish them: kept
     reserve_released: bool = False  # the disk was full: the space reserve made room for the snapshot/boundary
+    table_objects: int = 0  # producers' buckets and pipeline states below the boundary no one reads (format 2)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,9 +157,15 @@ class Reclaimer:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         storage_options: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
+        sweep_interval: float | None = None,
     ) -> None:
         if grace_period < 0:
             raise ValueError(f"Reclaimer: grace_period={grace_period} must be >= 0")
+        if sweep_interval is not None and sweep_interval < 0:
+            raise ValueError(f"Reclaimer: sweep_interval={sweep_interval} must be >= 0 or None")
+        #: seconds between sweeps for uncommitted objects and partial writes (``None``: a quarter of the grace
+        #: period, so a dead orphan goes within 1.25 grace periods); a pass in between reads only its work
+        self.sweep_interval = grace_period / 4 if sweep_interval is None else float(sweep_interval)
         self._owns_store = not isinstance(ns_or_store, ObjectStore)
         self.store = open_store(ns_or_store, storage_options)
         self.grace_period = float(grace_period)
@@ -127,50 +176,74 @@ class Reclaimer:
         """One idempotent pass; see the module docstring for the order of effects."""
         started = time.monotonic()
         store, manifest = self.store, self.manifest
+        record = PassRecord.read(store)
+        now = self._clock()
+        sweep = now - record.swept_at >= self.sweep_interval
         # data/ is listed before the head is read: every listed object was written
         # before that read, so the head decides whether its incarnation may still commit it.
-        data_keys = store.list(DATA_PREFIX)
-        partials = store.list_partial()
+        data_keys = store.list(DATA_PREFIX) if sweep else []
+        partials = store.list_partial() if sweep else []
         live = live_checkpoints(store)
         safe_step = min((m.step for m in live), default=0)
         before = manifest.repair_gc_boundary()  # re-create a deleted generation; drop lower ones landed late
-        head = manifest.head()
-        # What the existing boundary allows goes first: nothing is written yet, so this
-        # frees space even when the disk is too full for the snapshot and boundary puts.
-        kept = self._kept_keys(manifest, before, head)
-        deleted_keys, objects, nbytes = self._delete_reclaimed_objects(manifest, before, before, kept, head)
-        versions = manifest.delete_versions_below(before.version)
-        snapshots = self._delete_old_snapshots(before)
-        orphans, orphan_bytes, live_orphans = self._delete_orphans(data_keys, kept | deleted_keys, head)
-        partial_count, partial_bytes, live_partials = self._delete_partials(partials, head)
-        boundary, released = self._advance_with_reserve(manifest, safe_step, head)
-        if boundary != before:
-            kept = self._kept_keys(manifest, boundary, head)
-            more_keys, more, more_bytes = self._delete_reclaimed_objects(manifest, before, boundary, kept, head)
-            objects, nbytes = objects + more, nbytes + more_bytes
-            versions += manifest.delete_versions_below(boundary.version)
-            snapshots += self._delete_old_snapshots(boundary)
+        counts = _Counts()
+        if sweep or record.clean_below < before.version or safe_step > before.step:
+            self._pass(manifest, record, before, safe_step, (data_keys, partials) if sweep else None, counts)
+        boundary = counts.boundary or before
         dropped = self._drop_retired()
-        create_reserve(store, max(RESERVE_BYTES, released))  # after the deletes made room for it again
+        create_reserve(store, max(RESERVE_BYTES, counts.released))  # after the deletes made room for it again
+        if sweep or boundary.version > record.clean_below:
+            PassRecord(boundary.version, now if sweep else record.swept_at).write(store)
         report = ReclaimReport(
             safe_step=safe_step,
             boundary_version=boundary.version,
             boundary_step=boundary.step,
             live_checkpoints=len(live),
-            objects=objects,
-            versions=versions,
-            snapshots=snapshots,
-            orphans=orphans,
+            objects=counts.objects,
+            versions=counts.versions,
+            snapshots=counts.snapshots,
+            orphans=counts.orphans,
             checkpoints_dropped=dropped,
-            bytes=nbytes + orphan_bytes + partial_bytes,
+            bytes=counts.bytes,
             seconds=time.monotonic() - started,
-            live_orphans=live_orphans,
-            partials=partial_count,
-            live_partials=live_partials,
-            reserve_released=released > 0,
+            live_orphans=counts.live_orphans,
+            partials=counts.partials,
+            live_partials=counts.live_partials,
+            reserve_released=counts.released > 0,
+            table_objects=counts.table_objects,
         )
         log.info("reclaim %s: %s", store.url, report)
         return report
+
+    def _pass(self, manifest: Manifest, record: PassRecord, before: GCBoundary, safe_step: int,
+              sweep: tuple[list[str], list[PartialObject]] | None, counts: _Counts) -> None:
+        """The steps of a pass that has work: the existing boundary's leftovers, the sweep, the advance, deletes."""
+        head = manifest.head()
+        known = record.clean_below if record.clean_below >= before.version else None
+        deleted: set[str] = set()
+        if known is None:  # an earlier pass did not finish (or nothing is known): finish below the boundary
+            # What the existing boundary allows goes first: nothing is written yet, so this
+            # frees space even when the disk is too full for the snapshot and boundary puts.
+            deleted = counts.add_objects(*self._delete_reclaimed_objects(manifest, before, before, head, None))
+            counts.versions += manifest.delete_versions_below(before.version)
+            counts.snapshots += self._delete_old_snapshots(before)
+        if sweep is not None:
+            data_keys, partials = sweep
+            kept = self._kept_keys(manifest, before, head)
+            counts.add_orphans(*self._delete_orphans(data_keys, kept | deleted, head))
+            counts.add_partials(*self._delete_partials(partials, head))
+        counts.boundary, counts.released = self._advance_with_reserve(manifest, safe_step, head)
+        boundary = counts.boundary
+        if boundary != before:
+            delete_skips_below(manifest.store, boundary.step)  # markers of reclaimed steps: no reader reads them
+            counts.add_objects(*self._delete_reclaimed_objects(manifest, before, boundary, head, known))
+            if known is not None:  # every version below ``before`` is gone: delete the range, no LIST
+                counts.versions += manifest.delete_version_range(before.version, boundary.version)
+            else:
+                counts.versions += manifest.delete_versions_below(boundary.version)
+            counts.snapshots += self._delete_old_snapshots(boundary)
+        if sweep is not None or known is None:  # table objects accumulate between sweeps (a few KB each)
+            counts.table_objects += reclaim_table_objects(manifest, boundary, head)
 
     def run_forever(self, interval: float, *, stop: threading.Event | None = None) -> None:
         """Call :meth:`run_once` every ``interval`` seconds until ``stop`` is set.
@@ -262,15 +335,20 @@ class Reclaimer:
         return manifest.advance_gc_boundary(version.number, step)
 
     def _delete_reclaimed_objects(
-        self, manifest: Manifest, before: GCBoundary, boundary: GCBoundary, kept: set[str], head: ManifestState
+        self, manifest: Manifest, before: GCBoundary, boundary: GCBoundary, head: ManifestState, known: int | None,
     ) -> tuple[set[str], int, int]:
         """Delete objects of steps below the boundary step (and named by no kept entry); (keys, count, bytes).
 
-        Inside the boundary version only the steps this pass newly passed are
-        deleted (from ``before.step`` when the version did not change), so a
-        later pass neither repeats nor recounts them. If a pass dies between
-        moving the boundary and these deletes, the objects left behind are
-        named by no kept entry: the orphan sweep removes them after the grace period.
+        ``known``: every version below it is already deleted (the last pass's
+        record), so the versions to read are ``known .. boundary.version - 1``,
+        read concurrently without a LIST; ``None``: the versions below the
+        boundary are listed. Inside the boundary version only the steps this
+        pass newly passed are deleted (from ``before.step`` when the version
+        did not change), so a later pass neither repeats nor recounts them. A
+        one-TGB object goes with its step; a segment only when no entry at or
+        above the boundary names it (``_segments.py``). If a pass dies between
+        moving the boundary and these deletes, its record still says the
+        older ``clean_below``, and the next pass reads those versions again.
 
         A version below the boundary may also be one a stalled committer wrote
         into an already reclaimed slot (it deletes it on seeing the boundary);
@@ -278,9 +356,13 @@ class Reclaimer:
         live incarnation at or above its ``next_offset`` is deleted — no really
         committed object is one.
         """
+        if known is None:
+            numbers = [int(k.rsplit("/", 1)[1][:20]) for k in manifest.version_keys_below(boundary.version)]
+        else:
+            numbers = list(range(max(1, known), boundary.version))
+        manifest.prefetch(numbers)
         entries: list[TGBEntry] = []
-        for key in manifest.version_keys_below(boundary.version):
-            number = int(key.rsplit("/", 1)[1][:20])
+        for number in numbers:
             version = manifest.try_read_version(number)
             if version is not None:  # None: deleted by an earlier, interrupted pass
                 entries.extend(version.entries)
@@ -288,9 +370,8 @@ class Reclaimer:
             last = manifest.read_version(boundary.version)
             start = before.step if before.version == boundary.version else last.first_step
             entries.extend(last.entries[max(0, start - last.first_step) : max(0, boundary.step - last.first_step)])
-        # A segment object holds several TGBs: it is deletable iff no kept entry (a step at or
-        # above the boundary) names it, i.e. iff every TGB in it is below the safe step.
-        keys = {e.key for e in entries if fate_of(head, e.key) is not Fate.LIVE} - kept
+        doomed = [e for e in entries if fate_of(head, e.key) is not Fate.LIVE]
+        keys = {e.key for e in doomed} - still_named(manifest, boundary, head.version, doomed)
         if keys:
             self.store.delete(sorted(keys))
         return keys, len(keys), sum(size for key, size in {e.key: e.total_size for e in entries}.items() if key in keys)
@@ -356,11 +437,16 @@ class Reclaimer:
     def _kept_keys(self, manifest: Manifest, boundary: GCBoundary, head: ManifestState) -> set[str]:
         """Object keys of steps at or above the boundary step, up to ``head`` (read after listing data/).
 
-        Versions after ``head`` only name offsets at or above ``head``'s
-        ``next_offset`` of live incarnations: objects no pass deletes anyway.
+        The sweep's cost: every version above the boundary (read concurrently
+        from a remote store), once per ``sweep_interval``. Versions after
+        ``head`` only name offsets at or above ``head``'s ``next_offset`` of
+        live incarnations: objects no pass deletes anyway.
         """
         kept: set[str] = set()
-        for number in range(max(1, boundary.version), head.version + 1):
+        numbers = list(range(max(1, boundary.version), head.version + 1))
+        for lo in range(0, len(numbers), 256):
+            manifest.prefetch(numbers[lo : lo + 256])
+        for number in numbers:
             version = manifest.read_version(number)
             skip = max(0, boundary.step - version.first_step) if number == boundary.version else 0
             kept.update(e.key for e in version.entries[skip:])

@@ -118,12 +118,14 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 "status": state.status,
                 "last_commit_time": state.committed_at or None,
                 "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
-                "pipeline_state": None if state.state is None else dict(state.state),
+                "pipeline_state": {"out_of_line": state.state_ref} if state.state_ref is not None
+                else None if state.state is None else dict(state.state),
             }
             for pid, state in sorted(head.producers.items())
         ]
         report: dict[str, Any] = {
             "namespace": store.url,
+            "skipped_steps": skipped_report(store),
             "job": _job_report(head),
             "dataset": None
             if dataset is None
@@ -253,6 +255,19 @@ def contract_text(metadata: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(metadata.items())) or "-"
 
 
+def skipped_report(store: Any) -> dict[str, str]:
+    """TGB steps readers marked skipped (on_corrupt="skip_step"), by step, with why."""
+    from torch_tgb.manifest.skips import skipped_steps
+
+    return {str(step): record.reason for step, record in sorted(skipped_steps(store).items())}
+
+
+def skipped_text(skipped: dict[str, str]) -> str:
+    steps = list(skipped)
+    shown = ", ".join(steps[:10]) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+    return f"{len(steps)} (steps {shown}; readers skip them with on_corrupt='skip_step'; `tgb verify` says why)"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -283,6 +298,8 @@ def render_text(r: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
     rows.insert(3, ("contract", contract_text((r["dataset"] or {}).get("metadata") or {})))
+    if r.get("skipped_steps"):
+        rows.append(("skipped steps", skipped_text(r["skipped_steps"])))
     if "storage" in r:
         partial = r["storage"]["partial_writes"]
         more = f" and {partial['count']} partial write(s)" if partial["count"] else ""

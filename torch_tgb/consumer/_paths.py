@@ -45,11 +45,13 @@ from torch_tgb.datapipes.read import (
     RangeReader,
     ReadStats,
     ReadTask,
+    StepBatch,
     StepRun,
     merge_stats,
 )
+from torch_tgb.consumer._skips import Skips
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
-from torch_tgb.errors import CorruptObject
+from torch_tgb.errors import CorruptObject, TGBError
 from torch_tgb.format import Contract, IntegerCast, SliceReader
 from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
@@ -94,12 +96,14 @@ def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, nu
     One process reads (no DataLoader workers, or one), the namespace is local
     and read through mappings in the consumer's thread, each consumer step reads
     slices of its own TGB only (one TGB per step, one step per TGB: the written
-    dp, or a merge of slices, any cp split), and no consistency check runs (the
-    check, and its step metadata, live on the step path).
+    dp, or a merge of slices, any cp split), no consistency check runs (the
+    check, and its step metadata, live on the step path), and corrupt steps
+    raise (``on_corrupt="skip_step"`` judges every step on the step path).
     """
     return (
         options.runs
         and not options.check_consistency
+        and options.on_corrupt == "raise"  # a skipping reader reads step by step: each step judged alone
         and num_workers == 1
         and mapped_local
         and options.read_mode == "mmap"
@@ -253,11 +257,13 @@ class StepPath(ReadPath):
         self, project: Project, store: ObjectStore, slices: SliceReader, options: ReaderOptions, keys: KeyPlan,
         sources: list[ReadStats], *, emit_meta: bool,
     ) -> None:
+        skip = options.on_corrupt == "skip_step"
         self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
-                                   slices=slices, errors=options.errors, contract=slices.contract)
+                                   slices=slices, errors=options.errors, contract=slices.contract, skip_errors=skip)
         self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
                                   inline_local=options.inline_local, slices=slices, errors=options.errors,
-                                  names=keys.read)
+                                  names=keys.read, skip_errors=skip)
+        self.skips = Skips(store, namespace=store.url) if skip else None
         super().__init__(project, options.dtype, keys, [*sources, self.footers.stats, self.reader.stats])
         self.namespace = store.url
         self.check_consistency = options.check_consistency
@@ -296,15 +302,28 @@ class StepPath(ReadPath):
             if checker is not None:
                 checker.check(task.cursor, task.keys)
             try:
+                if batch.error is not None:
+                    raise batch.error
                 tensors = self.finish(batch.tensors)
             except CorruptObject as e:  # derived from untrusted lengths: name the step (RunPath does too)
-                raise CorruptObject(f"{self.namespace}: step={task.cursor.step}: {e}") from e
+                error = e if batch.error is not None else CorruptObject(f"{self.namespace}: step={task.cursor.step}: {e}")
+                if self.skips is None:
+                    raise error from e
+                tensors = self.skips.verdict(StepBatch(task, {}, error))
+            except TGBError as e:  # a missing object of a skipping reader (RangeReader hands it on)
+                if self.skips is None:
+                    raise
+                tensors = self.skips.verdict(StepBatch(task, {}, e))
+            else:
+                if self.skips is not None:  # the verdict rides in the batch: the gate drops what any rank skips
+                    tensors = self.skips.verdict(StepBatch(task, tensors))
             # only once the step is in hand (the position is derived only when asked for, not per step)
             self._task = task
             if meta:
                 c = task.cursor
                 tensors = {**tensors, META_KEY: torch.tensor([c.step, c.sub_step, c.sub_steps, keys_digest(task.keys)])}
             yield tensors
+
 
 
 class RunPath(ReadPath):

@@ -32,6 +32,7 @@ would train wrong data (``consumer/_accelerate.py``, :meth:`TGBDataset.__iter__`
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -47,9 +48,11 @@ from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
 from torch_tgb.consumer._passes import pass_length, sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
+from torch_tgb.consumer._skips import SkipCount, gate
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.cursor import Cursor, reader_states
+from torch_tgb.distributed.agreement import StepAgreement
 from torch_tgb.datapipes.read import ConsumerStats, Position, merge_stats
 from torch_tgb.datapipes.read.project import cursor_at
 from torch_tgb.errors import FrameworkError, LayoutError
@@ -93,6 +96,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._num_steps: int | None = None  # steps of the namespace once it is sealed (epochs, passes), read once
         self._start: Cursor | None = None if self._order else Cursor(0)  # None: the start of the first epoch
         self._restore: ReaderState | None = None  # an exact same-setting state, used if the setting matches
+        #: steps skipped by agreement so far (on_corrupt="skip_step"), counted where the ranks agree
+        self._skip_count = SkipCount(max_skipped=self.options.max_skipped, namespace=str(ns))
         self._written: tuple[Layout, dict[str, Any], dict[str, Any]] | None = None  # layout, schema, metadata
         self._expect = o.expect  # the data contract: this reader's, and a loaded state's (consumer/_contract.py)
         self._path: ReadPath | None = None  # while iterating
@@ -210,8 +215,10 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         return self._state().at.cursor.step
 
     def stats(self) -> ConsumerStats:
-        """Read statistics of every iteration so far."""
-        return self._closed_stats if self._path is None else merge_stats([self._closed_stats, self._path.stats()])
+        """Read statistics of every iteration so far (``skipped_steps``: steps this rank skipped by agreement)."""
+        stats = self._closed_stats if self._path is None else merge_stats([self._closed_stats, self._path.stats()])
+        skipped = len(self._skip_count.steps)
+        return dataclasses.replace(stats, skipped_steps=skipped) if skipped else stats
 
     # --- the namespace -----------------------------------------------------------
 
@@ -389,7 +396,10 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             self._num_steps = num_steps
         self._path = path
         try:
-            yield from path
+            if self.options.on_corrupt == "skip_step" and get_worker_info() is None:
+                yield from gate(iter(path), self._skip_count, StepAgreement(namespace=str(self.ns)))
+            else:  # no skipping, or a worker: the main process's tgb.DataLoader gates (it holds the group)
+                yield from path
         finally:
             if self._path is path:
                 self._close_path()  # the final position stays readable after the loop ends

@@ -62,6 +62,8 @@ from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer._worker_state import without_worker_stats, worker_readers
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
+from torch_tgb.consumer._skips import gate
+from torch_tgb.distributed.agreement import StepAgreement
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import FrameworkError
 from torch_tgb.layout import Mesh
@@ -194,7 +196,11 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self.tgb_dataset._next_pass()  # decided once here, for every worker (consumer/_passes.py)
         self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
         inner = super().__iter__()
-        batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
+        delivered = self._deliver(inner)
+        if self.num_workers > 0 and self.tgb_dataset.options.on_corrupt == "skip_step":  # the ranks agree here
+            dataset = self.tgb_dataset
+            delivered = gate(delivered, dataset._skip_count, StepAgreement(namespace=str(dataset.ns)))
+        batches = delivered if self._feed is None else self._ahead(delivered, self._feed)
         yield from self._consumption.hand_out(batches, self._handed_out_state)
 
     def _continue_workers(self) -> None:

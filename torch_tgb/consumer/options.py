@@ -107,6 +107,10 @@ class ReaderOptions:
     node_cache: str | bool | None = True
     #: the data contract: metadata keys and the values they must have in the namespace (None: no check)
     expect: Mapping[str, Any] | None = None
+    #: a step that cannot be read (corrupt, its object missing): "raise" (stop), or "skip_step" -- skipped on
+    #: every rank by agreement and marked in the namespace for restarts (consumer/_skips.py), up to max_skipped
+    on_corrupt: str = "raise"
+    max_skipped: int = 8
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -131,6 +135,10 @@ class ReaderOptions:
         if not isinstance(self.node_cache, (str, bool, type(None))):
             raise TypeError(f"node_cache must be True, False, None or a directory, got {self.node_cache!r}")
         object.__setattr__(self, "expect", normalise_expect(self.expect))  # TypeError for non-JSON values
+        if self.on_corrupt not in ("raise", "skip_step"):
+            raise ValueError(f"on_corrupt must be 'raise' or 'skip_step', got {self.on_corrupt!r}")
+        if isinstance(self.max_skipped, bool) or not isinstance(self.max_skipped, int) or self.max_skipped < 0:
+            raise ValueError(f"max_skipped must be an int >= 0, got {self.max_skipped!r}")
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
 
@@ -173,3 +181,5 @@ class ReadSettings(TypedDict, total=False):
     cache_bytes: int | None
     node_cache: str | bool | None
     expect: Mapping[str, Any] | None
+    on_corrupt: str
+    max_skipped: int

@@ -24,6 +24,7 @@ page-aligned tensors with no copy; each tensor carries its own CRC32C.
 from torch_tgb.format._contract import Contract
 from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
 from torch_tgb.format._footer import (
+    V3_SLICE_ALIGN,
     FORMAT_VERSION,
     FORMAT_VERSIONS,
     SLICE_ALIGN,
@@ -33,8 +34,10 @@ from torch_tgb.format._footer import (
     Footer,
     SliceInfo,
     TensorInfo,
+    footer_from_records,
     parse_footer,
 )
+from torch_tgb.format._records import meta_range, record_range, record_width
 from torch_tgb.format._padding import check_padding, padding_ranges
 from torch_tgb.format._reader import (
     READ_MODES,
@@ -60,7 +63,7 @@ from torch_tgb.format._segment_index import (
     segment_index,
 )
 from torch_tgb.format._schema import check_schema, ragged_keys, schema_fingerprint, schema_of
-from torch_tgb.format._writer import SliceData, TGBObject, encode_tgb, write_tgb
+from torch_tgb.format._writer import SliceData, TGBObject, encode_batch, encode_tgb, write_tgb
 
 __all__ = [
     "DTYPES",
@@ -72,6 +75,7 @@ __all__ = [
     "READ_MODES",
     "READ_WHOLE_BELOW",
     "SLICE_ALIGN",
+    "V3_SLICE_ALIGN",
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
@@ -94,13 +98,18 @@ __all__ = [
     "check_schema",
     "decode_slice",
     "encode_segment_index",
+    "encode_batch",
     "encode_tgb",
     "is_integer",
     "narrowing_problem",
     "padding_ranges",
     "ragged_keys",
+    "footer_from_records",
+    "meta_range",
     "parse_footer",
     "parse_footer_run",
+    "record_range",
+    "record_width",
     "parse_index_trailer",
     "read_footer",
     "read_segment_index",

@@ -41,7 +41,7 @@ def json_depth(value: object, limit: int) -> int:
 #: every verdict, shared by both paths
 _MSG = {
     "order": "slices out of (dp, cp) order",
-    "align": f"slice start not aligned to {SLICE_ALIGN}",
+    "align": "slice start not aligned to {align}",
     "range": "slice range outside the data region [0, {data_end})",
     "overlap": "slice overlaps the previous one",
     "table": "bad tensor table range",
@@ -55,10 +55,11 @@ _MSG = {
 
 
 def _raise(
-    where: str, names: list[str], index: int, sdp: int, scp: int, check: str, data_end: int, name_id: int | None = None
+    where: str, names: list[str], index: int, sdp: int, scp: int, check: str, data_end: int, name_id: int | None = None,
+    align: int = SLICE_ALIGN,
 ) -> NoReturn:
     """The one way a table check fails: names slice ``index`` (dp, cp), and the tensor for a tensor row."""
-    what = _MSG[check].format(data_end=data_end)
+    what = _MSG[check].format(data_end=data_end, align=align)
     if name_id is None:
         raise CorruptObject(f"{where}, slice #{index} (dp={sdp}, cp={scp}): {what}")
     tensor = repr(names[name_id]) if 0 <= name_id < len(names) else f"#{name_id}"
@@ -74,13 +75,16 @@ def _fail_at(
     check: str,
     owner: np.ndarray | None = None,
     trows: np.ndarray | None = None,
+    align: int = SLICE_ALIGN,
+    first_index: int = 0,
 ) -> NoReturn:
     """Raise for the first ``bad`` row (a slice row, or a tensor row when ``owner`` is given)."""
     i = int(np.flatnonzero(bad)[0])
     if owner is None or trows is None:
-        _raise(where, names, i, int(srows[i]["dp"]), int(srows[i]["cp"]), check, data_end)
+        _raise(where, names, first_index + i, int(srows[i]["dp"]), int(srows[i]["cp"]), check, data_end, align=align)
     si = int(owner[i])
-    _raise(where, names, si, int(srows[si]["dp"]), int(srows[si]["cp"]), check, data_end, int(trows[i]["name"]))
+    _raise(where, names, first_index + si, int(srows[si]["dp"]), int(srows[si]["cp"]), check, data_end,
+           int(trows[i]["name"]), align=align)
 
 
 #: footers with at most this many tensors are checked in plain Python (cheaper than numpy's per-call cost)
@@ -95,25 +99,30 @@ def check_tables(
     names: list[str],
     cp: int,
     data_end: int,
+    *,
+    align: int = SLICE_ALIGN,
+    first_index: int = 0,
 ) -> None:
     """Nothing may point outside the data region.
 
     A small table is judged by the fast Python pass; only a table that fails it
     (or a large one) goes through the vectorised checks, which alone word the
-    error, so every message comes from one place.
+    error, so every message comes from one place. ``align``: what slice starts
+    must be multiples of (version 3: 64); ``first_index``: the (dp, cp) index
+    of the first slice row (a reader holding some slices' records only).
     """
     if len(trows) <= SMALL_TABLE and _tables_valid_small(
-        srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end
+        srows.tolist(), trows.tolist(), dims.tolist(), names, cp, data_end, align, first_index
     ):
         return
-    _check_tables_vectorised(where, srows, trows, dims, names, cp, data_end)
+    _check_tables_vectorised(where, srows, trows, dims, names, cp, data_end, align, first_index)
     if len(trows) <= SMALL_TABLE:  # the two rule sets disagree: still refuse, and say so
         raise CorruptObject(f"{where}: footer tables are inconsistent")
 
 
 def _tables_valid_small(
     slices: list[tuple[int, ...]], tensors: list[tuple[int, ...]], dims: list[int], names: list[str],
-    cp: int, data_end: int,
+    cp: int, data_end: int, align: int = SLICE_ALIGN, first_index: int = 0,
 ) -> bool:
     """The rules of ``_check_tables_vectorised`` as one row-major pass over Python lists: valid or not.
 
@@ -122,8 +131,8 @@ def _tables_valid_small(
     """
     num_names, num_dims, num_tensors = len(names), len(dims), len(tensors)
     expect_first, prev_end = 0, 0
-    for i, (sdp, scp, start, end, first, count) in enumerate(slices):
-        if sdp != i // cp or scp != i % cp or start % SLICE_ALIGN or not start <= end <= data_end:
+    for i, (sdp, scp, start, end, first, count) in enumerate(slices, start=first_index):
+        if sdp != i // cp or scp != i % cp or start % align or not start <= end <= data_end:
             return False
         if start < prev_end or first != expect_first or first + count > num_tensors:
             return False
@@ -146,15 +155,17 @@ def _check_tables_vectorised(
     names: list[str],
     cp: int,
     data_end: int,
+    align: int = SLICE_ALIGN,
+    first_index: int = 0,
 ) -> None:
     """Vectorised bounds checks: nothing may point outside the data region."""
     n = len(srows)
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(first_index, first_index + n, dtype=np.int64)
     start = srows["start"].astype(np.uint64)
     end = srows["end"].astype(np.uint64)
     checks: list[tuple[np.ndarray, str]] = [
         ((srows["dp"] != idx // cp) | (srows["cp"] != idx % cp), "order"),
-        (start % SLICE_ALIGN != 0, "align"),
+        (start % align != 0, "align"),
         ((end < start) | (end > data_end), "range"),
     ]
     if n > 1:
@@ -169,7 +180,7 @@ def _check_tables_vectorised(
     checks.append((bad_range, "table"))
     for bad, check in checks:
         if bad.any():
-            _fail_at(where, names, data_end, bad, srows, check)
+            _fail_at(where, names, data_end, bad, srows, check, align=align, first_index=first_index)
     if not len(trows):
         return
     owner = np.repeat(np.arange(n), count)
@@ -181,7 +192,7 @@ def _check_tables_vectorised(
     ]
     for bad, check in tchecks:
         if bad.any():
-            _fail_at(where, names, data_end, bad, srows, check, owner, trows)
+            _fail_at(where, names, data_end, bad, srows, check, owner, trows, align, first_index)
     ndim = trows["ndim"].astype(np.int64)
     dims_at = trows["dims"].astype(np.int64)
     tchecks = [
@@ -192,6 +203,6 @@ def _check_tables_vectorised(
     ]
     for bad, check in tchecks:
         if bad.any():
-            _fail_at(where, names, data_end, bad, srows, check, owner, trows)
+            _fail_at(where, names, data_end, bad, srows, check, owner, trows, align, first_index)
     if len(dims) and ((dims < 0).any() or (dims > MAX_DIM).any()):
         raise CorruptObject(f"{where}: {_MSG['dim']}")

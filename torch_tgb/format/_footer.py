@@ -36,6 +36,15 @@ from torch_tgb.format._checks import check_tables, json_depth
 from torch_tgb.format._contract import Contract
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
+from torch_tgb.format._records import (
+    MAX_RECORD_TENSORS,
+    build_records,
+    check_record_layout,
+    meta_bytes,
+    record_width,
+    records_of,
+    slice_record,
+)
 from torch_tgb.format._spec import (
     _DIM,
     _HEADER,
@@ -52,6 +61,7 @@ from torch_tgb.format._spec import (
     TENSOR_ALIGN,
     TRAILER_MAGIC,
     TRAILER_SIZE,
+    V3_SLICE_ALIGN,
 )
 from torch_tgb.layout import offsets_key
 
@@ -64,11 +74,13 @@ __all__ = [
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
+    "V3_SLICE_ALIGN",
     "Footer",
     "SliceInfo",
     "TensorInfo",
     "crc32c_of",
     "encode_footer",
+    "footer_from_records",
     "parse_footer",
     "parse_trailer",
 ]
@@ -86,10 +98,16 @@ def encode_footer(
     schema: Mapping[str, Any],
     metadata: Mapping[str, Any],
     ragged: Sequence[str] = (),
+    footer_offset: int | None = None,
+    key: str = "",
 ) -> bytes:
     """Footer body followed by the trailer. ``slices``: (dp, cp, start, end, tensors).
 
-    Version 1 unless there are ``ragged`` keys (version 2, which older readers refuse).
+    With ``footer_offset`` (where the footer will lie in its object): version
+    3, the tables as one record per slice (``_records.py``; every slice must
+    hold the same tensors, which the writer checks), their CRCs bound to the
+    object's ``key``. Without: version 1
+    unless there are ``ragged`` keys (version 2), as older writers wrote.
     """
     names: list[str] = []
     name_ids: dict[str, int] = {}
@@ -111,7 +129,9 @@ def encode_footer(
     if ragged:
         doc["ragged"] = sorted(ragged)
     meta = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-    version = FORMAT_VERSION if ragged else 1
+    if footer_offset is not None:
+        return _encode_v3(dp, cp, srows, trows, dims, meta, footer_offset, key)
+    version = 2 if ragged else 1
     header = _HEADER.pack(FOOTER_MAGIC, version, 0, dp, cp, len(slices), ntensors, len(dims), len(meta))
     body = b"".join(
         [
@@ -125,6 +145,20 @@ def encode_footer(
     )
     trailer = _TRAILER.pack(len(body), crc32c_of(body), version, TRAILER_MAGIC)
     return body + trailer
+
+
+def _encode_v3(dp: int, cp: int, srows: np.ndarray, trows: np.ndarray, dims: list[int], meta: bytes,
+               footer_offset: int, key: str) -> bytes:
+    """A version-3 footer: ``header | records | meta | padding`` and the trailer."""
+    n = len(srows)
+    tensors, ndims = len(trows) // n, len(dims) // n
+    if tensors * n != len(trows) or ndims * n != len(dims):
+        raise ValueError("a version-3 footer needs the same tensors, of the same dims, in every slice")
+    header = _HEADER.pack(FOOTER_MAGIC, FORMAT_VERSION, 0, dp, cp, n, len(trows), len(dims), len(meta))
+    records = build_records(srows, trows, np.asarray(dims, dtype=_DIM), tensors=tensors, ndims=ndims,
+                            footer_offset=footer_offset, meta_crc=crc32c_of(meta), key=key)
+    body = b"".join([header, records, meta, bytes(-len(meta) % 8)])
+    return body + _TRAILER.pack(len(body), crc32c_of(body), FORMAT_VERSION, TRAILER_MAGIC)
 
 
 # --- parsing -----------------------------------------------------------------
@@ -165,6 +199,32 @@ def _parse_meta(raw: bytes, version: int) -> _Meta | str:
     if ragged and version < 2:
         return f"footer of format version {version} names ragged keys (they need version 2)"
     return names, layout, schema, metadata, tuple(ragged)
+
+
+def _v3_tables(
+    body: bytes | memoryview, where: str, nslices: int, ntensors: int, ndims: int, meta_len: int, length: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
+    """The three tables of a version-3 footer (views of its records) and its meta bytes, sizes checked."""
+    if nslices < 1:
+        raise CorruptObject(f"{where}: footer sizes are inconsistent ({nslices=})")
+    tensors, dims_each = divmod(ntensors, nslices), divmod(ndims, nslices)
+    if tensors[1] or dims_each[1] or not 0 < tensors[0] <= MAX_RECORD_TENSORS:
+        raise CorruptObject(f"{where}: footer sizes are inconsistent ({nslices=}, {ntensors=}, {ndims=}): "
+                            "a version-3 footer holds the same tensors in every slice")
+    width = record_width(tensors[0], dims_each[0])
+    meta_at = _HEADER.size + nslices * width
+    if meta_len > MAX_META_BYTES or meta_at + meta_len + (-meta_len % 8) != length:
+        raise CorruptObject(
+            f"{where}: footer sizes are inconsistent ({nslices=}, {ntensors=}, {ndims=}, {meta_len=}, {length=})"
+        )
+    records = records_of(body, nslices=nslices, tensors=tensors[0], ndims=dims_each[0])
+    meta = bytes(body[meta_at : meta_at + meta_len])
+    problem = check_record_layout(records, 0, tensors[0], dims_each[0])
+    if problem is None and (records["tail"]["meta_crc"] != crc32c_of(meta)).any():
+        problem = "a slice record names another meta"
+    if problem is not None:
+        raise CorruptObject(f"{where}: {problem}")
+    return records["slice"], records["tensors"].reshape(-1), records["dims"].reshape(-1), meta
 
 
 def parse_trailer(tail: bytes, *, key: str, size: int) -> tuple[int, int]:
@@ -219,27 +279,30 @@ def parse_footer(
         raise CorruptObject(f"{where}: unknown footer version {version} (this reader knows {list(FORMAT_VERSIONS)})")
     if version != trailer_version:  # the writer writes one version in both: a footer judged by the wrong rules
         raise CorruptObject(f"{where}: footer header says format version {version}, its trailer {trailer_version}")
-    meta_end = _HEADER.size + meta_len
-    meta_padded = meta_end + (-meta_len % 8)
-    expected = meta_padded + nslices * _SLICE_ROW.itemsize + ntensors * _TENSOR_ROW.itemsize + ndims * 8
-    if meta_len > MAX_META_BYTES or expected != length:
-        raise CorruptObject(
-            f"{where}: footer sizes are inconsistent ({nslices=}, {ntensors=}, {ndims=}, {meta_len=}, {length=})"
-        )
+    if version == 3:
+        srows, trows, dims, meta_raw = _v3_tables(body, where, nslices, ntensors, ndims, meta_len, length)
+    else:
+        meta_end = _HEADER.size + meta_len
+        meta_padded = meta_end + (-meta_len % 8)
+        expected = meta_padded + nslices * _SLICE_ROW.itemsize + ntensors * _TENSOR_ROW.itemsize + ndims * 8
+        if meta_len > MAX_META_BYTES or expected != length:
+            raise CorruptObject(
+                f"{where}: footer sizes are inconsistent ({nslices=}, {ntensors=}, {ndims=}, {meta_len=}, {length=})"
+            )
+        meta_raw = bytes(body[_HEADER.size : meta_end])
+        pos = meta_padded
+        srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)
+        pos += srows.nbytes
+        trows = np.frombuffer(body, dtype=_TENSOR_ROW, count=ntensors, offset=pos)
+        pos += trows.nbytes
+        dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
     if dp < 1 or cp < 1 or dp * cp != nslices:
         raise CorruptObject(f"{where}: footer says dp={dp}, cp={cp} but holds {nslices} slices")
-    parsed = _parse_meta(bytes(body[_HEADER.size : meta_end]), version)
+    parsed = _parse_meta(meta_raw, version)
     if isinstance(parsed, str):
         raise CorruptObject(f"{where}: {parsed}")
     names, layout, schema, metadata, ragged = parsed
-
-    pos = meta_padded
-    srows = np.frombuffer(body, dtype=_SLICE_ROW, count=nslices, offset=pos)
-    pos += srows.nbytes
-    trows = np.frombuffer(body, dtype=_TENSOR_ROW, count=ntensors, offset=pos)
-    pos += trows.nbytes
-    dims = np.frombuffer(body, dtype=_DIM, count=ndims, offset=pos)
-    check_tables(where, srows, trows, dims, names, cp, footer_offset)
+    check_tables(where, srows, trows, dims, names, cp, footer_offset, align=V3_SLICE_ALIGN if version == 3 else SLICE_ALIGN)
     footer = Footer(
         key=key,
         size=size,
@@ -256,9 +319,67 @@ def parse_footer(
         dims=dims,
         ragged=ragged,
         contract=contract,
+        version=version,
     )
     if contract is not None:
         problem = contract.footer_problem(footer)
         if problem is not None:
             raise CorruptObject(f"{where}: {problem}")
     return footer
+
+
+def footer_from_records(
+    records: dict[int, bytes | memoryview], meta: bytes | memoryview, *, key: str, size: int, footer_offset: int,
+    width: int, dp: int, cp: int, contract: Contract | None = None,
+) -> Footer:
+    """A version-3 footer holding only the slices whose records were read (index -> ``width`` bytes).
+
+    Each record is checked alone (its CRC, its place, its numbering: ``_records.slice_record``) and by the
+    same table checks as a whole footer, with the meta it names (``meta``: the padded meta region; its CRC
+    must be the records'). The footer's ``slice()`` answers for those slices only.
+    """
+    where = f"object {key!r}"
+    if not records:
+        raise ValueError("footer_from_records needs at least one record")
+    held = sorted(records)
+    recs = [slice_record(records[i], key=key, index=i, width=width, footer_offset=footer_offset, where=where)
+            for i in held]
+    meta_crcs = {int(r["tail"]["meta_crc"][0]) for r in recs}
+    if len(meta_crcs) != 1:
+        raise CorruptObject(f"{where}: slice records of one TGB name different footer metas")
+    parsed = _parse_meta(meta_bytes(meta, meta_crc=meta_crcs.pop(), where=where), FORMAT_VERSION)
+    if isinstance(parsed, str):
+        raise CorruptObject(f"{where}: {parsed}")
+    names, layout, schema, metadata, ragged = parsed
+    tensors = int(recs[0]["slice"]["count"][0])
+    ndims = len(recs[0]["dims"][0])
+    if any(int(r["slice"]["count"][0]) != tensors or len(r["dims"][0]) != ndims for r in recs):
+        raise CorruptObject(f"{where}: slice records of one TGB differ in width")
+    srows = np.concatenate([r["slice"] for r in recs])
+    trows = np.concatenate([r["tensors"][0] for r in recs])
+    dims = np.concatenate([r["dims"][0] for r in recs])
+    for local, index in enumerate(held):  # numbered as if these were the only slices, in this order
+        srows["first"][local] = local * tensors
+        trows["dims"][local * tensors : (local + 1) * tensors] -= (index - local) * ndims
+    _check_held(where, srows, trows, dims, names, cp, footer_offset, held, tensors, ndims)
+    footer = Footer(key=key, size=size, footer_offset=footer_offset, footer_length=size - footer_offset - TRAILER_SIZE,
+                    dp=dp, cp=cp, names=tuple(names), layout=layout, schema=schema, metadata=metadata, slices=srows,
+                    tensors=trows, dims=dims, ragged=ragged, contract=contract, indices=tuple(held),
+                    version=FORMAT_VERSION)
+    if contract is not None:
+        problem = contract.footer_problem(footer)
+        if problem is not None:
+            raise CorruptObject(f"{where}: {problem}")
+    return footer
+
+
+def _check_held(where: str, srows: np.ndarray, trows: np.ndarray, dims: np.ndarray, names: list[str], cp: int,
+                data_end: int, held: list[int], tensors: int, ndims: int) -> None:
+    """The table checks of a whole footer, slice by slice (the held slices need not be adjacent)."""
+    for local, index in enumerate(held):
+        rows = trows[local * tensors : (local + 1) * tensors].copy()
+        rows["dims"] -= local * ndims  # this record's dims alone
+        one = srows[local : local + 1].copy()
+        one["first"] = 0
+        check_tables(where, one, rows, dims[local * ndims : (local + 1) * ndims], names, cp, data_end,
+                     align=V3_SLICE_ALIGN, first_index=index)

@@ -170,8 +170,14 @@ class Footer:
         dims: np.ndarray,
         ragged: tuple[str, ...] = (),
         contract: Contract | None = None,
+        indices: tuple[int, ...] | None = None,
+        version: int = 1,
     ) -> None:
+        """``indices``: the slices the tables hold (their (dp, cp) indices, in table order) when they hold only
+        some (a reader that read its own slices' version-3 records); ``None``: every slice, in order."""
         self.key = key
+        #: the TGB format version of the footer (3: its tables are slice records, ``_records.py``)
+        self.version = version
         self.size = size
         self.footer_offset = footer_offset
         self.footer_length = footer_length
@@ -190,10 +196,16 @@ class Footer:
         # built on first use; a benign race between threads builds equal objects
         self._cache: dict[int, SliceInfo] = {}
         self._selected: dict[tuple[int, frozenset[str]], SliceInfo] = {}
+        self._rows = None if indices is None else {index: row for row, index in enumerate(indices)}
 
     @property
     def num_slices(self) -> int:
-        return int(len(self._slices))
+        return self.dp * self.cp
+
+    @property
+    def held(self) -> frozenset[int] | None:
+        """The (dp, cp) indices of the slices this footer holds, when it holds only some (else None: all)."""
+        return None if self._rows is None else frozenset(self._rows)
 
     def slice(self, dp: int, cp: int = 0, names: frozenset[str] | None = None) -> SliceInfo:
         """The slice for data-parallel part ``dp`` and context-parallel part ``cp`` (``names``: only those tensors)."""
@@ -204,7 +216,11 @@ class Footer:
         index = dp * self.cp + cp
         info = self._cache.get(index)
         if info is None:
-            info = self._build(index)
+            row = index if self._rows is None else self._rows.get(index)
+            if row is None:
+                raise CorruptObject(f"object {self.key!r}: slice (dp={dp}, cp={cp}) was not read (this reader "
+                                    f"holds the slice records of {sorted(self._rows or ())})")
+            info = self._build(row)
             self._cache[index] = info
         if names is None:
             return info
@@ -214,8 +230,9 @@ class Footer:
         return selected
 
     def slices(self) -> list[SliceInfo]:
-        """Every slice in (dp, cp) order; validates all of them."""
-        return [self.slice(i // self.cp, i % self.cp) for i in range(self.num_slices)]
+        """Every slice held in (dp, cp) order (all of them for a footer read whole); validates each."""
+        indices = range(self.num_slices) if self._rows is None else sorted(self._rows)
+        return [self.slice(i // self.cp, i % self.cp) for i in indices]
 
     def check(self, *, layout: Layout | Mapping[str, Any] | None = None, schema: Mapping[str, Any] | None = None) -> None:
         """Raise :class:`SchemaMismatch` if the footer disagrees with the given layout/schema (a namespace's contract).

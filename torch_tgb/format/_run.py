@@ -14,7 +14,8 @@ vectorised over the whole run, that
   tensor ``offset`` words, which are the first's plus the shift ``d``, and
   the tensor CRC fields, which are free;
 - ``d`` (its footer offset minus the first's) is positive and a multiple of
-  ``SLICE_ALIGN``.
+  ``SLICE_ALIGN`` (version 3: ``V3_SLICE_ALIGN``), and a version-3 record's
+  own CRC is free too (the footer CRC covers it).
 
 Every bound :func:`parse_footer` checks is invariant under such a shift (the
 data region ends at the footer, which moves by ``d`` too), so an accepted
@@ -40,7 +41,7 @@ from torch_tgb.format._contract import Contract
 from torch_tgb.format._decode import ByteSource
 from torch_tgb.format._footer import parse_footer
 from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
-from torch_tgb.format._spec import _DIM, _SLICE_ROW, _TENSOR_ROW, SLICE_ALIGN
+from torch_tgb.format._spec import _DIM, _SLICE_ROW, _TENSOR_ROW, SLICE_ALIGN, V3_SLICE_ALIGN
 
 __all__ = ["FooterRun", "parse_footer_run"]
 
@@ -83,7 +84,7 @@ class FooterRun:
         return Footer(
             key=f.key, size=f.size + d, footer_offset=f.footer_offset + d, footer_length=f.footer_length,
             dp=f.dp, cp=f.cp, names=f.names, layout=f.layout, schema=f.schema, metadata=f.metadata,
-            slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged, contract=f.contract,
+            slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged, contract=f.contract, version=f.version,
         )
 
     def slice_run(
@@ -135,13 +136,56 @@ def parse_footer_run(
     # candidates: the same footer length, a positive shift that keeps slices aligned, inside the buffer
     table = np.asarray(tgbs[1:], dtype=np.int64)
     d = table[:, 0] - fo0
-    fits = (d > 0) & (d % SLICE_ALIGN == 0) & (table[:, 1] - table[:, 0] == span) & (table[:, 1] <= len(view))
+    align = V3_SLICE_ALIGN if first.version == 3 else SLICE_ALIGN
+    fits = (d > 0) & (d % align == 0) & (table[:, 1] - table[:, 0] == span) & (table[:, 1] <= len(view))
     count = int(np.argmin(fits)) if not fits.all() else len(fits)
     if count == 0:
         return FooterRun(first, [0], crc0)
     shifts = [0, *d[:count].tolist()]
     accepted = _shifted_copies(buffer, first, fo0, span, shifts)
     return FooterRun(first, shifts[: 1 + len(accepted)], np.concatenate([crc0, accepted]))
+
+
+def _table_words(first: Footer, body: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Where the footer's table words lie and how a shifted copy's may differ: ``(start, end, shifted, keep,
+    crc_words)`` in bytes of the footer and in 8-byte words of ``[start, end)``.
+
+    ``shifted``: 1 where a word moves with the TGB (slice start/end, tensor
+    offset); ``keep``: the bits that must match (a tensor CRC and a version-3
+    record CRC are free); ``crc_words``: per tensor row, in table order, the
+    word whose upper half is its CRC. Versions 1-2: the tables end the body;
+    version 3: the records follow the 32-byte header (``_records.py``).
+    """
+    nslice, ntensor, ndim = len(first._slices), len(first._tensors), len(first._dims)
+    if first.version == 3:
+        per_t, per_d = ntensor // nslice, ndim // nslice
+        row = _SLICE_WORDS + per_t * _TENSOR_WORDS + per_d + 1  # + the tail word: crc | meta_crc
+        start, end = 32, 32 + nslice * row * 8
+        shifted = np.zeros(nslice * row, dtype=np.uint64)
+        keep = np.full(nslice * row, np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
+        bases = np.arange(nslice) * row
+        for w in _SLICE_SHIFTED:
+            shifted[bases + w] = 1
+        tensor_bases = (bases[:, None] + _SLICE_WORDS + np.arange(per_t)[None, :] * _TENSOR_WORDS).reshape(-1)
+        for w in _TENSOR_SHIFTED:
+            shifted[tensor_bases + w] = 1
+        keep[tensor_bases + _TENSOR_CRC_WORD] = _LOW32
+        keep[bases + row - 1] = ~_LOW32  # the record CRC (low half) binds the record to its place: free
+        return start, end, shifted, keep, tensor_bases + _TENSOR_CRC_WORD
+    end = body
+    start = end - (nslice * _SLICE_ROW.itemsize + ntensor * _TENSOR_ROW.itemsize + ndim * _DIM.itemsize)
+    words = (end - start) // 8
+    shifted = np.zeros(words, dtype=np.uint64)
+    keep = np.full(words, np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
+    for r in range(nslice):
+        for w in _SLICE_SHIFTED:
+            shifted[r * _SLICE_WORDS + w] = 1
+    base = nslice * _SLICE_WORDS
+    tensor_bases = base + np.arange(ntensor) * _TENSOR_WORDS
+    for w in _TENSOR_SHIFTED:
+        shifted[tensor_bases + w] = 1
+    keep[tensor_bases + _TENSOR_CRC_WORD] = _LOW32
+    return start, end, shifted, keep, tensor_bases + _TENSOR_CRC_WORD
 
 
 def _shifted_copies(buffer: ByteSource, first: Footer, fo0: int, span: int, shifts: list[int]) -> np.ndarray:
@@ -158,24 +202,14 @@ def _shifted_copies(buffer: ByteSource, first: Footer, fo0: int, span: int, shif
     else:
         rows = raw[starts[:, None] + np.arange(span)]
     ref = rows[0]
-    nslice, ntensor = len(first._slices), len(first._tensors)
-    tables_at = body - (nslice * _SLICE_ROW.itemsize + ntensor * _TENSOR_ROW.itemsize + len(first._dims) * _DIM.itemsize)
-    ok = (rows[:, :tables_at] == ref[:tables_at]).all(axis=1)
+    tables_at, tables_end, shifted, keep, crc_words = _table_words(first, body)
+    ok = (rows[:, :tables_at] == ref[:tables_at]).all(axis=1)  # the header (and, versions 1-2, the meta)
+    ok &= (rows[:, tables_end:body] == ref[tables_end:body]).all(axis=1)  # version 3: the meta
     trailer = rows[:, body:span]  # footer_length u64 | footer crc u32 | format_version u32 | magic 8 B
     ok &= (trailer[:, :8] == ref[body : body + 8]).all(axis=1)
     ok &= (trailer[:, 12:] == ref[body + 12 : span]).all(axis=1)
-    # table words: the first's, plus d where an offset lies, with the tensor CRCs free
-    words = np.ascontiguousarray(rows[:, tables_at:body]).view("<u8")
-    shifted = np.zeros(words.shape[1], dtype=np.uint64)
-    keep = np.full(words.shape[1], np.uint64(0xFFFFFFFFFFFFFFFF), dtype=np.uint64)
-    for r in range(nslice):
-        for w in _SLICE_SHIFTED:
-            shifted[r * _SLICE_WORDS + w] = 1
-    base = nslice * _SLICE_WORDS
-    for r in range(ntensor):
-        for w in _TENSOR_SHIFTED:
-            shifted[base + r * _TENSOR_WORDS + w] = 1
-        keep[base + r * _TENSOR_WORDS + _TENSOR_CRC_WORD] = _LOW32
+    # table words: the first's, plus d where an offset lies, with the CRCs free
+    words = np.ascontiguousarray(rows[:, tables_at:tables_end]).view("<u8")
     expected = words[0] + d.astype(np.uint64)[:, None] * shifted
     ok &= ((words & keep) == (expected & keep)).all(axis=1)
     crc_fields = trailer[:, 8:12].copy().view("<u4")[:, 0].tolist()
@@ -187,6 +221,5 @@ def _shifted_copies(buffer: ByteSource, first: Footer, fo0: int, span: int, shif
         if not good or google_crc32c.value(as_bytes(buffer[at : at + body])) != crc:
             break
         count += 1
-    tensor_crcs = words[1:count, base + _TENSOR_CRC_WORD : base + ntensor * _TENSOR_WORDS : _TENSOR_WORDS]
-    crcs: np.ndarray = (tensor_crcs >> np.uint64(32)).astype(np.uint32)
+    crcs: np.ndarray = (words[1:count][:, crc_words] >> np.uint64(32)).astype(np.uint32)
     return crcs

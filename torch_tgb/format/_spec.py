@@ -16,22 +16,31 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_META_BYTES",
     "MAX_NDIM",
+    "PAGE_ALIGN_FROM",
     "SLICE_ALIGN",
     "TENSOR_ALIGN",
+    "V3_SLICE_ALIGN",
+    "record_dtype",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
 ]
 
 #: the newest format version this code reads and writes. Version 2 adds ragged keys (meta ``"ragged"``);
-#: an object without them is still written as version 1, so older readers keep reading such namespaces,
-#: and refuse (with the version in the message) only objects whose keys they would misread.
-FORMAT_VERSION = 2
-FORMAT_VERSIONS = (1, 2)
+#: version 3 lays the footer's tables out as one fixed-width record per slice, right after the header, each
+#: with its own CRC32C (a rank reads its own record, not the whole footer: ``_records.py``), and aligns
+#: slices to 64 bytes unless they are large (``SLICE_ALIGN`` then). Older readers refuse a version they do
+#: not know, with the version in the message.
+FORMAT_VERSION = 3
+FORMAT_VERSIONS = (1, 2, 3)
 #: PNG-style magic: a high byte and CR/LF/^Z catch text-mode mangling
 TRAILER_MAGIC = b"\x89TGB\r\n\x1a\n"
 FOOTER_MAGIC = b"TGBF"
 SLICE_ALIGN = 4096
 TENSOR_ALIGN = 64
+#: version 3: a slice starts on a multiple of this (``TENSOR_ALIGN``); on a page (``SLICE_ALIGN``) when its
+#: TGB's largest slice holds at least ``PAGE_ALIGN_FROM`` bytes (padding is then a small share of it)
+V3_SLICE_ALIGN = TENSOR_ALIGN
+PAGE_ALIGN_FROM = 64 << 10
 MAX_NDIM = 16
 #: a footer's JSON part never needs more; anything bigger is corrupt
 MAX_META_BYTES = 16 << 20
@@ -62,3 +71,12 @@ _DIM = np.dtype("<i8")
 _KNOWN_CODES = np.array([dtype_by_code(c) is not None for c in range(256)], dtype=bool)
 _KNOWN_CODES.flags.writeable = False
 _KNOWN_CODE_SET = frozenset(c for c in range(256) if dtype_by_code(c) is not None)
+
+#: the end of a version-3 slice record: its CRC32C and the CRC32C of the footer's meta JSON
+_RECORD_TAIL = np.dtype([("crc", "<u4"), ("meta_crc", "<u4")])
+
+
+def record_dtype(tensors: int, dims: int) -> np.dtype:
+    """A version-3 slice record: the slice row, its ``tensors`` tensor rows, its ``dims`` dims, CRC and meta CRC."""
+    return np.dtype([("slice", _SLICE_ROW), ("tensors", _TENSOR_ROW, (tensors,)), ("dims", _DIM, (dims,)),
+                     ("tail", _RECORD_TAIL)])

@@ -3,7 +3,8 @@
 See ``docs/protocol.md`` for the on-storage specification.
 """
 
-from torch_tgb.manifest.commit import AttemptResult, Committer, seal_namespace, unfinished
+from torch_tgb.manifest.commit import AttemptResult, Committer, unfinished
+from torch_tgb.manifest.seal import seal_namespace
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import (
     DATASET_KEY,

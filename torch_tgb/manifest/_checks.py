@@ -15,6 +15,7 @@ from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._json import MAX_DATASET_BYTES, MAX_DEPTH, dump_json, load_json
 
 __all__ = [
+    "MAX_FORMAT1_STATE_BYTES",
     "MAX_METADATA_DEPTH",
     "MAX_STATE_BYTES",
     "MAX_STATE_DEPTH",
@@ -24,8 +25,11 @@ __all__ = [
 ]
 
 #: largest pipeline state (canonical JSON) a producer may commit with an offset (a source position is a few
-#: hundred bytes). A snapshot holds every producer's state, in parts when it outgrows one metadata object.
-MAX_STATE_BYTES = 32 * 1024
+#: hundred bytes; a Mix over 1,000 sources ~140 KB). Up to 4 KiB it is kept in the producer's bucket of the
+#: producers' table, a larger one in its own object that only that producer reads (docs/protocol.md, *Format 2*).
+MAX_STATE_BYTES = 16 * 1024 * 1024
+#: largest pipeline state a format-1 version carried (inline); snapshots in parts are sized by it
+MAX_FORMAT1_STATE_BYTES = 32 * 1024
 #: deepest nesting of a pipeline state: a version (and a snapshot) holds it at ``producers.<id>.state``
 MAX_STATE_DEPTH = MAX_DEPTH - 3
 #: deepest nesting of a namespace's metadata: ``dataset.json`` holds it at ``metadata``
@@ -56,7 +60,7 @@ def encode_producer_state(state: object, *, producer_id: str, offset: int) -> di
     if not isinstance(state, Mapping):
         raise ValueError(f"{where}: state must be a JSON object (a dict), got {type(state).__name__}")
     return _round_trip(
-        state, f"{where}: state", max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH, held="a manifest version",
+        state, f"{where}: state", max_bytes=MAX_STATE_BYTES, max_depth=MAX_STATE_DEPTH, held="a producers' bucket",
         advice="commit a position, not the data: e.g. file index and record offset",
     )
 

@@ -18,11 +18,13 @@ from torch_tgb.manifest._checks import validate_producer_id
 from torch_tgb.manifest._json import Fields
 from torch_tgb.storage import validate_key
 
-__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry"]
+__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry", "check_data_key", "check_producer"]
 
 DATA_PREFIX = "data/"
 #: a footer larger than this is refused before anyone reads it (a real one is KBs)
 MAX_FOOTER_BYTES = 64 * 1024 * 1024
+#: the narrowest version-3 slice record: a slice row, one tensor row, its CRCs (format/_records.py)
+MIN_SLICE_RECORD = 72
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class TGBEntry:
     tokens: int = 0
     start: int = 0
     object_size: int | None = None
+    #: the width of the TGB's version-3 slice records (0: an older footer, read whole): a rank reads its own
+    #: slice's record at ``footer_offset + 32 + index * slice_record`` (``format/_records.py``)
+    slice_record: int = 0
 
     @property
     def length(self) -> int:
@@ -77,6 +82,8 @@ class TGBEntry:
             out["start"] = self.start
         if self.object_size is not None:
             out["object_size"] = self.object_size
+        if self.slice_record:
+            out["slice_record"] = self.slice_record
         return out
 
     @classmethod
@@ -123,6 +130,7 @@ class TGBEntry:
             tokens=f.integer("tokens", default=0),
             start=f.integer("start", default=0),
             object_size=f.integer("object_size", default=0) or None,  # no object has 0 bytes
+            slice_record=f.integer("slice_record", default=0),
         )
         f.done()
         return entry
@@ -130,16 +138,8 @@ class TGBEntry:
     def validate(self, *, what: str) -> None:
         """Raise :class:`ManifestError` unless the entry is well-formed and inside the namespace."""
         if not _names_ok(self.key, self.producer):  # checked once per distinct pair; worded here
-            try:
-                validate_key(self.key)
-            except InvalidKey as e:
-                raise ManifestError(f"{what}: {e}") from e
-            if not self.key.startswith(DATA_PREFIX):
-                raise ManifestError(f"{what}: key {self.key!r} is outside {DATA_PREFIX!r} of the namespace")
-            try:
-                validate_producer_id(self.producer)
-            except ValueError as e:
-                raise ManifestError(f"{what}: {e}") from e
+            check_data_key(self.key, what=what)
+            check_producer(self.producer, what=what)
         if self.footer_length > MAX_FOOTER_BYTES:
             raise ManifestError(
                 f"{what}: footer_length={self.footer_length} exceeds {MAX_FOOTER_BYTES} bytes (key {self.key!r})"
@@ -151,11 +151,34 @@ class TGBEntry:
                 f"{what}: TGB [{self.start}, {self.size}) with footer at {self.footer_offset} does not fit "
                 f"in object {self.key!r} of {self.total_size} bytes"
             )
+        if self.slice_record and not MIN_SLICE_RECORD <= self.slice_record <= self.footer_length:
+            raise ManifestError(
+                f"{what}: slice_record={self.slice_record} cannot be a slice record of a footer of "
+                f"{self.footer_length} bytes (key {self.key!r})"
+            )
         if self.footer_offset + self.footer_length > self.size:
             raise ManifestError(
                 f"{what}: footer [{self.footer_offset}, {self.footer_offset + self.footer_length}) "
                 f"lies outside the object's {self.size} bytes (key {self.key!r})"
             )
+
+
+def check_data_key(key: str, *, what: str) -> None:
+    """:class:`ManifestError` unless ``key`` is a valid object key inside ``data/`` of the namespace."""
+    try:
+        validate_key(key)
+    except InvalidKey as e:
+        raise ManifestError(f"{what}: {e}") from e
+    if not key.startswith(DATA_PREFIX):
+        raise ManifestError(f"{what}: key {key!r} is outside {DATA_PREFIX!r} of the namespace")
+
+
+def check_producer(producer: str, *, what: str) -> None:
+    """:class:`ManifestError` unless ``producer`` is a valid producer id."""
+    try:
+        validate_producer_id(producer)
+    except ValueError as e:
+        raise ManifestError(f"{what}: {e}") from e
 
 
 @functools.lru_cache(maxsize=1024)

@@ -125,6 +125,13 @@ class Fields:
             raise ManifestError(f"{self.what}: field {name!r} must be a list, got {type(value).__name__}")
         return value
 
+    def optional_array(self, name: str) -> list[Any] | None:
+        """A list field that may be absent (``None``); present, it must be a list."""
+        if name not in self._obj:
+            self._seen.add(name)
+            return None
+        return self.array(name)
+
     def mapping(self, name: str, *, default: dict[str, Any] | None = None) -> dict[str, Any]:
         value = self._get(name, default, default is None)
         if not isinstance(value, dict):

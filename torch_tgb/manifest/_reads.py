@@ -14,7 +14,8 @@ import logging
 from typing import Any
 
 from torch_tgb.errors import ManifestError, ObjectNotFound
-from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._checks import MAX_STATE_BYTES
+from torch_tgb.manifest._json import MAX_DEPTH, MAX_METADATA_BYTES, Fields, dump_json, load_json
 from torch_tgb.manifest._snapshot_parts import PART_WINDOW, PartsJoin, RefusedParts, parts_of, split_snapshot
 from torch_tgb.manifest.keys import (
     GC_BOUNDARY_KEY,
@@ -31,13 +32,17 @@ from torch_tgb.manifest.records import EMPTY_STATE, FORMAT, GCBoundary, Manifest
 from torch_tgb.storage import ObjectStore, RangeRequest
 
 __all__ = [
+    "MAX_METADATA_BYTES",
     "Reclaimed",
     "base_state",
     "boundary_generations",
+    "put_hint",
     "put_snapshot",
     "read_bounded",
     "read_hint",
     "read_snapshot",
+    "read_state_object",
+    "within_limit",
     "stored_boundary",
     "version_keys_below",
 ]
@@ -51,10 +56,10 @@ class Reclaimed(ManifestError):
 
 def read_bounded(store: ObjectStore, key: str, *, where: str, what: str | None = None) -> bytes:
     """The bytes of metadata object ``key``; :class:`ManifestError` past the metadata limit."""
-    return _within_limit(store.get_range(key, 0, MAX_METADATA_BYTES + 1), f"{where}{what or key}")
+    return within_limit(store.get_range(key, 0, MAX_METADATA_BYTES + 1), f"{where}{what or key}")
 
 
-def _within_limit(data: bytes, what: str) -> bytes:
+def within_limit(data: bytes, what: str) -> bytes:
     """``data``, read as ``[0, limit + 1)``: :class:`ManifestError` if it is longer than the metadata limit."""
     if len(data) > MAX_METADATA_BYTES:
         raise ManifestError(f"{what}: more than {MAX_METADATA_BYTES} bytes exceeds the metadata limit")
@@ -123,7 +128,7 @@ def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int,
             got = store.get_ranges([RangeRequest(k, 0, MAX_METADATA_BYTES + 1) for k in keys])  # failures raise
             for k, part in zip(range(first, count), got):
                 assert isinstance(part, bytes)  # without continue_on_error a failure raises
-                join.add(_within_limit(part, f"{what} part {k}"))
+                join.add(within_limit(part, f"{what} part {k}"))
         return ManifestState.from_json(join.result(), what=what)
     except RefusedParts:
         raise
@@ -142,8 +147,12 @@ def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> Non
         store.put(snapshot_part_key(state.version, k), part)
     store.put(snapshot_key(state.version), header)
     if read_hint(store, where=where) < state.version:
-        # Racing hint writers may move it back a little: it is only a starting point.
-        store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": state.version}))
+        put_hint(store, state.version)
+
+
+def put_hint(store: ObjectStore, version: int) -> None:
+    """Point the hint at ``version``. Racing hint writers may move it back a little: it is only a starting point."""
+    store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": version}))
 
 
 def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int, *, where: str) -> ManifestState:
@@ -192,3 +201,12 @@ def version_keys_below(store: ObjectStore, version: int) -> list[str]:
         if number is not None and number < version:
             keys.append(key)
     return keys
+
+
+def read_state_object(store: ObjectStore, key: str, *, where: str) -> dict[str, object]:
+    """A producer's pipeline state kept in its own object: JSON of at most ``MAX_STATE_BYTES``."""
+    what = f"{where}{key}"
+    data = store.get_range(key, 0, MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ManifestError(f"{what}: more than {MAX_STATE_BYTES} bytes exceeds the pipeline state limit")
+    return load_json(data, what=what, max_bytes=MAX_STATE_BYTES, max_depth=MAX_DEPTH - 1)

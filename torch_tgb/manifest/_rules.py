@@ -29,8 +29,10 @@ def check_joinable(view: ManifestState, pid: str, ours: JobSpec | None, *, where
     """Refuse producer ``pid`` (of job ``ours``) outside the namespace's job; :class:`ShardComplete` if finished."""
     job = view.job
     if job is None:
+        if ours is None or not _others_exist(view, pid):
+            return
         others = sorted(p for p in view.producers if p != SEALER_ID)
-        if ours is not None and others:
+        if others:
             raise JobMismatch(
                 f"{where}namespace was created without declared shards (producers {others[:8]}): "
                 f"{ours.label(pid)} of {ours.describe()} cannot join it; write the job into a new namespace"
@@ -56,6 +58,13 @@ def check_joinable(view: ManifestState, pid: str, ours: JobSpec | None, *, where
         )
 
 
+def _others_exist(view: ManifestState, pid: str) -> bool:
+    """Whether producers other than ``pid`` are registered (format 2: from the table's count, no bucket read)."""
+    if view.table is None:
+        return any(p != pid for p in view.producers)
+    return view.table.producers - (1 if view.producers.get(pid) is not None else 0) > 0
+
+
 def done_seals(view: ManifestState, pid: str) -> bool:
     """Whether ``pid``'s ``done`` mark on top of ``view`` seals the namespace.
 
@@ -64,8 +73,15 @@ def done_seals(view: ManifestState, pid: str) -> bool:
     written, so the last shard to land its done mark always seals).
     Without: when no other producer is still open (nobody else may still commit).
     """
+    table = view.table
+    mine = view.producers.get(pid) if table is not None else None  # format 2: one bucket, then the counts
     if view.job is not None:
+        if table is not None:
+            already = mine is not None and mine.status == "done"
+            return table.declared_done + (0 if already or pid not in view.job else 1) >= view.job.size
         return not [p for p in missing_shards(view.job, view.producers) if p != pid]
+    if table is not None:
+        return table.open - (1 if mine is not None and mine.status == "open" else 0) == 0
     return all(s.status != "open" for p, s in view.producers.items() if p != pid)
 
 

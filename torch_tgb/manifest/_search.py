@@ -14,7 +14,7 @@ from collections.abc import Callable
 from torch_tgb.errors import ManifestError, ObjectNotFound
 from torch_tgb.manifest.records import GCBoundary, TGBEntry, Version
 
-__all__ = ["collect_entries", "find_version", "probe_newest", "search_step"]
+__all__ = ["collect_entries", "find_version", "probe_near", "probe_newest", "search_step"]
 
 
 def probe_newest(low: int, exists: Callable[[int], bool]) -> int:
@@ -38,6 +38,28 @@ def probe_newest(low: int, exists: Callable[[int], bool]) -> int:
     return good
 
 
+def probe_near(known: int, guess: int, exists: Callable[[int], bool]) -> int:
+    """The newest version, given that ``known`` exists (or is 0) and a ``guess`` of it above ``known``.
+
+    A committer's guess comes from the rate at which others commit: when it is
+    right, two existence checks (``guess`` and ``guess + 1``) settle it;
+    otherwise the search gallops on from ``guess`` or bisects down to
+    ``known``, as :func:`probe_newest` does.
+    """
+    if guess <= known:
+        return probe_newest(known, exists)
+    if exists(guess):
+        return guess if not exists(guess + 1) else probe_newest(guess + 1, exists)
+    good, bad = known, guess
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if exists(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def find_version(step: int, low: int, high: int, read: Callable[[int], Version], *, where: str) -> Version | None:
     """The version of ``low..high`` that adds ``step``; ``None`` if ``step`` lies past version ``high``.
 
@@ -48,14 +70,24 @@ def find_version(step: int, low: int, high: int, read: Callable[[int], Version],
     if step >= top.stop_step:
         return None
     # invariant: first_step(low) <= step < stop_step(high); find largest v with first_step <= step
-    if read(low).first_step > step:
+    bottom = read(low)
+    if bottom.first_step > step:
         raise ManifestError(f"{where}{step=} lies below version={low}, the oldest kept (GC boundary)")
-    while low < high:
-        mid = (low + high + 1) // 2
-        if read(mid).first_step <= step:
-            low = mid
+    # Steps usually spread evenly over versions: interpolate on first_step, bisecting every other probe so the
+    # worst case stays O(log n). ``top_stop``: stop_step of version ``high`` (that of v-1 is first_step of v).
+    guess, top_stop = True, top.stop_step
+    while low < high and step >= bottom.stop_step:
+        if guess:
+            mid = low + 1 + (step - bottom.first_step) * (high - low) // max(1, top_stop - bottom.first_step)
+            mid = min(high, max(low + 1, mid))
         else:
-            high = mid - 1
+            mid = (low + high + 1) // 2
+        guess = not guess
+        probe = read(mid)
+        if probe.first_step <= step:
+            low, bottom = mid, probe
+        else:
+            high, top_stop = mid - 1, probe.first_step
     found = read(low)
     if not found.first_step <= step < found.stop_step:
         raise ManifestError(
@@ -91,15 +123,19 @@ def search_step(
 
 
 def collect_entries(
-    version: Version, start_step: int, stop_step: int, latest: int, read: Callable[[int], Version], *, where: str
+    version: Version, start_step: int, stop_step: int, latest: int, read: Callable[[int], Version], *, where: str,
+    seen: Callable[[Version], None] | None = None,
 ) -> list[TGBEntry]:
     """Entries of steps ``start_step .. stop_step - 1`` from ``version`` (which holds ``start_step``) on.
 
     Stops at ``latest``: the result may hold fewer steps than asked for.
+    ``seen`` is called with each version read, in order (the reader's continuity check).
     """
     out: list[TGBEntry] = []
     step = start_step
     while True:
+        if seen is not None:
+            seen(version)
         out.extend(version.entries[step - version.first_step : stop_step - version.first_step])
         step = version.stop_step
         if step >= stop_step or version.number >= latest:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch_tgb.errors import ManifestError
-from torch_tgb.manifest._checks import MAX_STATE_BYTES
+from torch_tgb.manifest._checks import MAX_FORMAT1_STATE_BYTES
 from torch_tgb.manifest._json import MAX_METADATA_BYTES, Fields, dump_json, load_json
 from torch_tgb.manifest.records import FORMAT, ManifestState
 
@@ -61,8 +61,9 @@ PART_BYTES = 4 * 1024 * 1024
 #: most parts a header may name (65536 producers at the state limit need ~530)
 MAX_PARTS = 4096
 #: most bytes one producer takes in a part, ``"<id>":{...}`` and its comma: a state of at most
-#: MAX_STATE_BYTES, an id of at most 128 characters, epoch, offset, time and status (under 300 bytes)
-MAX_PRODUCER_JSON = MAX_STATE_BYTES + 1024
+#: MAX_FORMAT1_STATE_BYTES, an id of at most 128 characters, epoch, offset, time and status (under 300 bytes):
+#: snapshots in parts hold format-1 states (format-2 snapshots name the producers' table and are never in parts)
+MAX_PRODUCER_JSON = MAX_FORMAT1_STATE_BYTES + 1024
 #: bytes of a part besides its producers: ``{"format":..,"part":k,"producers":{},"version":v}``
 _PART_OVERHEAD = 256
 #: parts a reader fetches at once (at most 8 MiB each) before checking them

@@ -6,6 +6,14 @@ offsets continue where its state said, nothing follows a seal, and in a
 namespace of declared shards the job's rules hold (:func:`check_job`).
 Readers, snapshot writers and the committer all fold through it, so they
 agree.
+
+A format-2 version names the whole state through its producers' table, so
+folding it costs O(1) whatever the number of producers or declared shards:
+the steps, the seal and the job's rule (on the table's count of declared
+shards done) are checked here; each producer's own history is checked by
+that producer's committer, which reads its bucket before it writes
+(``commit.py``). A format-1 version may be followed by a format-2 one
+(a namespace's first commit by this code), never the other way round.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ from collections.abc import Mapping
 
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec, describe_missing, missing_shards
+from torch_tgb.manifest._producers import ProducerTable
 from torch_tgb.manifest.records import ManifestState, ProducerState, Version
 
-__all__ = ["check_job", "fold"]
+__all__ = ["check_job", "fold", "state_of"]
 
 
 def fold(state: ManifestState, version: Version, *, where: str = "") -> ManifestState:
@@ -30,6 +39,10 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         raise ManifestError(
             f"{what}: first_step={version.first_step}, but {state.num_steps} steps were committed before it"
         )
+    if version.table is not None:
+        return _fold_table(state, version, what=what)
+    if state.table is not None:
+        raise ManifestError(f"{what}: a format-1 version cannot follow format-2 version={state.version}")
     producers = dict(state.producers)
     expected: dict[str, int] = {}
     for entry in version.entries:
@@ -100,3 +113,34 @@ def check_job(state: ManifestState, version: Version, after: Mapping[str, Produc
         raise ManifestError(f"{what}: seals the namespace while {describe_missing(job, after)} of "
                             f"{job.describe()} {'is' if len(missing_shards(job, after)) == 1 else 'are'} not done")
     return job
+
+
+def _fold_table(state: ManifestState, version: Version, *, what: str) -> ManifestState:
+    """Fold a format-2 version (its table is the new producers' state): O(1) in producers and shards."""
+    table = version.table
+    assert table is not None
+    job = state.job if version.job is None else version.job
+    if state.job is not None and version.job != state.job:
+        raise ManifestError(f"{what}: carries {'no job' if version.job is None else version.job.describe()}, but the "
+                            f"namespace declares {state.job.describe()}")
+    if job is not None:
+        complete = table.declared_done >= job.size
+        if complete and not version.sealed:
+            raise ManifestError(f"{what}: every declared producer of {job.describe()} is done, but the version "
+                                "does not seal the namespace")
+        if version.sealed and not complete and SEALER_ID not in version.producers:
+            raise ManifestError(f"{what}: seals the namespace while {job.size - table.declared_done} of "
+                                f"{job.describe()} are not done")
+        for pid in version.producers:
+            if pid != SEALER_ID and pid not in job:
+                raise ManifestError(f"{what}: producer {pid!r} is not one of the declared producers of "
+                                    f"{job.describe()}")
+    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), job, table)
+
+
+def state_of(version: Version) -> ManifestState:
+    """The full state at format-2 ``version``, from the version alone (its table, its job)."""
+    table = version.table
+    if table is None:
+        raise ManifestError(f"manifest version={version.number} is format 1: its state is a fold of the log")
+    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), version.job, table)

@@ -1,17 +1,24 @@
 """The commit protocol: read-before-write, rebase, tokens, GC boundary, fencing.
 
 One :class:`Committer` per producer incarnation. It keeps a *view*: the full
-state after every version it has read, always read in order (v+1 only after
-v). An attempt:
+state at the newest version it has read. An attempt:
 
-1. **Refresh** (read-before-write): read versions ``view+1, view+2, ...``
-   until one is missing, folding each into the view. A version carrying our
-   commit token is our own write whose acknowledgement was lost: success. A
-   version with a newer epoch for our ``producer_id`` means a newer
-   incarnation exists: :class:`FencedError`, and we never write again.
+1. **Refresh** (read-before-write): find the newest version (probing from
+   the view, or from the hint when the view is old) and read it and our own
+   bucket of its producers' table (format 2, docs/protocol.md): the newest
+   version names every producer's state, so the versions in between are
+   never read -- O(1) round trips however many producers committed meanwhile.
+   Our own state there carrying our commit token means our write landed and
+   its acknowledgement was lost: success. A newer epoch for our
+   ``producer_id`` means a newer incarnation exists: :class:`FencedError`,
+   and we never write again. (On a namespace whose newest version is still
+   format 1, the versions are read and folded one after another as before;
+   our first commit writes the whole table.)
 2. **Rebase**: drop pending entries below our committed ``next_offset``;
    the rest go on top of the view (``first_step`` = steps committed so far).
-3. **Create** ``_tgb/log/<view+1>`` with ``put_if_absent``. ``True``: go to
+   Write our pipeline state (when large, as its own object) and our bucket
+   with our new state, then
+3. **Create** ``_tgb/log/<view+1>`` with ``put_if_absent``, naming the new bucket. ``True``: go to
    4. ``False`` or :class:`AmbiguousWriteError`: read the version back; our
    token means it landed (4); another token is a conflict (the next attempt
    rebases on it); missing after an ambiguous reply means it did not land
@@ -42,20 +49,31 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError, NamespaceSealed, StorageError
+from torch_tgb.errors import FencedError, ManifestError, NamespaceSealed, StorageError
 from torch_tgb.manifest._backoff import Backoff
-from torch_tgb.manifest._json import MAX_METADATA_BYTES
+from torch_tgb.manifest._create import create_version, encode_candidate
+from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
+from torch_tgb.manifest._table import bucket_of
+from torch_tgb.manifest._table_writes import TableWriter
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
-from torch_tgb.manifest.records import ManifestState, ProducerState, TGBEntry, Version, validate_producer_id
+from torch_tgb.manifest.records import (
+    ManifestState,
+    ProducerState,
+    TGBEntry,
+    Version,
+    validate_producer_id,
+)
 
-__all__ = ["SEALER_ID", "AttemptResult", "Committer", "seal_namespace", "unfinished"]
+from torch_tgb.storage import ObjectStore
+
+__all__ = ["SEALER_ID", "AttemptResult", "Committer", "unfinished"]
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +110,32 @@ class Committer:
         max_ambiguous_retries: int = 8,
     ) -> None:
         self.manifest = manifest
-        self.store = manifest.store
         self.producer_id = validate_producer_id(producer_id)
+        self._writes = TableWriter(manifest.store, self.producer_id)
         #: the job this producer belongs to: declared by its start if the namespace has none yet
         self.job = job
         self.epoch = 0  # set by start(); 0 = no epoch of ours committed yet
         self._view: ManifestState | None = None
+        self._bucket: dict[str, ProducerState] | None = None  # our bucket of the view's table (format 2)
+        self._bucket_ref = ""  # the reference of that bucket's object ("": not read from one)
+        self._taken = 0  # a slot found taken by another writer: the newest version is at least this
         self._token = uuid.uuid4().hex
         self._landed: int | None = None
         self._fenced: FencedError | None = None
         self._crash_hook = crash_hook
         self._max_ambiguous_retries = max_ambiguous_retries
+        self._rate = VersionRate()
+        self._next_bucket: dict[str, ProducerState] | None = None  # our bucket as the candidate in flight wrote it
+        self._next_bucket_ref = ""
+
+    @property
+    def store(self) -> ObjectStore:
+        """Where versions, buckets and states are written (a test may swap in a faulty one)."""
+        return self._writes.store
+
+    @store.setter
+    def store(self, store: ObjectStore) -> None:
+        self._writes.store = store
 
     # --- view -------------------------------------------------------------
 
@@ -115,6 +148,8 @@ class Committer:
     @property
     def state(self) -> ProducerState | None:
         """This producer's committed state in the view."""
+        if self._bucket is not None:
+            return self._bucket.get(self.producer_id)
         return self.view.producers.get(self.producer_id)
 
     @property
@@ -124,32 +159,82 @@ class Committer:
 
     @property
     def resume_state(self) -> Mapping[str, Any] | None:
-        """The pipeline state committed with our ``next_offset`` (see ``ProducerState.state``)."""
-        state = self.state
-        return None if state is None else state.state
+        """The pipeline state committed with our ``next_offset`` (see ``ProducerState.state``).
+
+        A large one lives in its own object, read here (only this producer reads it).
+        """
+        return self.manifest.pipeline_state(self.producer_id, self.state)
+
+    def others_commit_rate(self) -> float | None:
+        """Versions per second committed by other producers, as seen by this committer's refreshes (EMA);
+        ``None`` before two refreshes found new versions."""
+        return self._rate.rate
 
     def _hook(self, point: str) -> None:
         if self._crash_hook is not None:
             self._crash_hook(point)
 
     def refresh(self) -> float:
-        """Read every version after the view (read-before-write); returns when the newest was read."""
+        """Bring the view to the newest version (read-before-write); returns when the newest was known."""
+        view = self.view
+        if view.table is None:
+            return self._refresh_folding()
+        taken, self._taken = self._taken, 0
+        read_at, newest = self.manifest.newest_for_commit(view.version, expected=self._expected(), at_least=taken)
+        self._rate.saw(newest - view.version, read_at)  # versions since our view: all others'
+        if newest == view.version:
+            return read_at
+        version = self.manifest.try_read_version(newest)
+        if version is None:  # the hint named a version that is not there: probe from our own view
+            read_at, newest = self.manifest.newest_for_commit(view.version)
+            version = self.manifest.read_version(newest)
+        if version.table is None:
+            raise ManifestError(f"{self.manifest.where}manifest version={newest} is format 1 after format-2 "
+                                f"version={view.version}")
+        self._adopt(self.manifest.state_of(version))
+        return read_at
+
+    def _refresh_folding(self) -> float:
+        """Format 1: read every version after the view, one after another, folding each."""
         view = self.view
         while True:
             read_at = time.monotonic()
             version = self.manifest.try_read_version(view.version + 1)
             if version is None:
-                self._view = view
                 return read_at
             view = fold(view, version, where=self.manifest.where)
             if version.token == self._token:
                 self._landed = version.number
             self._view = view
+            self._bucket = None
             self._check_fenced(version.number)
+            if view.table is not None:  # a format-2 version: it names everything; jump to the newest
+                self._adopt(self.manifest.with_loader(view))
+                return self.refresh()
+
+    def _expected(self) -> int | None:
+        """How many versions others most likely wrote since our view (from their rate); ``None``: no rate yet."""
+        rate = self._rate.rate
+        return None if rate is None else round(rate * self._rate.since(time.monotonic()))
+
+    def _adopt(self, view: ManifestState) -> None:
+        """Take ``view`` (a format-2 state): read our bucket, recognise a landed write, check fencing."""
+        table = view.table
+        assert table is not None
+        index = bucket_of(self.producer_id, len(table.buckets))
+        ref = table.buckets[index]
+        if self._bucket is None or not ref or ref != self._bucket_ref:  # unchanged since we read or wrote it
+            self._bucket = dict(view.producers.bucket(index))  # type: ignore[attr-defined]
+            self._bucket_ref = ref
+        self._view = view
+        mine = self._bucket.get(self.producer_id)
+        if mine is not None and mine.token == self._token:
+            self._landed = view.version if mine.at is None else mine.at
+        self._check_fenced(view.version)
 
     def _check_fenced(self, number: int) -> None:
         """Raise :class:`FencedError` if the view holds a newer epoch for our producer_id."""
-        mine = self.view.producers.get(self.producer_id)
+        mine = self.state
         if self.epoch and mine is not None and mine.epoch > self.epoch:
             self._fenced = FencedError(
                 f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
@@ -160,8 +245,13 @@ class Committer:
     def _reset_view(self) -> None:
         # The view jumps (from the boundary's snapshot): a newer epoch may be inside the
         # jump rather than in a version we read one by one, so check for it here too.
-        self._view = self.manifest.head()
-        self._check_fenced(self._view.version)
+        view = self.manifest.head()
+        if view.table is not None:
+            self._adopt(view)
+            return
+        self._view = view
+        self._bucket = None
+        self._check_fenced(view.version)
 
     def _in_canonical_chain(self, candidate: Version, boundary_version: int) -> bool:
         """Whether the state at the boundary already holds what ``candidate`` commits for us."""
@@ -200,11 +290,12 @@ class Committer:
                 )
             if self._landed is not None:
                 return self._won_bump()
-            target = (0 if self.state is None else self.state.epoch) + 1
+            current = self.state
+            target = (0 if current is None else current.epoch) + 1
             now = time.time()
-            mine = {self.producer_id: ProducerState(target, self.next_offset, now, self.resume_state)}
+            mine = ProducerState(target, self.next_offset, now, status="open")
             declares = self.job if self.view.job is None else None  # the first producer declares the job
-            candidate = Version(self.view.version + 1, self._token, self.view.num_steps, (), mine, False, now, declares)
+            candidate = self._candidate((), mine, pipeline=current, sealed=False, now=now, declares=declares)
             result = self._write(candidate, read_at=time.monotonic())
             if result.committed:
                 return self._won_bump()
@@ -287,57 +378,52 @@ class Committer:
             seal = seal or done_seals(self.view, self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
-        candidate = Version(
-            self.view.version + 1,
-            self._token,
-            self.view.num_steps,
-            tuple(todo),
-            {self.producer_id: ProducerState(self.epoch, next_offset, now, state if todo else self.resume_state,
-                                             status=status)},
-            seal,
-            now,
-        )
+        mine = ProducerState(self.epoch, next_offset, now, status=status)
+        pipeline: ProducerState | Mapping[str, Any] | None = state if todo else current
+        candidate = self._candidate(tuple(todo), mine, pipeline=pipeline, sealed=seal, now=now)
         return self._write(candidate, read_at=read_at)
+
+    def _candidate(
+        self, entries: tuple[TGBEntry, ...], mine: ProducerState, *, pipeline: ProducerState | Mapping[str, Any] | None,
+        sealed: bool, now: float, declares: JobSpec | None = None,
+    ) -> Version:
+        """The version that would follow the view: format 2, our bucket rewritten with ``mine``.
+
+        ``pipeline``: the pipeline state to commit with ``mine`` (a mapping),
+        or a committed state whose pipeline state is kept as it is. On a
+        format-1 view (the namespace's first commit by this code) every
+        bucket is written: the whole table.
+        """
+        number = self.view.version + 1
+        job = declares if self.view.job is None else self.view.job
+        inline, ref = self._writes.pipeline_state(pipeline, number, self.state)
+        full = replace(mine, state=inline, state_ref=ref, token=self._token, at=number)
+        table = self.view.table
+        if table is None:  # migrate: the whole table from the folded view (format 1)
+            table, self._next_bucket = self._writes.table({**self.view.producers, self.producer_id: full}, number,
+                                                          self._token, job)
+        else:
+            index = bucket_of(self.producer_id, len(table.buckets))
+            bucket = dict(self._bucket or {})
+            before = bucket.get(self.producer_id)
+            bucket[self.producer_id] = full
+            written = self._writes.bucket(index, len(table.buckets), bucket, number, self._token)
+            self._next_bucket, self._next_bucket_ref = bucket, written
+            table = table.with_bucket(index, written, before=None if before is None else before.status,
+                                      after=full.status, declared=job is not None and self.producer_id in job)
+        return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
+                       now, job, table)
 
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number
         key = version_key(number)
-        # Never write what a reader would refuse: valid entries, consecutive offsets,
-        # and a version that follows the view.
-        what = f"{self.manifest.where}candidate manifest version={number}"
-        for i, entry in enumerate(candidate.entries):
-            entry.validate(what=f"{what} entry {i}")
-        candidate.check_offsets(what=what)
-        fold(self.view, candidate, where=self.manifest.where)
-        data = candidate.encode()
-        if len(data) > MAX_METADATA_BYTES:  # every reader would refuse it, and the namespace with it
-            raise ManifestError(
-                f"{what}: {len(data)} bytes of JSON ({len(candidate.entries)} entries), over the metadata limit of "
-                f"{MAX_METADATA_BYTES}: commit at most MAX_VERSION_ENTRIES entries per version"
-            )
+        data = encode_candidate(self.view, candidate, where=self.manifest.where)
         self._hook("before_commit")
-        created: bool | None
-        recognised = False
-        for _ in range(self._max_ambiguous_retries):
-            try:
-                created = self.store.put_if_absent(key, data)
-            except AmbiguousWriteError:
-                created = None
-            if created:
-                break
-            # 412 / False or no reply: the slot is taken -- by us (lost ack) or by another writer?
-            existing = self.manifest.try_read_version(number)
-            if existing is None:
-                if created is None:
-                    continue  # our write did not land: same bytes, same slot
-                break  # taken and gone again: only a reclamation deletes versions
-            if existing.token == self._token:
-                created, recognised = True, True
-            break
-        else:
-            raise StorageError(f"{self.manifest.where}manifest version={number}: no definite reply after retries")
+        created, recognised = create_version(self.store, self.manifest, number, data, self._token,
+                                             retries=self._max_ambiguous_retries)
         window = time.monotonic() - read_at
         if not created:
+            self._taken = number  # the next refresh probes from this slot: it exists
             return AttemptResult(False, True, number, window)
         self._hook("after_version_put")
         boundary = self.manifest.gc_boundary()
@@ -361,46 +447,10 @@ class Committer:
             self._reset_view()
             return AttemptResult(False, True, number, window, reclaimed_slot=True)
         # number == boundary.version is ours and kept (the boundary version itself is never deleted)
-        self._view = fold(self.view, candidate, where=self.manifest.where)
+        self._view = self.manifest.with_loader(fold(self.view, candidate, where=self.manifest.where))
+        self._bucket, self._bucket_ref = self._next_bucket, self._next_bucket_ref
         self.manifest.remember(candidate)
         self._new_group()
         self._hook("after_commit")
-        if number % self.manifest.snapshot_every == 0:
-            try:
-                self.manifest.write_snapshot(number, self._view)
-            except StorageError as e:  # a missing snapshot costs readers time, never correctness
-                log.warning("%s: snapshot of version=%d failed: %s", self.store.url, number, e)
+        self.manifest.after_commit(self._view, others_commit=bool(self._rate.rate))
         return AttemptResult(True, False, number, window, recognised=recognised)
-
-
-def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
-    """Seal the namespace now, unless a producer is unfinished; returns the sealing version.
-
-    Without declared shards, for jobs whose producers ran one after another
-    (each closed, none ``done``), or that mix ``closed`` and ``done``: the
-    seal is committed as producer :data:`SEALER_ID`; refused while a producer
-    is still open. With declared shards the last shard's done mark seals by
-    itself, so a plain seal is refused while any declared shard is not done.
-    Idempotent on a sealed namespace. ``force`` seals anyway: for an operator
-    or coordinator that knows better (a process that died after its last
-    commit stays marked open), and it records that the sealer sealed; a
-    producer still running then meets :class:`NamespaceSealed`.
-    """
-    head = manifest.head()
-    if head.sealed:
-        return head.version
-    still = unfinished(head)
-    if still and not force:
-        raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {unfinished_text(head, still)}")
-    committer = Committer(manifest, SEALER_ID)
-    committer.start()
-    try:
-        while True:
-            result = committer.attempt([], seal=True, mark="done", refuse_open=not force)
-            if result.committed:
-                return result.version
-    except ManifestError:
-        # a producer started meanwhile: leave the sealer "done" so it never holds a later seal back
-        while not committer.attempt([], mark="done").committed:
-            pass
-        raise

@@ -11,32 +11,41 @@ boundary, never read lower than seen); stateless work is functions
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import threading
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from torch_tgb.errors import ManifestError, ObjectNotFound
+from torch_tgb.errors import ManifestError, ObjectNotFound, TGBError
 from torch_tgb.manifest import _reads
 from torch_tgb.manifest._boundary import BoundaryView
+from torch_tgb.manifest._continuity import Continuity
+from torch_tgb.manifest._maintenance import Maintenance
 from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
+from torch_tgb.manifest._producers import ProducerTable, decode_bucket
 from torch_tgb.manifest._reads import Reclaimed
 from torch_tgb.manifest._search import collect_entries, probe_newest, search_step
-from torch_tgb.manifest._state import fold
+from torch_tgb.manifest._state import fold, state_of
+from torch_tgb.manifest._table import bucket_key, state_key
 from torch_tgb.manifest.keys import version_key
-from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, TGBEntry, Version
-from torch_tgb.storage import ObjectStore
+from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, ProducerState, TGBEntry, Version
+from torch_tgb.storage import ObjectStore, RangeRequest
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
 
 __all__ = ["Manifest"]
 
+
 #: head() starts again from the new boundary this often when reclamations keep passing its replay
 _HEAD_ATTEMPTS = 8
+#: most versions ``entries()`` reads ahead concurrently from a remote store
+_ENTRIES_AHEAD = 64
 
 
-class Manifest:
+class Manifest(Maintenance):
     """The manifest log of one namespace, read through ``store``. Thread-safe.
 
     Cost, with n committed versions and K = ``snapshot_every``:
@@ -60,6 +69,7 @@ class Manifest:
         # and starting a pool's threads took milliseconds on a busy machine (a reader's open paid it each time)
         self._fetch_on_threads = store.local_path(version_key(1)) is None and store.max_in_flight > 1
         self._boundary = BoundaryView()
+        self._continuity = Continuity()  # producers' offsets across the versions read in order (format 2)
         self._lock = threading.Lock()  # guards _state's compare-and-set
         # starting points only, read again when it matters (a plain attribute store is atomic under the GIL)
         self._hint: int | None = None  # last hint read
@@ -175,19 +185,106 @@ class Manifest:
 
     def read_snapshot(self, number: int) -> ManifestState | None:
         """The snapshot of version ``number``, or ``None`` if none was written."""
-        return _reads.read_snapshot(self.store, number, where=self.where)
+        state = _reads.read_snapshot(self.store, number, where=self.where)
+        return None if state is None else self.with_loader(state)
 
     def replay(self, state: ManifestState, until: int) -> ManifestState:
         """Fold versions ``state.version + 1 .. until`` onto ``state`` (fetched concurrently from a remote store)."""
         numbers = list(range(state.version + 1, until + 1))
+        self._fetch_concurrently(numbers)
+        for number in numbers:
+            state = fold(state, self.read_version(number), where=self.where)
+        return state
+
+    # --- format 2: the newest version names everything -------------------------
+
+    def newest_for_commit(self, known: int, *, expected: int | None = None, at_least: int = 0) -> tuple[float, int]:
+        """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
+
+        O(1) round trips however many versions others wrote meanwhile:
+        ``at_least``, a version known to exist (the slot our create just
+        found taken), is probed on from; ``expected == 0`` (others are not
+        committing, by their rate) costs one existence check; otherwise the
+        hint, which committers move with each commit while others commit too,
+        and a probe from it (one or two checks: the hint lags only by the
+        commits in flight). No GC-boundary read: the committer reads it after
+        its create. (A guess from the rate alone, probed around, cost more:
+        the count of others' commits in an interval varies as much as its
+        mean, and every miss costs a gallop or a bisection.)
+        """
+        read_at = time.monotonic()
+        if at_least > known:
+            newest = probe_newest(at_least, self._exists)
+        elif expected == 0:
+            newest = probe_newest(known, self._exists)
+        else:
+            # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
+            # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
+            hint = self._read_hint()
+            read_at = time.monotonic()
+            newest = probe_newest(max(known, hint), self._exists)
+        return read_at, self._versions.saw_newest(newest)
+
+    def state_of(self, version: Version) -> ManifestState:
+        """The full state at format-2 ``version`` (no replay: its table names every producer)."""
+        return self.with_loader(state_of(version))
+
+    def table_state(self, number: int) -> ManifestState | None:
+        """The state at version ``number`` if it is format 2 (its table), else ``None`` (format 1, or gone)."""
+        version = self.try_read_version(number)
+        return None if version is None or version.table is None else self.state_of(version)
+
+    def with_loader(self, state: ManifestState) -> ManifestState:
+        """``state`` with its producers' table reading buckets through this manifest (format 2)."""
+        producers = state.producers
+        if isinstance(producers, ProducerTable) and producers._loader is None:
+            return dataclasses.replace(state, producers=producers.with_loader(self._load_buckets))
+        return state
+
+    def _load_buckets(self, buckets: int, pairs: list[tuple[int, str]]) -> list[dict[str, ProducerState]]:
+        """Read buckets of a table of ``buckets`` concurrently (one ``get_ranges``), each checked to be the one named."""
+        keys = [bucket_key(i, ref) for i, ref in pairs]
+        datas = self.store.get_ranges([RangeRequest(k, 0, _reads.MAX_METADATA_BYTES + 1) for k in keys])
+        out = []
+        for (index, _), key, data in zip(pairs, keys, datas):
+            what = f"{self.where}{key}"
+            if not isinstance(data, bytes):  # get_ranges without continue_on_error raises instead
+                raise ManifestError(f"{what}: could not be read")
+            out.append(decode_bucket(_reads.within_limit(data, what), bucket=index, buckets=buckets, what=what))
+        return out
+
+    def pipeline_state(self, producer_id: str, state: ProducerState | None) -> Mapping[str, Any] | None:
+        """``producer_id``'s committed pipeline state: inline, or read from its own object (``state_ref``)."""
+        if state is None:
+            return None
+        if state.state_ref is not None:
+            return self.read_producer_state(producer_id, state.state_ref)
+        return state.state
+
+    def read_producer_state(self, producer_id: str, ref: str) -> dict[str, object]:
+        """A producer's pipeline state kept in its own object (read only by that producer)."""
+        return _reads.read_state_object(self.store, state_key(producer_id, ref), where=self.where)
+
+    def prefetch(self, numbers: list[int]) -> None:
+        """Read versions ``numbers`` into the cache, concurrently from a remote store (errors surface on use)."""
+        self._fetch_concurrently(numbers)
+
+    def _fetch_concurrently(self, numbers: list[int]) -> None:
+        """Read the versions of ``numbers`` not cached yet into the cache, concurrently from a remote store.
+
+        Errors are left to the reads that follow (a version missing or bad raises there, in order).
+        """
         missing = self._versions.missing(numbers)
         if len(missing) > 1 and self._fetch_on_threads:
             workers = min(len(missing), self.store.max_in_flight, 16)
             with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tgb-replay") as pool:
-                list(pool.map(self.try_read_version, missing))  # fills the cache; errors re-raise below
-        for number in numbers:
-            state = fold(state, self.read_version(number), where=self.where)
-        return state
+                list(pool.map(self._try_quietly, missing))
+
+    def _try_quietly(self, number: int) -> None:
+        try:
+            self.try_read_version(number)
+        except TGBError:
+            pass  # raised again, in order, by the read that needs it
 
     def state_at(self, number: int, *, boundary: GCBoundary | None = None) -> ManifestState:
         """The full state (steps, producers, sealed) after version ``number``.
@@ -199,6 +296,10 @@ class Manifest:
         because the boundary moved past it meanwhile is reported as
         ``Reclaimed`` (callers start again from the boundary).
         """
+        if number > 0 and (boundary is not None and number >= boundary.version or number in self._versions):
+            version = self.try_read_version(number)  # format 2: the version alone names the whole state
+            if version is not None and version.table is not None:
+                return self.state_of(version)
         cached = self._state
         if cached is not None and cached.version <= number and (boundary is None or cached.version >= boundary.version):
             try:
@@ -212,7 +313,7 @@ class Manifest:
             raise Reclaimed(f"{self.where}state at version={number} is reclaimed (GC boundary version={boundary.version})")
         hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
         base = _reads.base_state(self.store, number, boundary, hint, where=self.where)
-        return self._replay_above_boundary(base, number)
+        return self.with_loader(self._replay_above_boundary(base, number))
 
     def _replay_above_boundary(self, state: ManifestState, number: int) -> ManifestState:
         """``replay(state, number)``; a failure caused by a reclamation since ``state`` raises ``Reclaimed``."""
@@ -255,6 +356,7 @@ class Manifest:
                 self._hint = None
                 if attempt == _HEAD_ATTEMPTS - 1:
                     raise
+        state = self.with_loader(state)
         with self._lock:
             if self._state is None or self._state.version < state.version:
                 self._state = state
@@ -292,14 +394,21 @@ class Manifest:
         """Entries of steps ``start_step .. stop_step - 1`` that are committed (may be fewer)."""
         if stop_step <= start_step:
             return []
-        latest = self.latest_version()
+        state = self._state  # a reader asks for steps its last head() counted: that head's version holds them
+        latest = state.version if state is not None and state.num_steps >= stop_step else self.latest_version()
         try:
             version = self.version_of_step(start_step, latest=latest)
         except ManifestError:
             if latest == 0 or start_step >= self.read_version(latest).stop_step:
                 return []
             raise
-        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where)
+        # The versions after it are read forward; from a remote store, as many as the steps asked for could
+        # need (each version adds at least one step but for a producer's bump or mark) in one concurrent batch.
+        ahead = min(latest - version.number, stop_step - version.stop_step, _ENTRIES_AHEAD)
+        if ahead > 1:
+            self._fetch_concurrently(list(range(version.number + 1, version.number + 1 + ahead)))
+        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where,
+                               seen=lambda v: self._continuity.see(v, where=self.where))
 
     # --- GC boundary -------------------------------------------------------
 
@@ -323,79 +432,3 @@ class Manifest:
         and the first new generation supersedes it.
         """
         return self._boundary.stored(self.store, generations)
-
-    # --- maintenance writes ------------------------------------------------------
-
-    def write_snapshot(self, number: int, state: ManifestState | None = None) -> ManifestState:
-        """Write the snapshot of version ``number`` (idempotent) and move the hint forward.
-
-        ``state`` may be passed by a caller that already holds it (the
-        committer); otherwise it is computed from the log. Snapshots are only
-        written for versions that exist.
-        """
-        if state is None:
-            if number > self.latest_version():
-                raise ManifestError(f"{self.where}cannot snapshot version={number}: not committed")
-            state = self.state_at(number)
-        if state.version != number:
-            raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
-        _reads.put_snapshot(self.store, state, where=self.where)
-        return state
-
-    def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
-        """Allow versions below ``version`` and the objects of steps below ``step`` to be deleted.
-
-        Preconditions, checked: the snapshot of ``version`` exists (write it
-        first with :meth:`write_snapshot`), ``step`` is at most that version's
-        ``stop_step`` (the version record itself stays, so the steps from
-        ``step`` on stay readable even when ``step`` lies inside it), and the
-        boundary only moves forward. Call this *before* deleting anything:
-        producers re-read it after every create to detect a commit into a
-        reclaimed slot.
-        """
-        current = self.gc_boundary()
-        if (version, step) == (current.version, current.step):
-            return current
-        if version < current.version or step < current.step:
-            raise ManifestError(
-                f"{self.where}GC boundary moves only forward: at version={current.version}, step={current.step}, "
-                f"asked for version={version}, step={step}"
-            )
-        if self.read_snapshot(version) is None:
-            raise ManifestError(f"{self.where}advance_gc_boundary({version=}): write_snapshot({version}) first")
-        stop_step = self.read_version(version).stop_step
-        if step > stop_step:
-            raise ManifestError(
-                f"{self.where}advance_gc_boundary({version=}, {step=}): version {version} ends before "
-                f"step={stop_step}; a later version must be the boundary; pass step <= {stop_step}"
-            )
-        boundary = GCBoundary(version, step)
-        self._boundary.put(self.store, boundary)
-        return boundary
-
-    def repair_gc_boundary(self) -> GCBoundary:
-        """The boundary, after re-creating the highest one seen if storage no longer lists it.
-
-        Generations are immutable, so a late write cannot lower the stored
-        boundary; only a deleted generation (by hand, or a store whose LIST
-        lags) can. Lower generations re-created by late writes are dropped.
-        The Reclaimer calls this first in every pass, before it deletes
-        anything.
-        """
-        return self._boundary.repair(self.store)
-
-    def version_keys_below(self, version: int) -> list[str]:
-        """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
-        return _reads.version_keys_below(self.store, version)
-
-    def delete_versions_below(self, version: int) -> int:
-        """Delete log versions strictly below ``version``; it must not exceed the GC boundary."""
-        boundary = self.gc_boundary()
-        if version > boundary.version:
-            raise ManifestError(
-                f"{self.where}delete_versions_below({version=}) is above the GC boundary version={boundary.version}"
-            )
-        keys = self.version_keys_below(version)
-        self.store.delete(keys)
-        self._versions.drop_below(version)
-        return len(keys)

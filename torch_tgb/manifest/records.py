@@ -9,21 +9,36 @@ half-read record.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._checks import MAX_STATE_BYTES, check_metadata, encode_producer_state, validate_producer_id
+from torch_tgb.manifest._entries import EntryTable
 from torch_tgb.manifest._entry import DATA_PREFIX, MAX_FOOTER_BYTES, TGBEntry
 from torch_tgb.manifest._json import MAX_DATASET_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._producer_state import (
+    _FORMATS,
+    FORMAT,
+    FORMAT2,
+    INLINE_STATE_BYTES,
+    PRODUCER_STATUSES,
+    TOKEN,
+    ProducerState,
+    producers_from_json,
+)
+from torch_tgb.manifest._producers import ProducerTable
+from torch_tgb.manifest._table import TableRef
 from torch_tgb.manifest.jobs import JobSpec
 
 __all__ = [
     "DATA_PREFIX",
     "EMPTY_STATE",
     "FORMAT",
+    "FORMAT2",
+    "INLINE_STATE_BYTES",
+    "EntryTable",
     "MAX_FOOTER_BYTES",
     "MAX_STATE_BYTES",
     "MAX_VERSION_ENTRIES",
@@ -34,81 +49,25 @@ __all__ = [
     "ManifestState",
     "ProducerState",
     "TGBEntry",
+    "TableRef",
     "Version",
     "check_metadata",
     "encode_producer_state",
     "validate_producer_id",
 ]
 
-#: the ``format`` field of every manifest object this code writes and reads
-FORMAT = "tgb-manifest/1"
-_TOKEN = re.compile(r"^[0-9a-f]{8,64}$")
 #: a version's field of TGB entries
 ENTRIES = "entries"
 
 
-def _check_format(f: Fields) -> None:
+def _check_format(f: Fields, accepted: tuple[str, ...] = (FORMAT,)) -> str:
     fmt = f.string("format")
-    if fmt != FORMAT:
-        raise ManifestError(f"{f.what}: format {fmt!r} is not {FORMAT!r} (written by another torch_tgb version?)")
-
-
-#: a producer's mark in the log: started and may commit more ("open"), closed and may
-#: come back ("closed"), finished for good ("done"; the last one done seals the namespace)
-PRODUCER_STATUSES = ("open", "closed", "done")
-
-
-@dataclass(frozen=True)
-class ProducerState:
-    """What the log knows about one producer: its newest epoch, first uncommitted offset and mark.
-
-    ``state``: the producer's pipeline state after offset ``next_offset - 1``
-    (the state from which offset ``next_offset`` is produced), as handed to
-    ``Producer.append(..., state=)``; ``None`` if it gave none. Omitted from
-    the JSON when ``None``, so versions written before it existed still parse.
-    ``status``: its mark, one of :data:`PRODUCER_STATUSES`; omitted when
-    ``"open"`` for the same reason.
-    """
-
-    epoch: int
-    next_offset: int
-    committed_at: float = 0.0
-    state: Mapping[str, Any] | None = None
-    status: str = "open"
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"epoch": self.epoch, "next_offset": self.next_offset, "committed_at": self.committed_at}
-        if self.state is not None:
-            out["state"] = dict(self.state)
-        if self.status != "open":
-            out["status"] = self.status
-        return out
-
-    @classmethod
-    def from_json(cls, obj: object, *, what: str) -> ProducerState:
-        f = Fields(obj, what=what)
-        state = cls(
-            f.integer("epoch", minimum=1),
-            f.integer("next_offset"),
-            f.number("committed_at", default=0.0),
-            f.optional_mapping("state"),
-            f.string("status", default="open"),
+    if fmt not in accepted:
+        raise ManifestError(
+            f"{f.what}: format {fmt!r} is not one of {list(accepted)} (written by another torch_tgb version? "
+            "a newer one: upgrade torch_tgb to read it)"
         )
-        f.done()
-        if state.status not in PRODUCER_STATUSES:
-            raise ManifestError(f"{what}: status={state.status!r} is not one of {PRODUCER_STATUSES}")
-        return state
-
-
-def _producers_from_json(obj: Mapping[str, Any], *, what: str) -> dict[str, ProducerState]:
-    producers = {}
-    for pid, value in obj.items():
-        try:
-            validate_producer_id(pid)
-        except ValueError as e:
-            raise ManifestError(f"{what}: {e}") from e
-        producers[pid] = ProducerState.from_json(value, what=f"{what} producer {pid!r}")
-    return producers
+    return fmt
 
 
 #: most entries one version carries: an entry's JSON is at most ~520 bytes (a 128-character producer id), so a
@@ -124,36 +83,55 @@ class Version:
     this version adds are ``first_step .. first_step + len(entries) - 1``.
     ``producers`` holds only the producers whose state this version changes.
     ``job``: the job of declared shards, on the version that registers the
-    namespace's first producer only (see :mod:`torch_tgb.manifest.jobs`).
+    namespace's first producer only (see :mod:`torch_tgb.manifest.jobs`);
+    format 2 repeats it on every version.
+
+    ``table``: format 2 (``None``: format 1). The version then also names
+    the complete state of every producer through its producers' table
+    (:class:`TableRef`), ``producers`` holds no pipeline state, and the
+    entries are written as columns (:class:`EntryTable`).
     """
 
     number: int
     token: str
     first_step: int
-    entries: tuple[TGBEntry, ...] = ()
+    entries: Sequence[TGBEntry] = ()
     producers: Mapping[str, ProducerState] = field(default_factory=dict)
     sealed: bool = False
     time: float = 0.0
     job: JobSpec | None = None
+    table: TableRef | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, EntryTable):
+            object.__setattr__(self, "entries", EntryTable.of(self.entries))
 
     @property
     def stop_step(self) -> int:
         """One past the last step this version adds."""
         return self.first_step + len(self.entries)
 
+    @property
+    def format(self) -> int:
+        """1 or 2 (format 2 carries a producers' table)."""
+        return 1 if self.table is None else 2
+
     def to_json(self) -> dict[str, Any]:
+        entries = cast(EntryTable, self.entries)
         out: dict[str, Any] = {
-            "format": FORMAT,
+            "format": FORMAT if self.table is None else FORMAT2,
             "version": self.number,
             "token": self.token,
             "first_step": self.first_step,
-            "entries": [e.to_json() for e in self.entries],
-            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
+            "entries": [e.to_json() for e in entries] if self.table is None else entries.to_json(),
+            "producers": {pid: s.to_json(pipeline=self.table is None) for pid, s in sorted(self.producers.items())},
             "sealed": self.sealed,
             "time": self.time,
         }
         if self.job is not None:  # written only when declared: other versions' bytes stay as they were
             out["job"] = self.job.to_json()
+        if self.table is not None:
+            out["table"] = self.table.to_json()
         return out
 
     def encode(self) -> bytes:
@@ -165,20 +143,29 @@ class Version:
         what = f"{where}manifest version={number}"
         # the entries are checked item by item to be flat objects of scalars: no depth walk over them
         f = Fields(load_json(data, what=what, flat=ENTRIES), what=what)
-        _check_format(f)
+        fmt = _check_format(f, _FORMATS)
         stored = f.integer("version", minimum=1)
         if stored != number:
             raise ManifestError(f"{what}: object says version={stored}")
         token = f.string("token")
-        if not _TOKEN.match(token):
+        if not TOKEN.match(token):
             raise ManifestError(f"{what}: malformed commit token {token[:80]!r}")
         first_step = f.integer("first_step")
-        entries = TGBEntry.from_json_list(f.array(ENTRIES), what=what)
-        producers = _producers_from_json(f.mapping("producers"), what=what)
+        if fmt == FORMAT:
+            entries: EntryTable = EntryTable.of(TGBEntry.from_json_list(f.array(ENTRIES), what=what))
+        else:
+            entries = EntryTable.from_json(f.mapping(ENTRIES), what=what)
+        producers = producers_from_json(f.mapping("producers"), what=what)
         job = f.optional_mapping("job")
+        table = f.optional_mapping("table")
+        if (fmt == FORMAT2) != (table is not None):
+            raise ManifestError(f"{what}: format {fmt!r} {'needs' if table is None else 'has no'} a producers' table")
         version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"),
-                      None if job is None else JobSpec.from_json(job, what=what))
+                      None if job is None else JobSpec.from_json(job, what=what),
+                      None if table is None else TableRef.from_json(table, what=what))
         f.done()
+        if version.table is not None and any(s.state is not None or s.state_ref for s in producers.values()):
+            raise ManifestError(f"{what}: a format-2 version carries no pipeline state")
         version.check_offsets(what=what)
         return version
 
@@ -208,6 +195,11 @@ class ManifestState:
 
     ``job``: the namespace's job of declared shards, ``None`` for a namespace
     created without one (its producers come and go freely).
+
+    ``table``: at a format-2 version, its producers' table; ``producers`` is
+    then read from the table's buckets when first asked for (the readers'
+    hot path never asks: :class:`~torch_tgb.manifest.Manifest` supplies the
+    loader), and a snapshot holds only the table.
     """
 
     version: int
@@ -215,15 +207,19 @@ class ManifestState:
     sealed: bool
     producers: Mapping[str, ProducerState]
     job: JobSpec | None = None
+    table: TableRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "format": FORMAT,
+            "format": FORMAT if self.table is None else FORMAT2,
             "version": self.version,
             "num_steps": self.num_steps,
             "sealed": self.sealed,
-            "producers": {pid: s.to_json() for pid, s in sorted(self.producers.items())},
         }
+        if self.table is None:
+            out["producers"] = {pid: s.to_json() for pid, s in sorted(self.producers.items())}
+        else:
+            out["table"] = self.table.to_json()
         if self.job is not None:
             out["job"] = self.job.to_json()
         return out
@@ -238,13 +234,15 @@ class ManifestState:
     @classmethod
     def from_json(cls, obj: object, *, what: str) -> ManifestState:
         f = Fields(obj, what=what)
-        _check_format(f)
+        fmt = _check_format(f, _FORMATS)
         job = f.optional_mapping("job")
-        state = cls(
-            f.integer("version"), f.integer("num_steps"), f.boolean("sealed"),
-            _producers_from_json(f.mapping("producers"), what=what),
-            None if job is None else JobSpec.from_json(job, what=what),
-        )
+        number, num_steps, sealed = f.integer("version"), f.integer("num_steps"), f.boolean("sealed")
+        spec = None if job is None else JobSpec.from_json(job, what=what)
+        if fmt == FORMAT:
+            state = cls(number, num_steps, sealed, producers_from_json(f.mapping("producers"), what=what), spec)
+        else:
+            table = TableRef.from_json(f.mapping("table"), what=what)
+            state = cls(number, num_steps, sealed, ProducerTable(table), spec, table)
         f.done()
         return state
 

@@ -288,12 +288,13 @@ def _committed_state(
 
     store = ns if isinstance(ns, ObjectStore) else open_store(ns, dict(storage_options or {}))
     try:
-        head = Manifest(store).head()
+        manifest = Manifest(store)
+        head = manifest.head()
+        mine = head.producers.get(producer_id)
+        state = manifest.pipeline_state(producer_id, mine)  # a large one lives in its own object
     finally:
         if store is not ns:
             store.close()
-    mine = head.producers.get(producer_id)
-    state = None if mine is None else mine.state
     if state is not None and state.get("info") != info:
         raise ManifestError(
             f"{store.url}: producer {producer_id!r} already wrote a different corpus or settings "

@@ -224,10 +224,22 @@ class CommitLoop:
     # --- the committer thread --------------------------------------------------
 
     def _active_producers(self) -> int:
+        """Producers committing now, this one included (DAC's N).
+
+        Format 2: from the rate at which others' versions arrive, ``N - 1 =
+        rate * (W + g)`` (DAC's own model of one cycle), at most the producers
+        the table counts open; no bucket is read. Format 1: the producers of
+        the folded view that committed within the policy's horizon.
+        """
+        view = self._committer.view
+        if view.table is not None:
+            rate = self._committer.others_commit_rate()
+            if rate is None:  # no sample yet: every producer the table counts open may commit
+                return max(1, view.table.open)
+            cycle = (self._stats.fragile_window_s or 0.0) + self.policy.gap_s
+            return max(1, min(view.table.open, round(rate * cycle) + 1))
         horizon = time.time() - self.policy.active_horizon_s
-        others = sum(
-            1 for pid, s in self._committer.view.producers.items() if pid != self.producer_id and s.committed_at >= horizon
-        )
+        others = sum(1 for pid, s in view.producers.items() if pid != self.producer_id and s.committed_at >= horizon)
         return others + 1
 
     def _next_batch(self, last_end: float) -> tuple[list[TGBEntry], str | None] | None:

@@ -1,7 +1,8 @@
 """Segment objects: several consecutive TGBs of one producer in one immutable object.
 
-A :class:`SegmentWriter` encodes each appended TGB at the next 4096-aligned
-offset of the open segment (so every slice stays page-aligned when mapped),
+A :class:`SegmentWriter` encodes each appended TGB at the next 64-byte aligned
+offset of the open segment (its slices on 64 bytes, or on pages when they are
+large: ``format.slice_alignment``; an aligned view of every dtype when mapped),
 writes its bytes at once through the store's writer of that object
 (``ObjectStore.open_writer``: a local store takes them straight into a
 temporary file, any other store gathers them in memory), and publishes the
@@ -35,12 +36,12 @@ waits for it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from torch_tgb.errors import TGBError
-from torch_tgb.format import SLICE_ALIGN, SliceData, encode_tgb, segment_index
+from torch_tgb.errors import FencedError, ObjectNotFound, TGBError
+from torch_tgb.format import V3_SLICE_ALIGN, TGBObject, segment_index
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.manifest.keys import parse_object_name
 from torch_tgb.manifest.records import DATA_PREFIX
@@ -50,6 +51,9 @@ from torch_tgb.storage._writer import ObjectWriter
 __all__ = ["SegmentWriter", "remove_fenced_partials"]
 
 log = logging.getLogger(__name__)
+
+#: encodes one TGB at ``base`` of the object ``key``: its buffers (the footer last) and where its footer is
+Encoder = Callable[[int, str], "tuple[list[memoryview | bytes], TGBObject]"]
 
 
 def remove_fenced_partials(store: ObjectStore, producer_id: str, epoch: int) -> tuple[int, int]:
@@ -84,6 +88,7 @@ class _Open:
     samples: int
     tokens: int
     footer: bytes  # bytes [footer_offset, size): the segment index repeats them
+    slice_record: int = 0
 
 
 @dataclass
@@ -126,16 +131,17 @@ class SegmentWriter:
         """TGBs encoded and not yet published (in the open segment, or in the one being published)."""
         return (len(self._open.tgbs) if self._open else 0) + (self._writing[1] if self._writing is not None else 0)
 
-    def add(self, slices: Sequence[SliceData], *, offset: int, samples: int, tokens: int) -> list[TGBEntry]:
-        """Encode one TGB and write it; returns the entries of a segment this call published (else ``[]``)."""
+    def add(self, encode: Encoder, *, offset: int, samples: int, tokens: int) -> list[TGBEntry]:
+        """Encode one TGB (``encode(base, key)``: its buffers at ``base`` of object ``key``) and write it; returns
+        the entries of a segment this call published (else ``[]``)."""
         self._check_alive()
         if self._open is None:
             hint = 0 if self.segment_tgbs == 1 else self.segment_bytes
             self._open = _Segment(self.store.open_writer(self.key_for(offset), size_hint=hint), [])
         segment = self._open
         end = segment.writer.size
-        base = end + (-end % SLICE_ALIGN)
-        buffers, obj = encode_tgb(slices, base=base)
+        base = end + (-end % V3_SLICE_ALIGN)  # encode_tgb pads its first slice to a page where it pages them
+        buffers, obj = encode(base, segment.writer.key)
         # written (copied) now: the encoder's buffers view the caller's tensors, which may change after append
         try:
             written = segment.writer.write_at(base, buffers)
@@ -148,7 +154,7 @@ class SegmentWriter:
             raise error
         footer = bytes(buffers[-1])  # encode_tgb ends with the footer, bytes [footer_offset, size)
         segment.tgbs.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens,
-                                  footer))
+                                  footer, obj.slice_record))
         if len(segment.tgbs) >= self.segment_tgbs or obj.size >= self.segment_bytes:
             if self.segment_tgbs == 1 or self.on_written is None:
                 return self.flush()
@@ -228,11 +234,21 @@ class SegmentWriter:
                                                             [t.footer for t in tgbs])])
             total = writer.size
             writer.commit()
+        except ObjectNotFound as e:
+            writer.abort()
+            # Our own partial write is gone: only a newer incarnation of this producer removes it (it removes
+            # its fenced predecessors' partial writes at start, remove_fenced_partials), or the Reclaimer once
+            # this incarnation is fenced. Say so, as the next commit would.
+            raise FencedError(
+                f"{self.store.url}: producer {self.producer_id!r}: the segment being written ({writer.key!r}) "
+                "was removed before it was published: a newer incarnation of this producer started and removed "
+                "its fenced predecessors' partial writes"
+            ) from e
         except BaseException:
             writer.abort()
             raise
         return [
             TGBEntry(writer.key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
-                     t.tokens, start=t.start, object_size=None if single else total)
+                     t.tokens, start=t.start, object_size=None if single else total, slice_record=t.slice_record)
             for t in tgbs
         ]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
-from torch_tgb.format import check_schema, schema_fingerprint, schema_of
+from torch_tgb.format import TGBObject, check_schema, encode_batch, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
@@ -104,7 +104,9 @@ class Producer:
             self._check_max_lag(max_lag)
         self.resume_offset = state.next_offset
         #: the pipeline state committed with ``resume_offset`` (``append(..., state=)``); None if none
-        self.resume_state: dict[str, Any] | None = None if state.state is None else dict(state.state)
+        #: (a large one lives in its own object: read from there, by this producer only)
+        resumed = self._committer.resume_state
+        self.resume_state: dict[str, Any] | None = None if resumed is None else dict(resumed)
         self._next_offset = state.next_offset
         self._closed = False
         self._saved: dict[int, Any] = {}  # offset -> encoded append(state=) of a TGB not yet written
@@ -214,7 +216,12 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
-        self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens))
+        layout = self.layout  # encoded into the segment as one copy, without a Python object per slice
+
+        def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
+            return encode_batch(batch, layout, base=base, key=key)
+
+        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens))
         self._next_offset = offset + 1
         return True
 

@@ -24,9 +24,9 @@ from torch_tgb.storage._wrapper import ForwardingStore
 __all__ = ["KEY_CLASSES", "MANIFEST_CLASSES", "REQUEST_TYPES", "CountingStore", "key_class", "merge_reports"]
 
 #: classes of keys, as :meth:`CountingStore.report` names them
-KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "data", "watermark", "other")
+KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "data", "watermark", "other")
 #: the classes that make up the manifest's requests (what discovery costs)
-MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset")
+MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state")
 #: S3 requests: a LIST page holds up to 1,000 keys, a DELETE (DeleteObjects) up to 1,000 keys
 REQUEST_TYPES = ("GET", "range GET", "HEAD", "LIST", "PUT", "DELETE")
 _PAGE = 1000
@@ -44,6 +44,10 @@ def key_class(key: str) -> str:
         return "boundary"
     if key == keys.DATASET_KEY:
         return "dataset"
+    if key.startswith("_tgb/producers/"):  # format 2: the producers' table's buckets (read by committers only)
+        return "table"
+    if key.startswith("_tgb/state/"):  # format 2: pipeline states kept out of line (read by their producer only)
+        return "state"
     if key.startswith("data/"):
         return "data"
     if key.startswith((WATERMARK_PREFIX, RETIRED_PREFIX)):
@@ -67,6 +71,8 @@ class CountingStore(ForwardingStore):
         self.requests: Counter[tuple[str, str]] = Counter()
         #: bytes returned per key class
         self.bytes: Counter[str] = Counter()
+        #: bytes written (put, put_if_absent) per key class
+        self.written: Counter[str] = Counter()
 
     def _count(self, op: str) -> None:
         with self._lock:
@@ -86,6 +92,7 @@ class CountingStore(ForwardingStore):
             self.range_keys.clear()
             self.requests.clear()
             self.bytes.clear()
+            self.written.clear()
 
     def range_reads(self, prefix: str = "") -> int:
         """Range reads of keys under ``prefix`` (``"data/"``: the TGB objects) so far."""
@@ -99,14 +106,15 @@ class CountingStore(ForwardingStore):
     def report(self) -> dict[str, Any]:
         """The S3 requests and bytes so far as plain dicts (JSON-ready; sum several with :func:`merge_reports`).
 
-        ``{"requests": n, "manifest_requests": n, "bytes": n, "by_type": {type: n},
-        "by_class": {class: {"requests": n, "bytes": n, "by_type": {type: n}}}}``,
+        ``{"requests": n, "manifest_requests": n, "bytes": n, "written": n, "by_type": {type: n},
+        "by_class": {class: {"requests": n, "bytes": n, "written": n, "by_type": {type: n}}}}``
+        (``bytes``: returned by reads; ``written``: sent by puts),
         every class of :data:`KEY_CLASSES` and type of :data:`REQUEST_TYPES` present.
         """
         with self._lock:
-            requests, nbytes = Counter(self.requests), Counter(self.bytes)
+            requests, nbytes, written = Counter(self.requests), Counter(self.bytes), Counter(self.written)
         by_class = {
-            c: {"requests": sum(requests[c, t] for t in REQUEST_TYPES), "bytes": nbytes[c],
+            c: {"requests": sum(requests[c, t] for t in REQUEST_TYPES), "bytes": nbytes[c], "written": written[c],
                 "by_type": {t: requests[c, t] for t in REQUEST_TYPES}}
             for c in KEY_CLASSES
         }
@@ -114,6 +122,7 @@ class CountingStore(ForwardingStore):
             "requests": sum(requests.values()),
             "manifest_requests": sum(by_class[c]["requests"] for c in MANIFEST_CLASSES),
             "bytes": sum(nbytes.values()),
+            "written": sum(written.values()),
             "by_type": {t: sum(requests[c, t] for c in KEY_CLASSES) for t in REQUEST_TYPES},
             "by_class": by_class,
         }
@@ -155,14 +164,20 @@ class CountingStore(ForwardingStore):
         self._returned(prefix, sum(len(k) for k in keys))
         return keys
 
+    def _wrote(self, key: str, data: Buffer) -> None:
+        with self._lock:
+            self.written[key_class(key)] += memoryview(data).nbytes
+
     def put(self, key: str, data: Buffer) -> None:
         self._count("put")
         self._request(key, "PUT")
+        self._wrote(key, data)
         self.inner.put(key, data)
 
     def put_if_absent(self, key: str, data: Buffer) -> bool:
         self._count("put_if_absent")
         self._request(key, "PUT")
+        self._wrote(key, data)
         return self.inner.put_if_absent(key, data)
 
     def delete(self, keys: str | Iterable[str]) -> None:

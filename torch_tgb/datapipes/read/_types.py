@@ -17,6 +17,7 @@ from torch import Tensor
 
 from torch_tgb.cursor import Cursor
 from torch_tgb.format import Footer
+from torch_tgb.errors import TGBError
 from torch_tgb.layout import Piece
 from torch_tgb.manifest import ManifestState, TGBEntry
 
@@ -141,7 +142,9 @@ class ReadTask:
     consistency check compares them); ``pieces`` the slices of them this rank
     reads, in assembly order (``Piece.tgb`` indexes ``entries``). ``footers``
     maps each entry's ``address`` (object key, footer offset) to its parsed
-    footer and is filled by FooterIndex.
+    footer and is filled by FooterIndex. ``error``: a reader that skips
+    corrupt steps (``skip_errors``) carries the step's read error here
+    instead of raising it; the step is then skipped, not read.
     """
 
     index: int
@@ -150,6 +153,7 @@ class ReadTask:
     pieces: tuple[Piece, ...]
     assemble: Callable[[Sequence[Mapping[str, Tensor]]], dict[str, Tensor]]
     footers: Mapping[tuple[str, int], Footer] = field(default_factory=dict)
+    error: TGBError | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -158,7 +162,12 @@ class ReadTask:
 
 @dataclass(frozen=True)
 class StepBatch:
-    """This rank's tensors for one consumer step, with where they came from."""
+    """This rank's tensors for one consumer step, with where they came from.
+
+    ``error``: the step could not be read (corrupt or missing) and the reader
+    skips such steps: no tensors, the error that made it skip.
+    """
 
     task: ReadTask
     tensors: dict[str, Tensor]
+    error: TGBError | None = None

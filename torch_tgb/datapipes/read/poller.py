@@ -64,6 +64,8 @@ def describe_producers(head: ManifestState, *, now: float | None = None) -> str:
     """One line on a head's producers and what their marks mean for the end of the stream."""
     if head.sealed:
         return "sealed"
+    if head.table is not None and head.table.producers > _NAMED_PRODUCERS:
+        return _describe_counts(head)  # format 2: the table's counts say it without reading its buckets
     job = head.job
     if job is not None:  # a job of declared shards ends exactly when every shard is done: name the missing
         return (f"{job.describe()}: the stream ends when every shard is done; waiting for "
@@ -77,6 +79,29 @@ def describe_producers(head: ManifestState, *, now: float | None = None) -> str:
         parts.append(f"{pid} {s.status}{ago}")
     text = "producers: " + "; ".join(parts)
     if all(s.status != "open" for s in head.producers.values()):
+        text += (
+            " -- every producer is closed, none will commit more, but the namespace is not sealed "
+            "(none closed with seal=True; `tgb seal NS` ends the stream): this wait ends only by timeout"
+        )
+    return text
+
+
+#: a waiting message names the producers (reading their buckets) up to this many; more are counted
+_NAMED_PRODUCERS = 8
+
+
+def _describe_counts(head: ManifestState) -> str:
+    """:func:`describe_producers` from a format-2 table's counts (what a waiting reader can say for free)."""
+    table = head.table
+    assert table is not None
+    job = head.job
+    if job is not None:
+        return (f"{job.describe()}: the stream ends when every shard is done; {table.declared_done} of {job.size} "
+                f"done, {table.open} running, {table.closed} stopped (`tgb inspect` names them)")
+    if not table.producers:
+        return "no producer has started yet"
+    text = f"producers: {table.open} open, {table.closed} closed, {table.done} done"
+    if not table.open:
         text += (
             " -- every producer is closed, none will commit more, but the namespace is not sealed "
             "(none closed with seal=True; `tgb seal NS` ends the stream): this wait ends only by timeout"

@@ -46,7 +46,7 @@ from torch_tgb._queues import POLL_S, put_unless
 from torch_tgb.datapipes.read._types import Interruptible, Lookahead, ReadTask, StepBatch
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget, fetch_ranges, refetch_if_cached
 from torch_tgb.datapipes.read.stats import ReadStats
-from torch_tgb.errors import CorruptObject
+from torch_tgb.errors import CorruptObject, ObjectNotFound, TGBError
 from torch_tgb.format import SliceReader
 from torch_tgb.storage import ObjectStore, RangeRequest
 
@@ -83,8 +83,11 @@ class RangeReader(BaseNode[StepBatch]):
         slices: SliceReader | None = None,
         errors: ErrorBudget = ErrorBudget(),
         names: frozenset[str] | None = None,
+        skip_errors: bool = False,
     ) -> None:
-        """``names``: read only these tensors of each slice (one range spanning them); None: all."""
+        """``names``: read only these tensors of each slice (one range spanning them); None: all.
+        ``skip_errors``: a step that cannot be read (corrupt, its object missing), or that arrives with an
+        error (``ReadTask.error``), is delivered as a :class:`StepBatch` carrying the error, not raised."""
         super().__init__()
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
@@ -106,6 +109,7 @@ class RangeReader(BaseNode[StepBatch]):
         self._local: bool | None = None
         self.errors = errors
         self.names = names
+        self.skip_errors = skip_errors
         self._source_lookahead = isinstance(source, Lookahead)  # decided once, not per step
 
     # --- BaseNode --------------------------------------------------------------
@@ -129,7 +133,9 @@ class RangeReader(BaseNode[StepBatch]):
             # hand-offs of prefetching (the kernel's readahead does the prefetching there).
             task = next(self.source)
             state = self.source.state_dict()
-            batch = self._read_local(task) if self._local else self.read(task)
+            batch = self.read_group([task])[0] if self.skip_errors else (
+                self._read_local(task) if self._local else self.read(task))
+            assert isinstance(batch, StepBatch)  # one task: read_group answers or raises
             self._state = state
             return batch
         if self._feeder is None:
@@ -165,6 +171,9 @@ class RangeReader(BaseNode[StepBatch]):
             raise batch.error
         return batch
 
+    def _skipped(self, task: ReadTask, error: TGBError) -> StepBatch:
+        return StepBatch(task, {}, error)
+
     def _read_local(self, task: ReadTask) -> StepBatch:
         """One task of a mapped local namespace: a slice view per piece, no request objects, one stats update."""
         started = time.perf_counter()
@@ -195,6 +204,8 @@ class RangeReader(BaseNode[StepBatch]):
         if self._local is None:  # one namespace lives on one backend: ask once
             key = next((t.entries[p.tgb].key for t in tasks for p in t.pieces), None)
             self._local = key is not None and self.store.local_path(key) is not None
+        if self.skip_errors:
+            return self._read_group_skipping(tasks)
         if not self._local:
             try:
                 parts = self._read_remote(tasks)
@@ -212,6 +223,32 @@ class RangeReader(BaseNode[StepBatch]):
                     raise
                 out.extend([_Failed(e)] * (len(tasks) - len(out)))
                 break
+        return out
+
+    def _read_group_skipping(self, tasks: Sequence[ReadTask]) -> list[StepBatch | _Failed]:
+        """:meth:`read_group` for a reader that skips what it cannot read: every task answered, none raised."""
+        todo = [t for t in tasks if t.error is None]
+        if not self._local and len(todo) > 1:
+            try:
+                parts = self._read_remote(todo)
+                done = {t.index: StepBatch(t, t.assemble(p)) for t, p in zip(todo, parts)}
+                return [done[t.index] if t.error is None else self._skipped(t, t.error) for t in tasks]
+            except (CorruptObject, ObjectNotFound):
+                pass  # one of them: read them one by one
+        def read_one(task: ReadTask) -> StepBatch:
+            if self._local:
+                return self._read_local(task)
+            return StepBatch(task, task.assemble(self._read_remote([task])[0]))
+
+        out: list[StepBatch | _Failed] = []
+        for task in tasks:
+            if task.error is not None:
+                out.append(self._skipped(task, task.error))
+                continue
+            try:
+                out.append(read_one(task))
+            except (CorruptObject, ObjectNotFound) as e:
+                out.append(self._skipped(task, e))
         return out
 
     def _read_remote(self, tasks: Sequence[ReadTask]) -> list[list[dict]]:

@@ -55,6 +55,8 @@ class ConsumerStats:
     hard_errors: int = 0
     #: ranges re-read after a soft failure
     retries: int = 0
+    #: steps skipped as corrupt or missing (``on_corrupt="skip_step"``), by this rank's agreement with the others
+    skipped_steps: int = 0
 
     def to_json(self) -> dict[str, float]:
         # not dataclasses.asdict, which deep-copies field by field: a worker's state carries this every step
