@@ -37,6 +37,18 @@ def test_demo_runs_end_to_end_and_everything_is_exactly_once(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    # one vocabulary: steps are TGBs, objects are files (the demo writes one object per TGB)
+    assert "4 steps (4 TGBs in 4 objects" in verify.stdout and summary["verified_steps"] == 4
+    # the run's timeline, drawn from what the namespace records
+    png = tmp_path / "timeline.png"
+    report = subprocess.run(
+        [sys.executable, "-m", "torch_tgb.cli", "report", str(tmp_path / "demo" / "ns"), "--png", str(png), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    series = json.loads(report.stdout)["series"]
+    assert png.read_bytes()[:4] == b"\x89PNG" and series["committed"][-1][1] == 8
+    assert [step for _, step in series["consumed"]] == [4, 8] and series["gc_step"] == 4
 
 
 def test_demo_rejects_a_non_empty_namespace_dir(tmp_path, capsys):

@@ -19,7 +19,12 @@ __all__ = ["observed", "segments"]
 
 @contextlib.contextmanager
 def observed(producer: HasStats, args: argparse.Namespace) -> Iterator[None]:
-    """Periodic stats log lines and/or a Prometheus endpoint for the duration of the run."""
+    """The raw stats line through logging and/or a Prometheus endpoint for the duration of the run.
+
+    ``--stats-interval``: the short, readable line is the run's
+    ``ProduceProgress``' (on stderr, above the bar); the raw counters go to
+    the ``torch_tgb.stats`` logger at DEBUG (``tgb -vv``), and are in ``--json``.
+    """
     from torch_tgb.observability import as_source
 
     reporter = server = collector = None
@@ -27,7 +32,7 @@ def observed(producer: HasStats, args: argparse.Namespace) -> Iterator[None]:
     if args.stats_interval:
         from torch_tgb.observability import StatsReporter
 
-        reporter = StatsReporter([source], interval=args.stats_interval).start()
+        reporter = StatsReporter([source], interval=args.stats_interval, level=logging.DEBUG).start()
     if args.metrics_port is not None:
         from torch_tgb.observability import TGBCollector, start_metrics_server
 

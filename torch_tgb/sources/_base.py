@@ -47,6 +47,7 @@ __all__ = [
     "OnError",
     "ReadOptions",
     "SourceStats",
+    "SourceWork",
     "Tokenizer",
     "UnitSource",
     "as_tokens",
@@ -79,8 +80,33 @@ class SourceStats:
     skipped: int = 0  # corrupt records skipped under on_error="skip_and_count"
 
 
+@dataclasses.dataclass(frozen=True)
+class SourceWork:
+    """How much of its shard a source has read: ``done`` of ``total`` ``unit`` (for progress bars and ETAs).
+
+    ``unit`` names what is counted (``"token"``, ``"row"``, ``"sample"``,
+    ``"tar"``, ...); ``total`` is None where it is unknown (``epochs=None``).
+    ``done`` counts from the first epoch read and is restored with the state,
+    so a resumed producer's bar starts where the last one stopped.
+    """
+
+    done: int
+    total: int | None
+    unit: str
+
+
+#: a shard of more units than this is measured in units, not records (summing their lengths would be slow)
+WORK_RECORD_UNITS = 100_000
+
+
 class UnitSource(BaseNode[Document]):
     """Base of the sources: yields documents ``{"tokens": 1-D int tensor, ...}`` of its shard."""
+
+    #: what :meth:`work` calls a record and a unit of this source
+    RECORD_NAME = "record"
+    UNIT_NAME = "unit"
+    #: the reason a skipped record is counted under in a produce report (``stats().skipped``)
+    SKIP_REASON = "bad_record"
 
     EPOCH_KEY = "epoch"
     UNIT_KEY = "unit"
@@ -117,6 +143,7 @@ class UnitSource(BaseNode[Document]):
         self._num_units = 0
         self._pid = os.getpid()
         self._inherited: list[Any] = []
+        self._work_cache: tuple[int, int | None, str] | None = None  # (epoch, its total, kind): see work()
         self._start(epoch)
 
     # --- what a subclass provides -------------------------------------------------
@@ -132,6 +159,42 @@ class UnitSource(BaseNode[Document]):
     def _unit_length(self, unit: int) -> int | None:
         """Records in ``unit`` when known without reading it (saves re-opening a finished unit)."""
         return None
+
+    def _unit_records(self, unit: int) -> int | None:
+        """Records in ``unit`` for :meth:`work`: ``_unit_length``, or a count a subclass may take at some cost."""
+        return self._unit_length(unit)
+
+    def _epoch_work(self) -> tuple[int | None, str]:
+        """(records of this shard in one epoch, ``"record"``) where every unit's is known, else ``(units, "unit")``.
+
+        A subclass may measure in tokens instead (``(tokens, "token")``).
+        """
+        units = self._assignment()
+        if 0 < len(units) <= WORK_RECORD_UNITS:
+            lengths = [self._unit_records(int(u)) for u in units]
+            if all(n is not None for n in lengths):
+                return sum(n for n in lengths if n is not None), "record"
+        return len(units), "unit"
+
+    def work(self) -> SourceWork:
+        """How far this source has read its shard, in its best-known unit (tokens, records or units).
+
+        The total of an epoch is worked out once per epoch (a sum over the
+        shard's units); ``done`` comes from the counters and the position.
+        """
+        cached = self._work_cache
+        if cached is None or cached[0] != self._epoch:
+            cached = self._work_cache = (self._epoch, *self._epoch_work())
+        _, per_epoch, kind = cached
+        if kind == "token":
+            done, name = self._tokens_out, "token"
+        elif kind == "record":
+            done, name = self._records_out + self._skipped, self.RECORD_NAME
+        else:
+            epochs_done = self._epoch - self.first_epoch
+            done, name = epochs_done * len(self._assignment()) + min(self._pos, len(self._assignment())), self.UNIT_NAME
+        total = None if per_epoch is None or self.epochs is None else per_epoch * self.epochs
+        return SourceWork(done=int(done), total=total, unit=name)
 
     def _set_num_units(self, num_units: int, where: str) -> None:
         if num_units == 0:
@@ -320,7 +383,8 @@ class UnitSource(BaseNode[Document]):
         # Open files and generators do not travel (DataLoader workers): the copy re-opens the
         # unit and re-reads the current window, exactly as a restore from get_state() does.
         state = self.__dict__.copy()
-        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[])
+        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[],
+                     _work_cache=None)
         state["_skipped"] = self._skipped_before_window if self._loaded else self._skipped
         state.update({k: {} for k in state if k.endswith("_handles")})
         return state
