@@ -64,3 +64,26 @@ def test_ctrl_c_commits_closes_the_producer_and_exits_130(tmp_path, source):
     rerun = tgb_cli(*[a for a in args if a not in ("--rate", "10")], timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(rerun.stdout)["resumed_at"] == summary["next_offset"]
+
+
+def test_produce_stops_on_its_event_after_the_batch_in_hand(tmp_path):
+    import threading
+
+    import torch_tgb as tgb
+    from torch_tgb import sources
+    from torch_tgb.datapipes import document_batches
+
+    np.save(tmp_path / "c.npy", (np.arange(4_000) % 500).astype(np.uint16))
+    stop = threading.Event()
+
+    def pipeline():
+        return document_batches(sources.TokenFile(str(tmp_path / "c.npy")), seq_len=16, global_batch_size=2)
+
+    ns = str(tmp_path / "ns")
+    report = tgb.produce(ns, pipeline(), shard=(0, 1), progress=False, stop=stop,
+                         on_append=lambda offset: offset == 2 and stop.set())
+    assert report.interrupted and not report.done and report.end_offset == 3 and report.skipped == {}
+    head = tgb.manifest.Manifest(tgb.storage.open_store(ns)).head()
+    assert head.num_steps == 3 and head.producers[report.producer_id].status == "closed" and not head.sealed
+    rest = tgb.produce(ns, pipeline(), shard=(0, 1), progress=False)
+    assert rest.start_offset == 3 and rest.sealed and not rest.interrupted

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
-from torch_tgb.cli._common import CommandError, format_table, human_bytes
+from torch_tgb.cli._common import CommandError, format_table, human_bytes, plural
 from torch_tgb.manifest.keys import number_of
 
 if TYPE_CHECKING:
@@ -234,7 +234,8 @@ def render_text(r: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
     if "storage" in r:
-        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} objects"))
+        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in "
+                     f"{plural(r['storage']['total_objects'], 'object')}"))
     out = [format_table(rows, title="namespace")]
     if job:
         out.append("shards")
@@ -261,5 +262,5 @@ def render_text(r: dict[str, Any]) -> str:
     if "storage" in r:
         out.append("storage by area")
         for area, u in r["storage"]["by_area"].items():
-            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {u['objects']} objects")
+            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {plural(u['objects'], 'object')}")
     return "\n".join(out)

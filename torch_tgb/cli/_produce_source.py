@@ -243,14 +243,15 @@ def produce_source(args: argparse.Namespace) -> int:
     from torch_tgb.cli._produce_progress import ProduceProgress, skipped_text
     from torch_tgb.cli._producer_setup import observed, segments
     from torch_tgb.producer import produce
-    from torch_tgb.producer._walk import pipeline_skips, pipeline_work
+    from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips, pipeline_work
 
     shard = None if args.shard is None else parse_shard(args.shard)
     layout = source_layout(args)
     pipeline = source_pipeline(args, *(shard or (0, 1)))
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {args.producer_id}"
-    bar = ProduceProgress(f"produce {label}", measure=lambda: pipeline_work(pipeline),
-                          skips=lambda: pipeline_skips(pipeline), batches=args.steps,
+    nodes = pipeline_nodes(pipeline)  # walked once: the bar asks after every TGB
+    bar = ProduceProgress(f"produce {label}", measure=lambda: pipeline_work(pipeline, nodes=nodes),
+                          skips=lambda: pipeline_skips(pipeline, nodes=nodes), batches=args.steps,
                           stats_interval=args.stats_interval)
 
     @contextlib.contextmanager

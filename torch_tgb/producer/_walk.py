@@ -50,15 +50,16 @@ def _values(node: object) -> Iterator[object]:
             yield value
 
 
-def pipeline_skips(root: object) -> dict[str, int]:
+def pipeline_skips(root: object, *, nodes: list[object] | None = None) -> dict[str, int]:
     """Samples the pipeline's stages dropped so far, by reason (summed over stages), sorted by reason.
 
     A stage's ``stats().skipped_by_reason`` gives its reasons; a stage that
     only counts ``stats().skipped`` is named by its ``SKIP_REASON`` (a
     source's ``bad_record``, ``PackSamples``' ``too_long``) or its class.
+    ``nodes``: the pipeline's nodes when already walked (a caller that asks often).
     """
     out: dict[str, int] = {}
-    for node in pipeline_nodes(root):
+    for node in pipeline_nodes(root) if nodes is None else nodes:
         stats_of = getattr(node, "stats", None)
         if not callable(stats_of):
             continue
@@ -77,7 +78,7 @@ def pipeline_skips(root: object) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def pipeline_work(root: object) -> SourceWork | None:
+def pipeline_work(root: object, *, nodes: list[object] | None = None) -> SourceWork | None:
     """How far the pipeline has got through its sources' work, summed when they count the same unit; None if unknown.
 
     Sources read ahead of what is batched (a packer's window can hold a
@@ -86,9 +87,10 @@ def pipeline_work(root: object) -> SourceWork | None:
     is what is done; otherwise the sources' own position. Sources of
     different units (tokens of one, tars of another) have no common total:
     then the sum is taken in the first one's unit without a total.
+    ``nodes``: the pipeline's nodes when already walked (a caller that asks after every batch).
     """
     works = []
-    for node in pipeline_nodes(root):
+    for node in pipeline_nodes(root) if nodes is None else nodes:
         work = getattr(node, "work", None)
         if callable(work):
             try:
