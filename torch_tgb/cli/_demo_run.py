@@ -63,10 +63,8 @@ def _producer_command(args: argparse.Namespace, ns: str, index: int, steps: int)
         str(args.seed + index),
         "--vocab-size",
         "32000",
-        "--commit-policy",
-        "dac",
-        "--segment-mb",  # one object per TGB: each is visible at its commit, so the ranks read while it is written
-        "0",
+        "--commit-policy", "dac",
+        "--segment-mb", "0",  # one object per TGB: each is visible at its commit, so the ranks read while it is written
         "--json",
     ]
 

@@ -27,7 +27,7 @@ from torch_tgb._progress import bar_logging, count_text, progress, progress_enab
 if TYPE_CHECKING:
     from torch_tgb._progress import ProgressBar
     from torch_tgb.producer import Producer
-    from torch_tgb.sources import SourceWork
+    from torch_tgb.sources._work import SourceWork
 
 __all__ = ["ProduceProgress", "skipped_text"]
 

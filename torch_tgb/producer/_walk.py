@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from torch_tgb.sources._base import SourceWork
+from torch_tgb.sources._work import SourceWork
 
 __all__ = ["pipeline_nodes", "pipeline_skips", "pipeline_work"]
 

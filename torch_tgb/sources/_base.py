@@ -36,6 +36,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb._lazy import require
 from torch_tgb.errors import SourceError, TGBError
+from torch_tgb.sources._work import SourceWork, epoch_records, measure_work
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
 from torch_tgb.transforms.tokens import token_ids_problem
 
@@ -47,7 +48,6 @@ __all__ = [
     "OnError",
     "ReadOptions",
     "SourceStats",
-    "SourceWork",
     "Tokenizer",
     "UnitSource",
     "as_tokens",
@@ -78,25 +78,6 @@ class SourceStats:
     records: int = 0  # documents yielded
     tokens: int = 0  # tokens in them
     skipped: int = 0  # corrupt records skipped under on_error="skip_and_count"
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceWork:
-    """How much of its shard a source has read: ``done`` of ``total`` ``unit`` (for progress bars and ETAs).
-
-    ``unit`` names what is counted (``"token"``, ``"row"``, ``"sample"``,
-    ``"tar"``, ...); ``total`` is None where it is unknown (``epochs=None``).
-    ``done`` counts from the first epoch read and is restored with the state,
-    so a resumed producer's bar starts where the last one stopped.
-    """
-
-    done: int
-    total: int | None
-    unit: str
-
-
-#: a shard of more units than this is measured in units, not records (summing their lengths would be slow)
-WORK_RECORD_UNITS = 100_000
 
 
 class UnitSource(BaseNode[Document]):
@@ -165,36 +146,15 @@ class UnitSource(BaseNode[Document]):
         return self._unit_length(unit)
 
     def _epoch_work(self) -> tuple[int | None, str]:
-        """(records of this shard in one epoch, ``"record"``) where every unit's is known, else ``(units, "unit")``.
+        """(this shard's work in one epoch, its kind): records where every unit's count is known, else units.
 
         A subclass may measure in tokens instead (``(tokens, "token")``).
         """
-        units = self._assignment()
-        if 0 < len(units) <= WORK_RECORD_UNITS:
-            lengths = [self._unit_records(int(u)) for u in units]
-            if all(n is not None for n in lengths):
-                return sum(n for n in lengths if n is not None), "record"
-        return len(units), "unit"
+        return epoch_records(self)
 
     def work(self) -> SourceWork:
-        """How far this source has read its shard, in its best-known unit (tokens, records or units).
-
-        The total of an epoch is worked out once per epoch (a sum over the
-        shard's units); ``done`` comes from the counters and the position.
-        """
-        cached = self._work_cache
-        if cached is None or cached[0] != self._epoch:
-            cached = self._work_cache = (self._epoch, *self._epoch_work())
-        _, per_epoch, kind = cached
-        if kind == "token":
-            done, name = self._tokens_out, "token"
-        elif kind == "record":
-            done, name = self._records_out + self._skipped, self.RECORD_NAME
-        else:
-            epochs_done = self._epoch - self.first_epoch
-            done, name = epochs_done * len(self._assignment()) + min(self._pos, len(self._assignment())), self.UNIT_NAME
-        total = None if per_epoch is None or self.epochs is None else per_epoch * self.epochs
-        return SourceWork(done=int(done), total=total, unit=name)
+        """How far this source has read its shard, in its best-known unit (tokens, records or units)."""
+        return measure_work(self)
 
     def _set_num_units(self, num_units: int, where: str) -> None:
         if num_units == 0:
