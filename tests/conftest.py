@@ -105,9 +105,9 @@ def cloud_namespace(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]
 #
 # Every test is in it except those the markers below name (multi-process and torchrun runs, soak runs, the
 # GCS and Azure emulators, which take long to start) and those listed in tests/fast_excluded.txt (measured
-# to take more than 2 s; each line a test file or one test's node id). So a new test is fast unless it says otherwise, and the subset runs the
-# core test of every module: tests/test_fast_subset.py checks, at the end of the run, that every module of
-# torch_tgb was imported by it. CI runs the whole suite.
+# to take more than 0.5 s on 2 busy cores; each line a test file or one test's node id). So a new test is fast
+# unless it says otherwise, and the subset runs the core tests of every module: tests/test_fast_subset.py
+# checks, at the end of the run, that every module of torch_tgb was imported by it. CI runs the whole suite.
 
 #: markers of the tests the fast subset leaves out
 NOT_FAST_MARKERS = ("slow", "long", "gcs", "azure")
