@@ -64,7 +64,8 @@ def test_sample_keys_reach_the_trainer_row_by_row(image_ns):
                 docs = batch["document_ids"][r]
                 assert len(row_keys) == len(set(docs[docs >= 0].tolist()))  # one key per document of the row
                 # the row's images, in order, are exactly those of its keys' samples, in order
-                grids = batch["image_grid_thw"][batch["image_grid_thw_offsets"][r]:batch["image_grid_thw_offsets"][r + 1]]
+                offsets = batch["image_grid_thw_offsets"]
+                grids = batch["image_grid_thw"][offsets[r] : offsets[r + 1]]
                 expected = [img for key in row_keys for img in _resized_images(by_key[key])]
                 assert [tuple(g[1:].tolist()) for g in grids] == [(i.shape[0] // PATCH, i.shape[1] // PATCH)
                                                                   for i in expected]

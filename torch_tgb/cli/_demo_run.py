@@ -390,7 +390,8 @@ def _render(s: dict[str, Any]) -> str:
         ("input stall (waiting for data)", opt(s["input_stall_pct"], "{:.1f} % of the read loop") + f" ({s['simulated_compute_ms_per_step']:g} ms simulated compute per step)"),
         ("bytes written by producers", human_bytes(s["bytes_written_by_producers"])),
         ("bytes reclaimed (2 runs)", f"{human_bytes(s['bytes_reclaimed'])}: "
-         f"{plural(s['tgb_objects_reclaimed'], 'object')} of TGBs, {plural(s['log_versions_reclaimed'], 'log version')}"),
+         f"{plural(s['tgb_objects_reclaimed'], 'object')} of TGBs, "
+         f"{plural(s['log_versions_reclaimed'], 'log version')}"),
         ("bytes stored at the end", f"{human_bytes(s['bytes_stored_at_end'])} in "
          f"{plural(s['objects_stored_at_end'], 'object')}"),
         ("wall time", f"{s['wall_s']:.1f} s"),

@@ -38,7 +38,7 @@ MEDIA_KEYS = (("pixel_values", "image_grid_thw", "image"), ("pixel_values_videos
 
 @dataclass(frozen=True)
 class PatchGeometry:
-    """How patches were cut: ``patch`` pixels square, ``temporal_patch`` frames deep, ``merge`` x ``merge`` per token."""
+    """How patches were cut: ``patch`` pixels square, ``temporal_patch`` frames deep, ``merge`` x ``merge`` a token."""
 
     patch: int
     temporal_patch: int = 1
@@ -48,7 +48,7 @@ class PatchGeometry:
 
 @dataclass(frozen=True)
 class Frame:
-    """One picture of the batch: ``kind`` (image/video) ``index`` of row ``row``, frame ``frame``; pixels ``[H, W, C]``."""
+    """One picture of the batch: ``kind`` (image/video) ``index`` of row ``row``, frame ``frame``; ``[H, W, C]``."""
 
     row: int
     kind: str

@@ -236,12 +236,11 @@ def produce_source(args: argparse.Namespace) -> int:
     the TGB in hand, commits, closes the producer and exits 130. Samples the
     stages skipped are counted by reason in the summary and warned about.
     """
-    import contextlib
     import threading
 
     from torch_tgb.cli._interrupt import INTERRUPTED_EXIT, stop_on_interrupt
     from torch_tgb.cli._produce_progress import ProduceProgress, skipped_text
-    from torch_tgb.cli._producer_setup import observed, segments
+    from torch_tgb.cli._producer_setup import segments, watched
     from torch_tgb.producer import produce
     from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips, pipeline_work
 
@@ -254,18 +253,14 @@ def produce_source(args: argparse.Namespace) -> int:
                           skips=lambda: pipeline_skips(pipeline, nodes=nodes), batches=args.steps,
                           stats_interval=args.stats_interval)
 
-    @contextlib.contextmanager
-    def watch(producer: Any) -> Any:
-        with observed(producer, args), bar.watch(producer):
-            yield
-
     with stop_on_interrupt(threading.Event(), "the TGB in hand") as stop, argument_errors():
         # argument_errors: a bad --producer-id, --commit-policy or --max-lag
         report = produce(
             args.ns, pipeline, producer_id=None if shard else args.producer_id, shard=shard, job=args.producer_id,
             layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
             max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
-            config=segments(args), rate=args.rate, watch=watch, progress=False, on_append=bar.on_append, stop=stop,
+            config=segments(args), rate=args.rate, watch=watched(args, bar), progress=False, on_append=bar.on_append,
+            stop=stop,
         )
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
     counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}

@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from torch_tgb.cli._common import CommandError
 
 if TYPE_CHECKING:
+    from torch_tgb.cli._produce_progress import ProduceProgress
     from torch_tgb.observability import HasStats
+    from torch_tgb.producer import Producer
     from torch_tgb.producer.config import ProducerConfig
 
-__all__ = ["observed", "segments"]
+__all__ = ["observed", "segments", "watched"]
 
 
 @contextlib.contextmanager
@@ -49,6 +51,19 @@ def observed(producer: HasStats, args: argparse.Namespace) -> Iterator[None]:
             server.server_close()
         if collector is not None:
             collector.unregister()
+
+
+def watched(
+    args: argparse.Namespace, progress: ProduceProgress
+) -> Callable[[Producer], contextlib.AbstractContextManager[None]]:
+    """``produce(watch=...)`` of a ``tgb produce`` run: its bar and stats line, and :func:`observed`."""
+
+    @contextlib.contextmanager
+    def watch(producer: Producer) -> Iterator[None]:
+        with observed(producer, args), progress.watch(producer):
+            yield
+
+    return watch
 
 
 def segments(args: argparse.Namespace) -> ProducerConfig:
