@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
-from torch_tgb.cli._common import CommandError, format_table, human_bytes
+from torch_tgb.cli._common import CommandError, format_table, human_bytes, plural
 from torch_tgb.manifest.keys import number_of
 
 if TYPE_CHECKING:
@@ -302,9 +302,9 @@ def render_text(r: dict[str, Any]) -> str:
         rows.append(("skipped steps", skipped_text(r["skipped_steps"])))
     if "storage" in r:
         partial = r["storage"]["partial_writes"]
-        more = f" and {partial['count']} partial write(s)" if partial["count"] else ""
-        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} "
-                                     f"objects{more}"))
+        more = f" and {plural(partial['count'], 'partial write')}" if partial["count"] else ""
+        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in "
+                     f"{plural(r['storage']['total_objects'], 'object')}{more}"))
         if partial["count"]:
             rows.append(("partial writes", partial_writes_text(r["namespace"], partial)))
     out = [format_table(rows, title="namespace")]
@@ -333,5 +333,5 @@ def render_text(r: dict[str, Any]) -> str:
     if "storage" in r:
         out.append("storage by area")
         for area, u in r["storage"]["by_area"].items():
-            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {u['objects']} objects")
+            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {plural(u['objects'], 'object')}")
     return "\n".join(out)

@@ -23,6 +23,8 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 SUBCOMMANDS = {
     "demo": "torch_tgb.cli.demo",
     "inspect": "torch_tgb.cli.inspect",
+    "peek": "torch_tgb.cli.peek",
+    "report": "torch_tgb.cli.report",
     "verify": "torch_tgb.cli.verify",
     "reclaim": "torch_tgb.cli.reclaim",
     "prewarm": "torch_tgb.cli.prewarm",

@@ -10,6 +10,7 @@ producer's tuning (segments, pending bound, snapshots) is
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -45,6 +46,10 @@ class ProduceOptions:
     ``rate``: at most that many batches per second (a stream's pace).
     ``watch(producer)``: a context manager held open around the run with the
     open :class:`Producer` (periodic stats logging, a metrics endpoint).
+    ``stop``: an event another thread (a SIGINT handler) sets to end the run
+    after the batch in hand: what was appended is committed, the producer is
+    closed (mark ``closed``, not left ``open``) and the report says
+    ``interrupted``.
     """
 
     commit_policy: str | CommitPolicy = "dac"
@@ -59,6 +64,7 @@ class ProduceOptions:
     on_append: Callable[[int], None] | None = None
     rate: float | None = None
     watch: Callable[[Producer], AbstractContextManager[object]] | None = None
+    stop: threading.Event | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (
@@ -93,3 +99,4 @@ class ProduceSettings(TypedDict, total=False):
     on_append: Callable[[int], None] | None
     rate: float | None
     watch: Callable[[Producer], AbstractContextManager[object]] | None
+    stop: threading.Event | None

@@ -51,6 +51,8 @@ class ArrowOptions(ReadOptions, total=False):
 class ArrowSource(UnitSource):
     """A source whose units are read as Arrow record batches of a token or text column."""
 
+    RECORD_NAME, UNIT_NAME = "row", "row group"
+
     def __init__(
         self,
         *,

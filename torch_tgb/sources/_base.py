@@ -36,6 +36,7 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb._lazy import require
 from torch_tgb.errors import SourceError, TGBError
+from torch_tgb.sources._work import SourceWork, epoch_records, measure_work
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
 from torch_tgb.transforms.tokens import token_ids_problem
 
@@ -82,6 +83,12 @@ class SourceStats:
 class UnitSource(BaseNode[Document]):
     """Base of the sources: yields documents ``{"tokens": 1-D int tensor, ...}`` of its shard."""
 
+    #: what :meth:`work` calls a record and a unit of this source
+    RECORD_NAME = "record"
+    UNIT_NAME = "unit"
+    #: the reason a skipped record is counted under in a produce report (``stats().skipped``)
+    SKIP_REASON = "bad_record"
+
     EPOCH_KEY = "epoch"
     UNIT_KEY = "unit"
     RECORD_KEY = "record"
@@ -117,6 +124,7 @@ class UnitSource(BaseNode[Document]):
         self._num_units = 0
         self._pid = os.getpid()
         self._inherited: list[Any] = []
+        self._work_cache: tuple[int, int | None, str] | None = None  # (epoch, its total, kind): see work()
         self._start(epoch)
 
     # --- what a subclass provides -------------------------------------------------
@@ -132,6 +140,21 @@ class UnitSource(BaseNode[Document]):
     def _unit_length(self, unit: int) -> int | None:
         """Records in ``unit`` when known without reading it (saves re-opening a finished unit)."""
         return None
+
+    def _unit_records(self, unit: int) -> int | None:
+        """Records in ``unit`` for :meth:`work`: ``_unit_length``, or a count a subclass may take at some cost."""
+        return self._unit_length(unit)
+
+    def _epoch_work(self) -> tuple[int | None, str]:
+        """(this shard's work in one epoch, its kind): records where every unit's count is known, else units.
+
+        A subclass may measure in tokens instead (``(tokens, "token")``).
+        """
+        return epoch_records(self)
+
+    def work(self) -> SourceWork:
+        """How far this source has read its shard, in its best-known unit (tokens, records or units)."""
+        return measure_work(self)
 
     def _set_num_units(self, num_units: int, where: str) -> None:
         if num_units == 0:
@@ -320,7 +343,8 @@ class UnitSource(BaseNode[Document]):
         # Open files and generators do not travel (DataLoader workers): the copy re-opens the
         # unit and re-reads the current window, exactly as a restore from get_state() does.
         state = self.__dict__.copy()
-        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[])
+        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[],
+                     _work_cache=None)
         state["_skipped"] = self._skipped_before_window if self._loaded else self._skipped
         state.update({k: {} for k in state if k.endswith("_handles")})
         return state

@@ -47,6 +47,8 @@ __all__ = ["LeRobot"]
 class LeRobot(UnitSource):
     """Steps of LeRobot episodes with one frame per camera; units are episodes. See the module docstring."""
 
+    RECORD_NAME, UNIT_NAME = "step", "episode"
+
     def __init__(
         self,
         root: str | os.PathLike[str],

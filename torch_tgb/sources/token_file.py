@@ -291,6 +291,21 @@ class TokenFile(UnitSource):
         lo, hi = self._span(doc)
         return max(1, -(-(hi - lo) // self.piece_tokens))
 
+    RECORD_NAME = "document"
+
+    def _epoch_work(self) -> tuple[int | None, str]:
+        """The tokens of this shard's documents in one epoch (one vectorised sum over its units)."""
+        units = self._assignment().astype(np.int64)
+        if self.shard[1] == 1:
+            return len(self._tokens()), "token"
+        first = units * self.docs_per_unit
+        last = np.minimum(first + self.docs_per_unit, self.num_docs)
+        bounds = self._bounds()
+        if bounds is not None:
+            return int((np.asarray(bounds[last]) - np.asarray(bounds[first])).sum()), "token"
+        n = len(self._tokens())
+        return int((np.minimum(last * self.chunk_tokens, n) - np.minimum(first * self.chunk_tokens, n)).sum()), "token"
+
     def _unit_length(self, unit: int) -> int:
         first = unit * self.docs_per_unit
         docs = range(first, min(first + self.docs_per_unit, self.num_docs))

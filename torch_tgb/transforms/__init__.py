@@ -16,6 +16,7 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``vlm_balance``: encoder + backbone costs of VLM rows, balance over dp ranks x micro-batches.
 - ``audio``, ``audio_features``: audio decoding + resampling from bytes; log-mel features, audio token counts.
 - ``bucketing``: shape-bucket keys, edges (given or learned), the order of bucketed batches, bucket resize.
+- ``sample_keys``: samples' keys as a ragged uint8 field of a row, and back.
 """
 
 from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
@@ -63,6 +64,7 @@ from torch_tgb.transforms.packing import (
     packing_efficiency,
 )
 from torch_tgb.transforms.partition import partition_bounds, shard_assignment, window_permutation
+from torch_tgb.transforms.sample_keys import SAMPLE_KEYS, decode_sample_keys, encode_sample_keys
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
 from torch_tgb.transforms.vision import (
     Resolution,
@@ -90,6 +92,7 @@ __all__ = [
     "LogMel",
     "PACKERS",
     "Resolution",
+    "SAMPLE_KEYS",
     "Schedule",
     "Span",
     "VLMCost",
@@ -107,10 +110,12 @@ __all__ = [
     "constant",
     "cu_seqlens",
     "decode_audio",
+    "decode_sample_keys",
     "document_block_mask",
     "document_mask",
     "draw_source",
     "edges_between",
+    "encode_sample_keys",
     "encoder_costs",
     "flatten_cu_seqlens",
     "image_token_count",
