@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from torch_tgb.errors import InvalidKey
+from torch_tgb.errors import InvalidKey, TGBError
 from torch_tgb.storage import LocalStore, MemoryStore, PartialObject, open_store
 from torch_tgb.storage._local_writer import TMP_PREFIX, temp_name, temp_target
 
@@ -98,3 +98,40 @@ def test_an_open_s3_multipart_upload_is_a_partial_write(s3_namespace):
     store.delete_partial([partial])
     store.delete_partial([partial])  # aborted already: no error
     assert store.list_partial() == []
+
+
+@pytest.mark.parametrize("op", ["put", "put_if_absent"])
+def test_a_put_whose_temp_file_a_reclaimer_removed_is_written_again(tmp_path, monkeypatch, op):
+    """A reclaimer whose clock runs far ahead may take an in-flight temp file for a killed writer's leftover."""
+    store = LocalStore(tmp_path)
+    write_temp = LocalStore._write_temp
+    removed = []
+
+    def racing_reclaimer(self, path, data, key, what):  # the temp file goes between its write and its rename
+        tmp = write_temp(self, path, data, key, what)
+        if len(removed) < 2:
+            os.unlink(tmp)
+            removed.append(tmp)
+        return tmp
+
+    monkeypatch.setattr(LocalStore, "_write_temp", racing_reclaimer)
+    key = "_tgb/retired/c1-0123"
+    assert getattr(store, op)(key, b"retired") in (None, True)
+    assert len(removed) == 2 and store.get(key) == b"retired" and not store.list_partial()
+
+
+def test_a_put_whose_temp_file_keeps_vanishing_fails_naming_the_key(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path)
+    write_temp = LocalStore._write_temp
+
+    def always_removed(self, path, data, key, what):
+        tmp = write_temp(self, path, data, key, what)
+        os.unlink(tmp)
+        return tmp
+
+    monkeypatch.setattr(LocalStore, "_write_temp", always_removed)
+    with pytest.raises(TGBError, match="_tgb/retired/c1"):
+        store.put("_tgb/retired/c1", b"x")
+    with pytest.raises(TGBError, match="_tgb/retired/c2"):
+        store.put_if_absent("_tgb/retired/c2", b"x")
+    assert not store.exists("_tgb/retired/c1") and not store.exists("_tgb/retired/c2")

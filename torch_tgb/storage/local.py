@@ -67,6 +67,18 @@ _SEQUENTIAL_BYTES = 16 << 20
 _NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS})
 
 
+#: writes of a put whose temp file another process removed before it was published (then it is written again)
+_TEMP_ATTEMPTS = 3
+
+
+class _TempVanished(Exception):
+    """A put's temp file was removed before its rename: nothing was published, so the put may be written again."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class LocalStore(ObjectStore):
     """Objects are files under ``root``; keys are their relative paths.
 
@@ -279,42 +291,67 @@ class LocalStore(ObjectStore):
 
     def put(self, key: str, data: Buffer) -> None:
         path = self._path(key)
-        self._publish(self._write_temp(path, data, key, "put"), path, key, "put")
+        for attempt in range(_TEMP_ATTEMPTS):
+            try:
+                self._publish(self._write_temp(path, data, key, "put"), path, key, "put")
+                return
+            except _TempVanished as e:
+                if attempt + 1 == _TEMP_ATTEMPTS:
+                    raise translate(e.error, url=self.url, op="put", key=key) from e.error
 
     def _publish(self, tmp: str, path: str, key: str, op: str) -> None:
-        """Give the written, synced temp file ``tmp`` its final name ``path`` (``put``'s commit point)."""
+        """Give the written, synced temp file ``tmp`` its final name ``path`` (``put``'s commit point).
+
+        ``_TempVanished`` if ``tmp`` was removed before the rename (a reclaimer
+        whose clock runs far ahead took it for a killed writer's leftover):
+        ``put`` writes it again, as nothing was published.
+        """
         try:
             os.replace(tmp, path)  # atomic: readers see the old or the new object
             self._sync_dir(path)
         except OSError as e:
             unlink_quietly(tmp)
+            if isinstance(e, FileNotFoundError) and os.path.isdir(os.path.dirname(path)):
+                raise _TempVanished(e) from e
             raise translate(e, url=self.url, op=op, key=key) from e
 
     def open_writer(self, key: str, *, size_hint: int = 0) -> ObjectWriter:
         """Written in place: a temp file beside the target takes every ``write_at``; ``commit`` renames it."""
         path = self._path(key)  # validated and contained, as put checks it
         tmp, fd = self._create_temp(path, key, "put")
-        return FileWriter(self.url, key, tmp, fd, fsync=self.fsync, publish=lambda: self._publish(tmp, path, key, "put"))
+        return FileWriter(self.url, key, tmp, fd, fsync=self.fsync, publish=lambda: self._publish_written(tmp, path, key))
+
+    def _publish_written(self, tmp: str, path: str, key: str) -> None:
+        """An ``open_writer``'s commit: its bytes are gone with a removed temp file, so that is the writer's error."""
+        try:
+            self._publish(tmp, path, key, "put")
+        except _TempVanished as e:
+            raise translate(e.error, url=self.url, op="put", key=key) from e.error
 
     def put_if_absent(self, key: str, data: Buffer) -> bool:
         path = self._path(key)
         if os.path.lexists(path):
             return False  # already taken: skip writing a temp file (linearisable: it existed during the call)
-        tmp = self._write_temp(path, data, key, "put_if_absent")
-        try:
-            # The commit point: link(2) fails with EEXIST if the name exists.
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError as e:
-            if e.errno in _NO_LINK_ERRNOS:
-                raise ConditionalWriteUnsupported(
-                    f"{self.url}: put_if_absent {key!r}: the file system refuses hard links "
-                    f"({e.strerror}); atomic create-if-absent is impossible here"
-                ) from e
-            raise translate(e, url=self.url, op="put_if_absent", key=key) from e
-        finally:
-            unlink_quietly(tmp)
+        for attempt in range(_TEMP_ATTEMPTS):
+            tmp = self._write_temp(path, data, key, "put_if_absent")
+            try:
+                # The commit point: link(2) fails with EEXIST if the name exists.
+                os.link(tmp, path)
+                break
+            except FileExistsError:
+                return False
+            except FileNotFoundError as e:  # the temp file was removed (see _publish): nothing was published
+                if attempt + 1 == _TEMP_ATTEMPTS or not os.path.isdir(os.path.dirname(path)):
+                    raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+            except OSError as e:
+                if e.errno in _NO_LINK_ERRNOS:
+                    raise ConditionalWriteUnsupported(
+                        f"{self.url}: put_if_absent {key!r}: the file system refuses hard links "
+                        f"({e.strerror}); atomic create-if-absent is impossible here"
+                    ) from e
+                raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+            finally:
+                unlink_quietly(tmp)
         try:
             self._sync_dir(path)
         except OSError as e:
