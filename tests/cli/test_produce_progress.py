@@ -77,6 +77,9 @@ def test_produce_counts_skipped_samples_by_reason_and_warns(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["skipped"] == {"bad_record": 3} and summary["written"] >= 1
     assert "warning: 3 samples skipped (bad_record 3)" in proc.stderr
+    inspected = tgb_cli("inspect", str(tmp_path / "ns"), "--json")  # the manifest's record of the producer
+    assert [p["skipped"] for p in json.loads(inspected.stdout)["producers"]] == [{"bad_record": 3}]
+    assert re.search(r"samples skipped +3 \(bad_record 3\)", tgb_cli("inspect", str(tmp_path / "ns")).stdout)
     raised = tgb_cli("produce", str(tmp_path / "ns2"), "--source", f"webdataset:{empty}", "--global-batch", "1",
                      "--seq-len", "4")
     assert raised.returncode == 1 and "an empty tar (no members)" in raised.stderr

@@ -118,6 +118,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 "status": state.status,
                 "last_commit_time": state.committed_at or None,
                 "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
+                "skipped": dict(state.skipped or {}),
                 "pipeline_state": {"out_of_line": state.state_ref} if state.state_ref is not None
                 else None if state.state is None else dict(state.state),
             }
@@ -268,6 +269,17 @@ def skipped_text(skipped: dict[str, str]) -> str:
     return f"{len(steps)} (steps {shown}; readers skip them with on_corrupt='skip_step'; `tgb verify` says why)"
 
 
+def skipped_samples_text(producers: list[dict[str, Any]]) -> str:
+    """The samples the producers' pipelines dropped, by reason, as their committed records say."""
+    total: dict[str, int] = {}
+    for p in producers:
+        for reason, n in (p.get("skipped") or {}).items():
+            total[reason] = total.get(reason, 0) + n
+    if not total:
+        return "0"
+    return f"{sum(total.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -298,6 +310,7 @@ def render_text(r: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
     rows.insert(3, ("contract", contract_text((r["dataset"] or {}).get("metadata") or {})))
+    rows.append(("samples skipped", skipped_samples_text(r["producers"])))
     if r.get("skipped_steps"):
         rows.append(("skipped steps", skipped_text(r["skipped_steps"])))
     if "storage" in r:
@@ -318,9 +331,10 @@ def render_text(r: dict[str, Any]) -> str:
         out.append("producers")
         width = max(len(p["id"]) for p in r["producers"])
         for p in r["producers"]:
+            dropped = sum(p.get("skipped", {}).values())
             out.append(
                 f"  {p['id']:<{width}}  {p['status']:<6}  epoch {p['epoch']}  next offset {p['next_offset']}  "
-                f"last commit {_age(p['last_commit_age_s'])}"
+                f"last commit {_age(p['last_commit_age_s'])}" + (f"  skipped {dropped}" if dropped else "")
             )
     if r["watermarks"]:
         out.append("watermarks")

@@ -72,7 +72,9 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         # The pipeline state belongs to next_offset: a version that appends replaces it,
         # one that does not (epoch bump, seal) keeps it unless it restates it.
         kept = new.state if (pid in expected or new.state is not None or old is None) else old.state
-        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status)
+        skipped = new.skipped if new.skipped is not None or old is None else old.skipped
+        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status,
+                                       skipped=skipped)
     job = check_job(state, version, producers, what=what)
     return ManifestState(version.number, version.stop_step, version.sealed, producers, job)
 

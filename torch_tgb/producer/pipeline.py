@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
-from torch_tgb.producer._walk import pipeline_skips
+from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips
 from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.producer import Producer
 from torch_tgb.producer.stats import ProducerStats
@@ -129,7 +129,9 @@ def produce(
     ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``,
     ``stop``), given as ``options=`` or as keyword arguments. The report's
     ``skipped`` counts the samples the pipeline's stages dropped, by reason;
-    a run with skips logs a warning naming them.
+    a run with skips logs a warning naming them. The counts up to each offset
+    are committed with it in this producer's record of the manifest
+    (``tgb inspect`` shows them per producer and in total).
     """
     from torchdata.nodes import BaseNode
 
@@ -172,6 +174,7 @@ def produce(
         with progress_bar(total=total, desc=o.label or f"produce {producer_id}", unit="batch", enabled=show) as bar:
             if max_steps is None or offset < max_steps:
                 pipeline.reset(producer.resume_state)
+            nodes = pipeline_nodes(pipeline)  # walked once: each append commits the skips counted so far
             interval = 1.0 / o.rate if o.rate else 0.0
             next_at = time.perf_counter()
             while max_steps is None or offset < max_steps:
@@ -189,7 +192,8 @@ def produce(
                     elif o.stop.wait(delay):
                         break  # stopped while waiting: this batch is not appended (its state is not committed)
                     next_at = max(next_at + interval, time.perf_counter() - interval)
-                producer.append(batch, offset=offset, state=pipeline.state_dict())
+                producer.append(batch, offset=offset, state=pipeline.state_dict(),
+                                skipped=pipeline_skips(pipeline, nodes=nodes))
                 if o.on_append is not None:
                     o.on_append(offset)
                 offset += 1

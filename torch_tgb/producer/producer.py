@@ -30,6 +30,7 @@ from torch_tgb.format import TGBObject, check_schema, encode_batch, schema_finge
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
+from torch_tgb.manifest._producer_state import check_skipped
 from torch_tgb.manifest.records import check_metadata, encode_producer_state
 from torch_tgb.manifest.watermarks import Retention, live_checkpoints
 from torch_tgb.producer._commit_loop import CommitLoop
@@ -110,6 +111,7 @@ class Producer:
         self._next_offset = state.next_offset
         self._closed = False
         self._saved: dict[int, Any] = {}  # offset -> encoded append(state=) of a TGB not yet written
+        self._skips: dict[int, dict[str, int]] = {}  # offset -> append(skipped=) of a TGB not yet written
         self._segments = SegmentWriter(
             self.store, self.producer_id, lambda offset: object_key(self.producer_id, self.epoch, offset),
             segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
@@ -170,7 +172,8 @@ class Producer:
     # --- appending -----------------------------------------------------------
 
     def append(
-        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None
+        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None,
+        skipped: Mapping[str, int] | None = None,
     ) -> bool:
         """Write one global batch as offset ``offset`` (default: the next one); queue its commit.
 
@@ -182,6 +185,10 @@ class Producer:
         offset + 1 is produced), a JSON object of at most 32 KiB. It is committed
         in the same manifest version as the offset, and a restarted producer
         reads it back as :attr:`resume_state` (seed 000 §5.3).
+
+        ``skipped``: the samples the pipeline dropped up to this batch, by
+        reason (cumulative, as ``produce()`` counts them); committed with the
+        offset in this producer's record, where ``tgb inspect`` shows them.
         """
         self._loop.raise_if_failed()
         if self._loop.closing:
@@ -200,6 +207,8 @@ class Producer:
                 "(offsets are appended consecutively from resume_offset)"
             )
         saved = None if state is None else encode_producer_state(state, producer_id=self.producer_id, offset=offset)
+        skips = None if skipped is None else check_skipped(
+            skipped, what=f"{self.store.url}: producer {self.producer_id!r} {offset=}")
         samples = self.layout.check_batch(batch)
         schema = schema_of(batch)
         if self._dataset is None:
@@ -216,6 +225,8 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
+        if skips is not None:
+            self._skips[offset] = skips
         layout = self.layout  # encoded into the segment as one copy, without a Python object per slice
 
         def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
@@ -231,7 +242,7 @@ class Producer:
             return
         self._hook("after_object_write")
         for entry in written:
-            self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None))
+            self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None), self._skips.pop(entry.offset, None))
 
     def _hook(self, point: str) -> None:
         if self.config.crash_hook is not None:
