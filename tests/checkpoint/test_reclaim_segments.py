@@ -57,3 +57,30 @@ def test_reclaim_never_deletes_a_segment_a_live_checkpoint_needs(
         assert got == list(range(safe, steps))
     finally:
         store.destroy()
+
+
+def _one_segment(store, *, seal: bool, close: bool = True) -> Producer:
+    p = Producer(store, producer_id="p", layout=Layout(dp=2), commit_policy="fixed:1",
+                 config=ProducerConfig(segment_tgbs=2))
+    for offset in range(2):
+        p.append({"x": torch.full((2, 3), offset, dtype=torch.int32)}, offset=offset)
+    if close:
+        p.close(seal=seal)
+    else:
+        p.flush()
+    record_watermark(store, "ck", {"tgb_cursor": {"step": 2, "version": 1}})  # both TGBs consumed
+    with Reclaimer(store, grace_period=3600) as reclaimer:
+        reclaimer.run_once()
+    return p
+
+
+def test_a_consumed_segment_is_deleted_once_its_producer_can_name_it_no_more():
+    """Its last TGB at the head: kept while its incarnation is open, deleted once sealed or closed."""
+    for seal, close, kept in ((True, True, False), (False, True, False), (False, False, True)):
+        store = MemoryStore(f"rs-{uuid.uuid4().hex}")
+        try:
+            producer = _one_segment(store, seal=seal, close=close)
+            assert bool(store.list("data/")) is kept, (seal, close)
+            producer.close()
+        finally:
+            store.destroy()

@@ -11,15 +11,19 @@ holds nothing more that will ever be committed: offsets are committed once,
 in order, so the rest of it, if any, belongs to an incarnation that moved
 on). So the versions from the boundary on are read only until every such
 segment is decided, usually a version or two, never the whole live log; one
-still undecided at the head is kept (its producer may commit the rest).
+still undecided at the head is kept while its producer may commit the rest:
+not once the namespace is sealed, or the incarnation that wrote it closed
+(``closed``/``done``: it committed everything it wrote) or was superseded by
+a newer epoch (which writes objects of its own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from torch_tgb.manifest.keys import parse_object_name
 from torch_tgb.manifest.manifest import Manifest
-from torch_tgb.manifest.records import GCBoundary, TGBEntry
+from torch_tgb.manifest.records import GCBoundary, ManifestState, TGBEntry
 
 __all__ = ["is_segment", "still_named"]
 
@@ -32,9 +36,10 @@ def is_segment(entry: TGBEntry) -> bool:
     return entry.start != 0 or (entry.object_size is not None and entry.object_size != entry.size)
 
 
-def still_named(manifest: Manifest, boundary: GCBoundary, head_version: int,
+def still_named(manifest: Manifest, boundary: GCBoundary, head: ManifestState,
                 reclaimed: Iterable[TGBEntry]) -> set[str]:
     """The keys among ``reclaimed``'s segment objects that an entry at or above ``boundary`` names (or may)."""
+    head_version = head.version
     pending: dict[str, dict[str, int]] = {}  # producer -> {segment key: last reclaimed offset}
     for e in reclaimed:
         if is_segment(e):
@@ -63,4 +68,15 @@ def still_named(manifest: Manifest, boundary: GCBoundary, head_version: int,
             if not pending:
                 break
         number = window[-1] + 1
-    return kept | {key for keys in pending.values() for key in keys}
+    return kept | {key for keys in pending.values() for key in keys if may_name_more(head, key)}
+
+
+def may_name_more(head: ManifestState, key: str) -> bool:
+    """Whether a later commit may still name segment ``key``: its incarnation is the producer's newest, still open."""
+    if head.sealed:
+        return False
+    name = parse_object_name(key)
+    producer = None if name is None else head.producers.get(name.producer)
+    if name is None or producer is None:
+        return True  # not a key this package names the usual way: kept (nothing is deleted on a guess)
+    return name.epoch == producer.epoch and producer.status == "open"

@@ -371,7 +371,7 @@ class Reclaimer:
             start = before.step if before.version == boundary.version else last.first_step
             entries.extend(last.entries[max(0, start - last.first_step) : max(0, boundary.step - last.first_step)])
         doomed = [e for e in entries if fate_of(head, e.key) is not Fate.LIVE]
-        keys = {e.key for e in doomed} - still_named(manifest, boundary, head.version, doomed)
+        keys = {e.key for e in doomed} - still_named(manifest, boundary, head, doomed)
         if keys:
             self.store.delete(sorted(keys))
         return keys, len(keys), sum(size for key, size in {e.key: e.total_size for e in entries}.items() if key in keys)
