@@ -109,6 +109,11 @@ class MeteredNode(BaseNode[T]):
         """The source's own layout (``GlobalBatches.layout``), which ``produce`` takes when it cuts token rows."""
         return getattr(self.source, "layout", None)
 
+    @property
+    def control_version(self) -> int:
+        """The source's control version (``Mix(control=)``), which ``produce`` records in each TGB's entry."""
+        return int(getattr(self.source, "control_version", 0))
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(initial_state)

@@ -168,7 +168,8 @@ class Producer:
     # --- appending -----------------------------------------------------------
 
     def append(
-        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None
+        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None,
+        control: int = 0,
     ) -> bool:
         """Write one global batch as offset ``offset`` (default: the next one); queue its commit.
 
@@ -180,6 +181,9 @@ class Producer:
         offset + 1 is produced), a JSON object of at most 32 KiB. It is committed
         in the same manifest version as the offset, and a restarted producer
         reads it back as :attr:`resume_state` (seed 000 §5.3).
+
+        ``control``: the version of the control record that shaped this batch
+        (``Mix(control=)``; 0: none), recorded in its manifest entry.
         """
         self._loop.raise_if_failed()
         if self._loop.closing:
@@ -197,6 +201,9 @@ class Producer:
                 f"{self.store.url}: producer {self.producer_id!r} expected offset={expected}, got {offset=} "
                 "(offsets are appended consecutively from resume_offset)"
             )
+        if isinstance(control, bool) or not isinstance(control, int) or control < 0:
+            raise ValueError(f"{self.store.url}: producer {self.producer_id!r} {offset=}: control={control!r} must be "
+                             "a control version (an int >= 0)")
         saved = None if state is None else encode_producer_state(state, producer_id=self.producer_id, offset=offset)
         samples = self.layout.check_batch(batch)
         schema = schema_of(batch)
@@ -214,7 +221,8 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
-        self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens))
+        self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens,
+                                       control=control))
         self._next_offset = offset + 1
         return True
 
