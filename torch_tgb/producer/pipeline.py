@@ -9,9 +9,9 @@ the pipeline to the state committed with its ``resume_offset``: nothing is
 re-read from the start and nothing is produced twice. Offsets appended but
 not committed when a process died are produced again from that state (their
 objects stay invisible orphans for the Reclaimer). A pipeline that says which
-control record shaped its last batch (``control_version``: ``Mix(control=)``,
-forwarded by ``Pack`` and ``GlobalBatches``) has it recorded in the batch's
-manifest entry.
+control record shaped its last batch (its ``mix``'s ``control_version``:
+``Mix(control=)``, forwarded by ``Pack`` and ``GlobalBatches``) has it recorded
+in the batch's manifest entry.
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def produce(
                     time.sleep(max(0.0, next_at - time.perf_counter()))
                     next_at = max(next_at + interval, time.perf_counter() - interval)
                 # the control version that shaped the batch (Mix(control=), forwarded by Pack and GlobalBatches)
-                control = int(getattr(pipeline, "control_version", 0))
+                mix = getattr(pipeline, "mix", None)
+                control = 0 if mix is None else int(mix.control_version)
                 producer.append(batch, offset=offset, state=pipeline.state_dict(), control=control)
                 if o.on_append is not None:
                     o.on_append(offset)

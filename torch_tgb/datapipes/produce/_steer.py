@@ -19,12 +19,12 @@ from typing import Any
 
 from torch_tgb.manifest.control import ControlChannel, MixRecord
 
-__all__ = ["Steering", "control_version_of"]
+__all__ = ["Steering", "mix_of"]
 
 
-def control_version_of(node: object) -> int:
-    """The control version a node says shaped its last item (``Mix``; forwarded by the stages above it), else 0."""
-    return int(getattr(node, "control_version", 0))
+def mix_of(node: object) -> Any:
+    """The ``Mix`` under ``node`` (itself, or forwarded by the stages above it: ``mix``), else ``None``."""
+    return getattr(node, "mix", None)
 
 
 class Steering:

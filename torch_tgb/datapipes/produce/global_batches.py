@@ -65,7 +65,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.produce._one_thread import cat_rows, take_rows
-from torch_tgb.datapipes.produce._steer import control_version_of
+from torch_tgb.datapipes.produce._steer import mix_of
 from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import RaggedRows
@@ -184,9 +184,9 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             self.source.reset(state.get(self.SOURCE_KEY))
 
     @property
-    def control_version(self) -> int:
-        """The control version of the Mix below (0: not steered); ``tgb.produce`` records it in each TGB's entry."""
-        return control_version_of(self.source)
+    def mix(self) -> Any:
+        """The ``Mix`` below (None: none): ``tgb.produce`` records its control version, fleets read its stats."""
+        return mix_of(self.source)
 
     def get_state(self) -> dict[str, Any]:
         source = self._final if self._done else self.source.state_dict()

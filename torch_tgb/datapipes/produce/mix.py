@@ -44,6 +44,7 @@ the state keeps where Mix stands in the records under ``"control"``.
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ T = TypeVar("T")
 EXHAUSTED_POLICIES = ("stop", "renormalize", "cycle")
 #: the field of a mapping document that holds its tokens (for ``tokens_per_step``)
 TOKENS_KEY = "tokens"
+#: weight of the newest document in a source's cost average
+COST_EMA = 0.02
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class MixStats:
     target: dict[str, float] = field(default_factory=dict)
     #: the control record in force (0: none, the schedule's weights)
     control_version: int = 0
+    #: seconds a document of each source took to pull (EMA, weight 0.02): what a fleet sizes itself by
+    cost: dict[str, float] = field(default_factory=dict)
 
 
 def _num_tokens(item: Any) -> int:
@@ -145,6 +150,12 @@ class Mix(BaseNode[T]):
             raise MixtureError(f"control must be a torch_tgb.manifest.ControlChannel, got {type(control).__name__}")
         self.steering = None if control is None else Steering(control, claimant=f"mix:{self.name}")
         self._steered: tuple[int, dict[str, float]] | None = None  # (version, its weights checked against names)
+        self._cost: dict[str, float] = {}  # seconds per document pulled, by source (not state: a measurement)
+
+    @property
+    def mix(self) -> Mix[T]:
+        """This node (the stages above a Mix forward ``mix`` to it)."""
+        return self
 
     @property
     def control_version(self) -> int:
@@ -221,6 +232,7 @@ class Mix(BaseNode[T]):
             if not any(live.values()):
                 raise StopIteration
             name = draw_source(live, self.seed, step, self._draws)
+            started = time.perf_counter()
             try:
                 item = self._pull(name)
             except StopIteration:
@@ -229,6 +241,9 @@ class Mix(BaseNode[T]):
                     raise
                 self._exhausted.add(name)  # renormalize: redraw the same draw among the rest
                 continue
+            took = time.perf_counter() - started
+            before = self._cost.get(name)
+            self._cost[name] = took if before is None else before + COST_EMA * (took - before)
             break
         self._draws += 1
         if self.tokens_per_step is not None:
@@ -272,4 +287,5 @@ class Mix(BaseNode[T]):
             share={name: counts[name] / n if n else 0.0 for name in self.names},
             target={name: weights[name] / total for name in self.names},
             control_version=self.control_version,
+            cost=dict(self._cost),
         )

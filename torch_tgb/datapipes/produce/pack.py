@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.produce._steer import control_version_of
+from torch_tgb.datapipes.produce._steer import mix_of
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.format import narrowing_problem
 from torch_tgb.transforms import PACKERS, pack, pack_rows
@@ -228,9 +228,9 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         return self._left() > 0
 
     @property
-    def control_version(self) -> int:
-        """The control version of the Mix below (0: not steered); ``tgb.produce`` records it in each TGB's entry."""
-        return control_version_of(self.source)
+    def mix(self) -> Any:
+        """The ``Mix`` below (None: none): ``tgb.produce`` records its control version, fleets read its stats."""
+        return mix_of(self.source)
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
