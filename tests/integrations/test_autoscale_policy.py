@@ -94,13 +94,14 @@ def test_a_costlier_mixture_ahead_scales_up_before_any_stall(
     """Mixture-driven: a control record ahead that raises a batch's cost grows the pool while the trainer is fed."""
     low, high = policy.bounds(16)
     actors = min(max(actors, low), high)
-    s = FleetSignals(time=0.0, actors=actors, shards=16, stall=0.0, rate=rate, lead=policy.lead_low, paused=False,
+    s = FleetSignals(time=0.0, actors=actors, shards=16, stall=0.0, rate=rate, lead=policy.lead_high, paused=False,
                      batch_s=batch_s, cost_ratio=ratio, rising=("code",))
     need = policy.need(s)
     assert need == max(1, math.ceil(batch_s * ratio * rate * policy.headroom - 1e-9))
     d = policy.decide(s, None)
-    if need > actors and actors < high and ratio > 1 + policy.ratio_tolerance:
-        assert d.direction == "up" and d.target == min(high, need) and "code" in d.reason
+    if need > actors and actors < high:
+        assert d.direction == "up" and d.target == min(high, need)
+        assert ("code" in d.reason) == (ratio > 1 + policy.ratio_tolerance)  # the decision names the rising source
     else:
         assert d.direction != "up"
 
@@ -116,6 +117,10 @@ def test_the_rules_by_example() -> None:
     down = p.decide(FleetSignals(actors=4, stall=0.0, lead=100, **base), None)
     assert (down.direction, down.target) == ("down", 3)
     assert p.decide(FleetSignals(actors=4, stall=0.0, lead=100, **base), 80.0).direction == "hold"  # 20 s < 30 s
+    behind = p.decide(FleetSignals(actors=2, stall=0.0, lead=20, **{**base, "batch_s": 0.5}), None)
+    assert (behind.direction, behind.target) == ("up", 4) and "needs 6 actors" in behind.reason  # before a stall
+    assert p.decide(FleetSignals(actors=4, stall=0.0, lead=20, **{**base, "batch_s": 0.3}),
+                    None).direction == "hold"  # need met: ceil(0.3 * 10 * 1.2) = 4
     paused = p.decide(FleetSignals(actors=2, stall=0.3, lead=2, paused=True, **base), None)
     assert paused.direction == "hold" and "max_lag" in paused.reason
     assert p.decide(FleetSignals(actors=0, **base), None).target == 1

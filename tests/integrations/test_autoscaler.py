@@ -55,14 +55,18 @@ class FakeManifest:
         return FakeHead(self.steps)
 
 
+_START = [time.time()]  # when the running test made its autoscaler
+
+
 def report(channel: ControlChannel, step: int, stall: float, ago: float) -> None:
-    """A trainer report written ``ago`` seconds in the past (two give the trainer's rate)."""
-    status = TrainerStatus(step, stall, time.time() - ago, "rank0")
+    """A trainer report stamped ``ago`` seconds before the test made its autoscaler (two give the trainer's rate)."""
+    status = TrainerStatus(step, stall, _START[0] - ago, "rank0")
     channel.store.put(TRAINER_KEY, dump_json(status.to_json()))
 
 
 def make(tmp_path: Path, policy: AutoscalePolicy, **kwargs) -> tuple[Autoscaler, FakePool, FakeTally, FakeManifest,
                                                                      ControlChannel]:
+    _START[0] = time.time()
     channel = ControlChannel(str(tmp_path / "ns"))
     pool, tally, manifest = FakePool(), FakeTally(), FakeManifest()
     scaler = Autoscaler(policy, pool, tally, shards=8, manifest=manifest, channel=channel,  # type: ignore[arg-type]
@@ -96,18 +100,18 @@ def test_stall_scales_up_pause_holds_calm_and_ahead_scales_down(tmp_path: Path) 
 def test_a_costlier_mixture_ahead_grows_the_pool_first(tmp_path: Path) -> None:
     """Mixture-driven: a control record ahead of the producers doubles the share of the expensive source."""
     scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 8, up_cooldown_s=0), sources={"web": 1})
-    tally.snaps = [{"batch_s": 0.1, "paused": 0.0, "mix_step": 10.0, "docs_per_batch": 4.0, "cost:web": 0.001,
+    tally.snaps = [{"batch_s": 0.05, "paused": 0.0, "mix_step": 10.0, "docs_per_batch": 4.0, "cost:web": 0.001,
                     "cost:code": 0.004, "weight:web": 0.8, "weight:code": 0.2}]
     report(channel, 0, 0.0, ago=1.0)
     scaler.tick()
-    report(channel, 10, 0.0, ago=0.0)  # 10 steps/s, not waiting: 0.1 * 10 * 1.2 -> 2 actors today
-    manifest.steps = 12
-    assert scaler.tick().direction == "hold"  # 2 actors would do, but the trainer does not wait
+    report(channel, 10, 0.0, ago=0.0)  # 10 steps/s, not waiting: 0.05 * 10 * 1.2 -> 1 actor today
+    manifest.steps = 100
+    assert scaler.tick().direction == "hold"  # 1 actor does
     channel.set_mix({"web": 0.4, "code": 0.6}, step=32)  # ahead of the producers' step 10
     d = scaler.tick()
     ratio = (0.4 * 0.001 + 0.6 * 0.004) / (0.8 * 0.001 + 0.2 * 0.004)
     assert scaler.timeline[-1].cost_ratio == pytest.approx(ratio)
-    assert d.direction == "up" and d.target == 3 and "code" in d.reason  # ceil(0.1 * 1.75 * 10 * 1.2) = 3
+    assert d.direction == "up" and d.target == 2 and "code" in d.reason  # ceil(0.05 * 1.75 * 10 * 1.2) = 2
     tally.snaps[0]["mix_step"] = 40.0  # the producers passed the record: nothing ahead any more
     scaler.tick()
     assert scaler.timeline[-1].cost_ratio == 1.0

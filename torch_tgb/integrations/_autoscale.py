@@ -27,6 +27,10 @@ The signals and the rules, in order:
    (``cost_ratio > 1 + ratio_tolerance``) and ``need`` exceeds the actors:
    to ``max(actors + 1, need)``, once ``up_cooldown_s`` has passed since
    the last change (new actors take a while to show in the signals).
+   Also **up** to ``need`` whenever ``need`` exceeds the actors (the
+   producers are measurably slower than the trainer wants: act before the
+   lead drains into a stall; ``benchmarks/autoscale.py`` measured the
+   difference).
 5. **Down** by one actor when the trainer does not stall (``stall <= stall_low``),
    the producers are far ahead (``lead >= lead_high``) and ``need`` is below
    the actors, once ``down_cooldown_s`` has passed: the victim's shard is
@@ -131,16 +135,19 @@ class AutoscalePolicy:
             return Decision(s.actors, "hold", "paused by max_lag: more producers cannot help", need)
         starving = stall is not None and stall > self.stall_high and (s.lead is None or s.lead <= self.lead_low)
         costlier = s.cost_ratio > 1.0 + self.ratio_tolerance and need is not None and need > s.actors
-        if (starving or costlier) and s.actors < high:
+        behind = need is not None and need > s.actors and s.stall is not None
+        if (starving or costlier or behind) and s.actors < high:
             if since < self.up_cooldown_s:
                 return Decision(s.actors, "hold", "cooling down after the last change", need)
             target = min(high, max(s.actors + 1, need or 0))
             if costlier:
                 sources = ", ".join(s.rising) or "the mixture ahead"
                 why = f"mixture ahead costs {s.cost_ratio:.2f}x ({sources}): {need} actors needed"
-            else:
+            elif starving:
                 lead_text = "no lead known" if s.lead is None else f"the producers {max(s.lead, 0)} steps ahead"
                 why = f"trainer waits {stall:.0%} of the time with {lead_text}"
+            else:
+                why = f"{s.batch_s:.3g} s a batch at {s.rate:.3g} steps/s needs {need} actors (lead {s.lead} steps)"
             return Decision(target, "up", why, need)
         ahead = s.lead is not None and s.lead >= self.lead_high
         if calm and ahead and s.actors > low and (need is None or need < s.actors):
