@@ -128,3 +128,39 @@ def test_stale_or_unreadable_trainer_reports_are_not_signals(tmp_path: Path, cap
     with caplog.at_level(logging.WARNING, logger="torch_tgb.integrations.ray"):
         assert scaler.tick().direction == "hold"
     assert "trainer status unreadable" in caplog.text and pool.scaled == []
+
+
+def test_a_schedule_step_ahead_is_priced_too(tmp_path: Path) -> None:
+    """Mixture-driven without records: the workers report the Mix schedule's weights 64 steps on."""
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 8, up_cooldown_s=0))
+    tally.snaps = [{"batch_s": 0.05, "paused": 0.0, "mix_step": 10.0, "cost:web": 0.001, "cost:code": 0.004,
+                    "weight:web": 0.8, "weight:code": 0.2, "ahead:web": 0.4, "ahead:code": 0.6}]
+    report(channel, 0, 0.0, ago=1.0)
+    scaler.tick()
+    report(channel, 10, 0.0, ago=0.0)
+    manifest.steps = 100
+    d = scaler.tick()
+    assert scaler.timeline[-1].cost_ratio == pytest.approx(1.75)
+    assert (d.direction, d.target) == ("up", 2) and "code" in d.reason
+
+
+def test_the_worker_reports_what_the_driver_prices() -> None:
+    """ShardMeter's snapshot: the Mix's costs, weights in force and its schedule's weights ahead."""
+    from torchdata.nodes import IterableWrapper
+
+    from torch_tgb.datapipes import Mix
+    from torch_tgb.integrations._worker import SCHEDULE_LOOKAHEAD, MeteredNode, ShardMeter
+
+    def schedule(step: int) -> dict[str, float]:
+        return {"web": 0.8, "code": 0.2} if step < 40 else {"web": 0.4, "code": 0.6}
+
+    mix = Mix({name: IterableWrapper([(name, i) for i in range(100)]) for name in ("web", "code")}, schedule,
+              seed=0, documents_per_step=1)
+    meter = ShardMeter()
+    node = MeteredNode(mix, meter)
+    for _ in range(10):
+        next(node)
+    snap = meter.snapshot()
+    assert snap["mix_step"] == 10 and 10 + SCHEDULE_LOOKAHEAD >= 40
+    assert snap["weight:web"] == pytest.approx(0.8) and snap["ahead:code"] == pytest.approx(0.6)
+    assert snap["batch_s"] > 0 and {"cost:web", "cost:code"} <= set(snap)

@@ -13,8 +13,9 @@
   ``Mix``, each source's measured cost per document, its weight in force and
   the Mix's step;
 - the control records ahead of the producers (``_tgb/control/mix/``: one LIST
-  per round, each new object read once): their weights against the current
-  ones give the mixture-driven ``cost_ratio``.
+  per round, each new object read once), else the weights of the Mix's
+  schedule ``SCHEDULE_LOOKAHEAD`` steps ahead (the workers report them): their
+  weights against the current ones give the mixture-driven ``cost_ratio``.
 
 Every round adds a :class:`TimelinePoint`; every change an :class:`AutoscaleEvent`
 (both in the :class:`~torch_tgb.integrations.ray.FleetReport`). Scaling
@@ -42,7 +43,7 @@ __all__ = ["AutoscaleEvent", "Autoscaler", "TimelinePoint"]
 
 log = logging.getLogger("torch_tgb.integrations.ray")
 
-COST_KEY, WEIGHT_KEY = "cost:", "weight:"
+COST_KEY, WEIGHT_KEY, AHEAD_KEY = "cost:", "weight:", "ahead:"
 
 
 @dataclass(frozen=True)
@@ -134,12 +135,15 @@ class Autoscaler:
         """``cost_ratio`` and the rising sources: the next record's weights against the ones in force."""
         costs: dict[str, list[float]] = {}
         weights: dict[str, list[float]] = {}
+        scheduled: dict[str, list[float]] = {}
         for snap in snaps:
             for key, value in snap.items():
                 if key.startswith(COST_KEY):
                     costs.setdefault(key[len(COST_KEY):], []).append(value)
                 elif key.startswith(WEIGHT_KEY):
                     weights.setdefault(key[len(WEIGHT_KEY):], []).append(value)
+                elif key.startswith(AHEAD_KEY):
+                    scheduled.setdefault(key[len(AHEAD_KEY):], []).append(value)
         if costs:
             self._costs = {k: sum(v) / len(v) for k, v in costs.items()}
         if weights:
@@ -148,9 +152,12 @@ class Autoscaler:
         if not self._costs or not self._weights or not steps:
             return 1.0, ()
         ahead = self._records_ahead(int(min(steps)))
-        if not ahead:
+        if ahead:  # the next control record, else the schedule's weights a lookahead on (the workers report them)
+            new = _normalised(ahead[0].weights)
+        elif scheduled:
+            new = _normalised({k: sum(v) / len(v) for k, v in scheduled.items()})
+        else:
             return 1.0, ()
-        new = _normalised(ahead[0].weights)
         now = _normalised(self._weights)
         cost_now = sum(now.get(k, 0.0) * c for k, c in self._costs.items())
         cost_new = sum(new.get(k, 0.0) * c for k, c in self._costs.items())

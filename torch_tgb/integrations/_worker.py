@@ -114,6 +114,8 @@ class ShardMeter:
             out["docs_per_batch"] = stats.documents / self.batches if self.batches else 0.0
             out.update({f"cost:{k}": float(v) for k, v in stats.cost.items()})
             out.update({f"weight:{k}": float(v) for k, v in stats.target.items()})
+            if not stats.control_version:  # steered: the records ahead are the driver's to read
+                out.update(_schedule_ahead(mix, stats.step + SCHEDULE_LOOKAHEAD))
         return out
 
     def snapshot(self) -> dict[str, float]:
@@ -133,6 +135,21 @@ class ShardMeter:
 
 
 T = TypeVar("T")
+
+
+#: how many Mix steps ahead a worker reports its schedule's weights (mixture-driven autoscaling)
+SCHEDULE_LOOKAHEAD = 64
+
+
+def _schedule_ahead(mix: Any, step: int) -> dict[str, float]:
+    """``ahead:<source>``: the Mix schedule's normalised weights at ``step`` (none if it has no valid ones)."""
+    schedule = getattr(mix, "schedule", None)
+    try:
+        weights = {str(k): float(v) for k, v in schedule(step).items()} if callable(schedule) else {}
+    except Exception:  # noqa: BLE001 - a measurement: the pipeline itself reports a bad schedule by name
+        return {}
+    total = sum(max(v, 0.0) for v in weights.values())
+    return {f"ahead:{k}": max(v, 0.0) / total for k, v in weights.items()} if total > 0 else {}
 
 
 class MeteredNode(BaseNode[T]):
