@@ -164,3 +164,18 @@ def test_the_worker_reports_what_the_driver_prices() -> None:
     assert snap["mix_step"] == 10 and 10 + SCHEDULE_LOOKAHEAD >= 40
     assert snap["weight:web"] == pytest.approx(0.8) and snap["ahead:code"] == pytest.approx(0.6)
     assert snap["batch_s"] > 0 and {"cost:web", "cost:code"} <= set(snap)
+
+
+def test_an_unreadable_head_holds_the_pool_and_says_so(tmp_path: Path, caplog) -> None:
+    from torch_tgb.errors import StorageError
+
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 4, up_cooldown_s=0))
+
+    def head() -> FakeHead:
+        raise StorageError("ns: GET _tgb/head timed out")
+
+    manifest.head = head  # type: ignore[method-assign]
+    report(channel, 0, 0.9, ago=0.0)
+    with caplog.at_level(logging.WARNING, logger="torch_tgb.integrations.ray"):
+        assert scaler.tick() is None
+    assert "signals unreadable" in caplog.text and pool.scaled == [] and scaler.timeline == []

@@ -184,12 +184,16 @@ class Autoscaler:
     # --- a round ---------------------------------------------------------------------------
 
     def tick(self) -> Decision | None:
-        """Decide and apply, at most every ``interval_s``; the decision (``None``: not yet time)."""
+        """Decide and apply, at most every ``interval_s``; the decision (``None``: not yet time, or no signals)."""
         now = time.monotonic()
         if now < self._next:
             return None
         self._next = now + self.interval_s
-        s = self.signals()
+        try:
+            s = self.signals()
+        except TGBError as e:  # the head unreadable this round (a store hiccup): the pool keeps its size
+            log.warning("autoscale: signals unreadable (%s): holding %d actors this round", e, self.pool.target)
+            return None
         decision = self.policy.decide(s, self._last_change)
         t = now - self.started
         self.timeline.append(TimelinePoint(t, len(self.pool.workers), decision.target, s.lead, s.stall, s.paused, s.batch_s,
