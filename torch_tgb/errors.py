@@ -139,6 +139,10 @@ class ShardComplete(TGBError):
         self.sealed = sealed
 
 
+class ControlConflict(ManifestError):
+    """A control record cannot take effect at the step asked for: the producers have passed it (names the step)."""
+
+
 class ConsistencyError(ManifestError):
     """Ranks of one job disagree on the step sequence (``check_consistency=True``)."""
 

@@ -44,9 +44,10 @@ from typing_extensions import Unpack
 from torch_tgb.consumer._accelerate import refuse_accelerate_wrapping
 from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expectations, saved_expectation
 from torch_tgb.consumer._epochs import EpochOrder
+from torch_tgb.consumer._grouping import ScheduleStep, scheduled_length, scheduled_steps  # batch_schedule (#46)
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
-from torch_tgb.consumer._passes import pass_length, sealed_namespace, steps_left
+from torch_tgb.consumer._passes import sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
 from torch_tgb.consumer._skips import SkipCount, gate
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
@@ -101,6 +102,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._written: tuple[Layout, dict[str, Any], dict[str, Any]] | None = None  # layout, schema, metadata
         self._expect = o.expect  # the data contract: this reader's, and a loaded state's (consumer/_contract.py)
         self._path: ReadPath | None = None  # while iterating
+        self.batch_step: ScheduleStep | None = None  # batch_schedule: the training step last handed out (#46)
         self._closed_stats = ConsumerStats()  # of the iterations before this one
         # Set by tgb.DataLoader (consumer/loader.py): it owns this dataset; it is creating an iterator now
         # (a worker's copy keeps the flag); a state was loaded and it has not iterated since.
@@ -236,10 +238,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
                 f"{self.ns}: a TGB stream has no len() before its namespace is sealed (steps may still be "
                 "committed); frameworks read it as an unsized stream"
             )
-        plan = self._plan()
         stop = None if self._order is not None else self.options.stop_step
-        return pass_length(num_steps, tgbs_per_step=plan.tgbs_per_step, steps_per_tgb=plan.steps_per_tgb,
-                           stop_step=stop)
+        return scheduled_length(self, num_steps, stop)  # pass_length, or a batch_schedule's whole steps (#46)
 
     def _sealed_steps(self) -> int | None:
         """The namespace's steps once it is sealed (read from the head until then, then kept); None before."""
@@ -399,7 +399,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             if self.options.on_corrupt == "skip_step" and get_worker_info() is None:
                 yield from gate(iter(path), self._skip_count, StepAgreement(namespace=str(self.ns)))
             else:  # no skipping, or a worker: the main process's tgb.DataLoader gates (it holds the group)
-                yield from path
+                yield from scheduled_steps(self, path, start=start.origin.step if start.exact is None else
+                                           start.exact.cursor.step, manifest=manifest, by_loader=by_loader)
         finally:
             if self._path is path:
                 self._close_path()  # the final position stays readable after the loop ends

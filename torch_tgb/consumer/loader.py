@@ -55,6 +55,7 @@ from typing_extensions import Unpack
 from torch_tgb.cursor import Cursor
 from torch_tgb.consumer._accelerate import AccelerateAware
 from torch_tgb.consumer._consumed import Consumption
+from torch_tgb.consumer._grouping import ScheduleStep, scheduled_steps
 from torch_tgb.consumer._paths import uncast_keys
 from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
@@ -142,6 +143,11 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         return self.dataset  # type: ignore[return-value]
 
     @property
+    def batch_step(self) -> ScheduleStep | None:
+        """With ``batch_schedule``: the training step last handed out, its batch size and TGB steps (else None)."""
+        return self.tgb_dataset.batch_step
+
+    @property
     def step(self) -> int:
         """The next step this loader delivers, in TGB steps (what a checkpoint of it resumes at)."""
         if self.num_workers == 0 or self._iterator is None:
@@ -195,8 +201,12 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self.tgb_dataset._check_contract()  # here, not in each worker
             self.tgb_dataset._next_pass()  # decided once here, for every worker (consumer/_passes.py)
         self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
+        scheduled = self.num_workers > 0 and self.tgb_dataset.options.batch_schedule is not None
+        start = self.tgb_dataset.step if scheduled else 0  # batch_schedule (#46): the workers' first TGB step
         inner = super().__iter__()
         delivered = self._deliver(inner)
+        if scheduled:  # batch_schedule (#46): the workers' steps joined here, after the in-order handover
+            delivered = iter(scheduled_steps(self.tgb_dataset, delivered, start=start, manifest=None, by_loader=True))
         if self.num_workers > 0 and self.tgb_dataset.options.on_corrupt == "skip_step":  # the ranks agree here
             dataset = self.tgb_dataset
             delivered = gate(delivered, dataset._skip_count, StepAgreement(namespace=str(dataset.ns)))

@@ -8,7 +8,10 @@ offset ``k`` also holds the state from which offset ``k + 1`` is produced
 the pipeline to the state committed with its ``resume_offset``: nothing is
 re-read from the start and nothing is produced twice. Offsets appended but
 not committed when a process died are produced again from that state (their
-objects stay invisible orphans for the Reclaimer).
+objects stay invisible orphans for the Reclaimer). A pipeline that says which
+control record shaped its last batch (its ``mix``'s ``control_version``:
+``Mix(control=)``, forwarded by ``Pack`` and ``GlobalBatches``) has it recorded
+in the batch's manifest entry.
 """
 
 from __future__ import annotations
@@ -192,7 +195,10 @@ def produce(
                     elif o.stop.wait(delay):
                         break  # stopped while waiting: this batch is not appended (its state is not committed)
                     next_at = max(next_at + interval, time.perf_counter() - interval)
-                producer.append(batch, offset=offset, state=pipeline.state_dict(),
+                # the control version that shaped the batch (Mix(control=), forwarded by Pack and GlobalBatches)
+                mix = getattr(pipeline, "mix", None)
+                control = 0 if mix is None else int(mix.control_version)
+                producer.append(batch, offset=offset, state=pipeline.state_dict(), control=control,
                                 skipped=pipeline_skips(pipeline, nodes=nodes))
                 if o.on_append is not None:
                     o.on_append(offset)

@@ -173,7 +173,7 @@ class Producer:
 
     def append(
         self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None,
-        skipped: Mapping[str, int] | None = None,
+        skipped: Mapping[str, int] | None = None, control: int = 0,
     ) -> bool:
         """Write one global batch as offset ``offset`` (default: the next one); queue its commit.
 
@@ -189,6 +189,8 @@ class Producer:
         ``skipped``: the samples the pipeline dropped up to this batch, by
         reason (cumulative, as ``produce()`` counts them); committed with the
         offset in this producer's record, where ``tgb inspect`` shows them.
+        ``control``: the version of the control record that shaped this batch
+        (``Mix(control=)``; 0: none), recorded in its manifest entry.
         """
         self._loop.raise_if_failed()
         if self._loop.closing:
@@ -206,6 +208,9 @@ class Producer:
                 f"{self.store.url}: producer {self.producer_id!r} expected offset={expected}, got {offset=} "
                 "(offsets are appended consecutively from resume_offset)"
             )
+        if isinstance(control, bool) or not isinstance(control, int) or control < 0:
+            raise ValueError(f"{self.store.url}: producer {self.producer_id!r} {offset=}: control={control!r} must be "
+                             "a control version (an int >= 0)")
         saved = None if state is None else encode_producer_state(state, producer_id=self.producer_id, offset=offset)
         skips = None if skipped is None else check_skipped(
             skipped, what=f"{self.store.url}: producer {self.producer_id!r} {offset=}")
@@ -232,7 +237,7 @@ class Producer:
         def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
             return encode_batch(batch, layout, base=base, key=key)
 
-        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens))
+        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens, control=control))
         self._next_offset = offset + 1
         return True
 

@@ -10,6 +10,7 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``attention``: block-diagonal causal masks (dense for SDPA, ``BlockMask`` for flex_attention).
 - ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
 - ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
+- ``reweight``: mixture weights from per-domain losses (DoReMi's exponentiated gradient).
 - ``partition``: permutation-then-partition of source units over shards, seeded window shuffles.
 - ``media``: image and video decoding from bytes, sizes bounded by the header before decoding.
 - ``vision``: resolutions and their schedules over steps, resize, patchify, image-token splicing.
@@ -63,6 +64,7 @@ from torch_tgb.transforms.packing import (
     pack_rows,
     packing_efficiency,
 )
+from torch_tgb.transforms.reweight import exponentiated_gradient
 from torch_tgb.transforms.partition import partition_bounds, shard_assignment, window_permutation
 from torch_tgb.transforms.sample_keys import SAMPLE_KEYS, decode_sample_keys, encode_sample_keys
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
@@ -117,6 +119,7 @@ __all__ = [
     "edges_between",
     "encode_sample_keys",
     "encoder_costs",
+    "exponentiated_gradient",
     "flatten_cu_seqlens",
     "image_token_count",
     "learn_edges",

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.datapipes.produce._steer import mix_of
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.format import narrowing_problem
 from torch_tgb.transforms import PACKERS, pack, pack_rows
@@ -225,6 +226,11 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         self._block, self._at = None, 0
         self._fill()
         return self._left() > 0
+
+    @property
+    def mix(self) -> Any:
+        """The ``Mix`` below (None: none): ``tgb.produce`` records its control version, fleets read its stats."""
+        return mix_of(self.source)
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
