@@ -231,7 +231,7 @@ def produce_source(args: argparse.Namespace) -> int:
     (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
     complete and exits 0.
     """
-    from torch_tgb.cli._producer_setup import observed, segments
+    from torch_tgb.cli._producer_setup import codecs, observed, segments
     from torch_tgb.producer import produce
 
     shard = None if args.shard is None else parse_shard(args.shard)
@@ -242,7 +242,7 @@ def produce_source(args: argparse.Namespace) -> int:
             args.ns, pipeline, producer_id=None if shard else args.producer_id, shard=shard, job=args.producer_id,
             layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
             max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
-            config=segments(args), rate=args.rate, watch=lambda producer: observed(producer, args),
+            config=segments(args), rate=args.rate, watch=lambda producer: observed(producer, args), codecs=codecs(args),
         )
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
     counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}

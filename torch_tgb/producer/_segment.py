@@ -35,12 +35,12 @@ waits for it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from torch_tgb.errors import FencedError, ObjectNotFound, TGBError
-from torch_tgb.format import V3_SLICE_ALIGN, SliceData, encode_tgb, segment_index
+from torch_tgb.format import V3_SLICE_ALIGN, Codec, SliceData, encode_tgb, segment_index
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.manifest.keys import parse_object_name
 from torch_tgb.manifest.records import DATA_PREFIX
@@ -107,6 +107,7 @@ class SegmentWriter:
         segment_tgbs: int = 1,
         segment_bytes: int = 256 << 20,
         on_written: Callable[[list[TGBEntry]], None] | None = None,
+        codecs: Mapping[str, Codec] | None = None,
     ) -> None:
         if segment_tgbs < 1 or segment_bytes < 1:
             raise ValueError(f"segment_tgbs and segment_bytes must be >= 1, got {segment_tgbs=} {segment_bytes=}")
@@ -115,6 +116,7 @@ class SegmentWriter:
         self.key_for = key_for  # object key from the first offset in it
         self.segment_tgbs = segment_tgbs
         self.segment_bytes = segment_bytes
+        self.codecs = dict(codecs or {})  # tensor name -> how it is stored (format version 4)
         self._open: _Segment | None = None
         self.on_written = on_written  # given: segments of several TGBs are published in the background
         self._writer: ThreadPoolExecutor | None = None
@@ -136,7 +138,7 @@ class SegmentWriter:
         segment = self._open
         end = segment.writer.size
         base = end + (-end % V3_SLICE_ALIGN)  # encode_tgb pads its first slice to a page where it pages them
-        buffers, obj = encode_tgb(slices, base=base, key=segment.writer.key)
+        buffers, obj = encode_tgb(slices, base=base, key=segment.writer.key, codecs=self.codecs)
         # written (copied) now: the encoder's buffers view the caller's tensors, which may change after append
         try:
             written = segment.writer.write_at(base, buffers)

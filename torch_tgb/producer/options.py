@@ -45,6 +45,8 @@ class ProduceOptions:
     ``rate``: at most that many batches per second (a stream's pace).
     ``watch(producer)``: a context manager held open around the run with the
     open :class:`Producer` (periodic stats logging, a metrics endpoint).
+    ``codecs``: tensor name -> codec spec, those tensors stored compressed at
+    rest (``Producer(codecs=)``; e.g. ``{"pixel_values": "zstd:1+delta:3x14x14"}``).
     """
 
     commit_policy: str | CommitPolicy = "dac"
@@ -59,6 +61,7 @@ class ProduceOptions:
     on_append: Callable[[int], None] | None = None
     rate: float | None = None
     watch: Callable[[Producer], AbstractContextManager[object]] | None = None
+    codecs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (
@@ -93,3 +96,4 @@ class ProduceSettings(TypedDict, total=False):
     on_append: Callable[[int], None] | None
     rate: float | None
     watch: Callable[[Producer], AbstractContextManager[object]] | None
+    codecs: Mapping[str, str]

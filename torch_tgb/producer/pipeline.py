@@ -119,7 +119,7 @@ def produce(
 
     Everything else is a :class:`~torch_tgb.producer.ProduceOptions` field
     (``commit_policy``, ``max_lag``, ``max_steps``, ``seal``, ``config``,
-    ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``),
+    ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``, ``codecs``),
     given as ``options=`` or as keyword arguments.
     """
     from torchdata.nodes import BaseNode
@@ -137,7 +137,7 @@ def produce(
     try:
         producer = Producer(
             ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
-            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec,
+            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec, codecs=o.codecs,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)
