@@ -102,6 +102,20 @@ def test_objects_without_codecs_stay_version_3_and_an_older_reader_refuses_versi
     store.close()
 
 
+def test_a_reader_blind_to_codecs_refuses_a_coded_row_by_its_length(monkeypatch) -> None:
+    """A version-3 reader of slice records only (no trailer, no version) ignores meta "codecs" and the row's
+    codec number: a coded row's stored length is never its shape's bytes, so it refuses, never misreads."""
+    data, obj, _ = _encode(_batch(), {"pixel_values": IMAGE_CODEC})
+    monkeypatch.setattr(footer_module, "codec_table", lambda specs, version: ())  # as such a reader parses
+    footer_module._parse_meta.cache_clear()
+    try:
+        footer = parse_footer(data[obj.footer_offset :], key="k", size=obj.size, footer_offset=obj.footer_offset)
+        with pytest.raises(CorruptObject, match="tensor 'pixel_values': shape .* needs \\d+ bytes, footer says"):
+            footer.slice(0)
+    finally:
+        footer_module._parse_meta.cache_clear()
+
+
 def test_an_incompressible_tensor_is_stored_as_it_is_and_never_grows() -> None:
     noise = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (8, 588), dtype=np.uint8))
     data, obj, slices = _encode({"pixel_values": noise}, {"pixel_values": "zstd"}, dp=1)
