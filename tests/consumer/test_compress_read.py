@@ -142,3 +142,25 @@ def test_tgb_verify_finds_a_damaged_coded_tensor(namespaces) -> None:
     Path(path).write_bytes(bytes(raw))
     report = verify_namespace(coded)
     assert not report.ok and "tensor 'pixel_values': CRC32C mismatch" in report.render_text()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"keys": ("pixel_values",)},
+        {"keys": ("input_ids", "sample_id")},
+        {"dtype": torch.int64},
+        {"read_mode": "copy", "verify": "always"},
+        {"shuffle": True, "block_size": 2, "seed": 3},
+        {"runs": False, "inline_local": False, "prefetch": 2},
+    ],
+    ids=lambda o: ",".join(o),
+)
+def test_reader_options_read_a_coded_namespace_as_the_plain_one(namespaces, options) -> None:
+    """Key selection, casts, copies, shuffled epochs, forced read-ahead, one rank merging both slices: each
+    the plain namespace's steps."""
+    plain, coded = namespaces
+    for rank in range(2):
+        same(steps(coded, rank, **options), steps(plain, rank, **options))
+    merged = [list(tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=0, dp_size=1), **options)) for ns in (coded, plain)]
+    same(*merged)
