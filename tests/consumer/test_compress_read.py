@@ -164,3 +164,22 @@ def test_reader_options_read_a_coded_namespace_as_the_plain_one(namespaces, opti
         same(steps(coded, rank, **options), steps(plain, rank, **options))
     merged = [list(tgb.TGBDataset(ns, mesh=tgb.Mesh(dp_rank=0, dp_size=1), **options)) for ns in (coded, plain)]
     same(*merged)
+
+
+def test_a_corrupt_frame_read_without_crc_checks_is_corrupt_object_never_wrong_tensors(namespaces) -> None:
+    """``verify="never"`` trusts the stored bytes; a flipped byte anywhere in a coded tensor's frame is still
+    refused (zstd's frame checks, its content checksum), never delivered as a tensor."""
+    _, coded = namespaces
+    with open_store(coded) as store:
+        key = sorted(store.list("data/"))[0]
+        t = next(t for t in read_footer(store, key).slice(0).tensors if t.name == "pixel_values" and t.codec)
+        path = store.local_path(key)
+    assert path is not None
+    original = Path(path).read_bytes()
+    for at in sorted({t.offset + t.length * k // 8 for k in range(1, 8)} | {t.offset + t.length - 1}):
+        raw = bytearray(original)
+        raw[at] ^= 0x10
+        Path(path).write_bytes(bytes(raw))
+        with pytest.raises(tgb.errors.CorruptObject, match="tensor 'pixel_values'"):
+            steps(coded, 0, verify="never")
+    Path(path).write_bytes(original)
