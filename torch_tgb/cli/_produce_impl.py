@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
-from torch_tgb.cli._producer_setup import observed, segments
+from torch_tgb.cli._producer_setup import codecs, observed, segments
 from torch_tgb.layout import Layout
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
@@ -146,6 +146,7 @@ def produce(args: argparse.Namespace) -> int:
             max_lag=args.max_lag,
             storage_options=storage_options(args),
             config=segments(args),
+            codecs=codecs(args),
         )
     bar = ProduceProgress(f"produce {args.producer_id}", per_batch=(args.global_batch * args.seq_len, "token"),
                           batches=steps, stats_interval=args.stats_interval)

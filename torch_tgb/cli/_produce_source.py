@@ -240,7 +240,7 @@ def produce_source(args: argparse.Namespace) -> int:
 
     from torch_tgb.cli._interrupt import INTERRUPTED_EXIT, stop_on_interrupt
     from torch_tgb.cli._produce_progress import ProduceProgress, skipped_text
-    from torch_tgb.cli._producer_setup import segments, watched
+    from torch_tgb.cli._producer_setup import codecs, segments, watched
     from torch_tgb.producer import produce
     from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips, pipeline_work
 
@@ -260,7 +260,7 @@ def produce_source(args: argparse.Namespace) -> int:
             layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
             max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
             config=segments(args), rate=args.rate, watch=watched(args, bar), progress=False, on_append=bar.on_append,
-            stop=stop,
+            stop=stop, codecs=codecs(args),
         )
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
     counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}

@@ -1,4 +1,4 @@
-"""What every ``tgb produce`` path sets up around its producer: the segment config and the observers."""
+"""What every ``tgb produce`` path sets up around its producer: the segment config, the codecs and the observers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from torch_tgb.producer import Producer
     from torch_tgb.producer.config import ProducerConfig
 
-__all__ = ["observed", "segments", "watched"]
+__all__ = ["codecs", "observed", "segments", "watched"]
 
 
 @contextlib.contextmanager
@@ -76,3 +76,14 @@ def segments(args: argparse.Namespace) -> ProducerConfig:
     if mb == 0:
         return ProducerConfig()
     return ProducerConfig.bulk(segment_bytes=max(1, int(mb * (1 << 20))))
+
+
+def codecs(args: argparse.Namespace) -> dict[str, str]:
+    """``--codec KEY=SPEC`` (repeatable) as ``{KEY: SPEC}``: those keys stored compressed (``Producer(codecs=)``)."""
+    out = {}
+    for item in args.codec or ():
+        key, sep, spec = item.partition("=")
+        if not sep or not key or not spec:
+            raise CommandError(f"--codec {item!r}: expected KEY=SPEC, e.g. input_ids=zstd")
+        out[key] = spec
+    return out

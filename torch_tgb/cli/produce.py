@@ -120,6 +120,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "one object per batch, so each is visible at its commit); 0: one object per batch",
     )
     p.add_argument(
+        "--codec",
+        action="append",
+        default=None,
+        metavar="KEY=SPEC",
+        help="store KEY compressed at rest, e.g. input_ids=zstd or pixel_values=zstd:1+delta:3x14x14 "
+        "(repeatable; needs the compress extra; docs/multimodal.md, 'Compression at rest')",
+    )
+    p.add_argument(
         "--stats-interval",
         type=float,
         default=None,

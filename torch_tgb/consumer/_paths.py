@@ -52,7 +52,7 @@ from torch_tgb.datapipes.read import (
 from torch_tgb.consumer._skips import Skips
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject, TGBError
-from torch_tgb.format import Contract, IntegerCast, SliceReader
+from torch_tgb.format import Contract, IntegerCast, SliceReader, coded_keys
 from torch_tgb.layout import LABELS_KEY, ReadPlan, offsets_key
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
@@ -399,7 +399,8 @@ def open_path(
                          read_whole_below=options.small_object_bytes, contract=Contract(plan.written, keys.schema))
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
-    if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
+    runs = takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers)
+    if runs and not coded_keys(keys.schema):  # compressed: the step path decodes on its read-ahead threads
         path = RunPath(project, steps, slices, store, options, keys, sources)
     else:
         path = StepPath(project, store, slices, options, keys, sources, emit_meta=emit_meta)

@@ -50,6 +50,8 @@ class ProduceOptions:
     after the batch in hand: what was appended is committed, the producer is
     closed (mark ``closed``, not left ``open``) and the report says
     ``interrupted``.
+    ``codecs``: tensor name -> codec spec, those tensors stored compressed at
+    rest (``Producer(codecs=)``; e.g. ``{"pixel_values": "zstd:1+delta:3x14x14"}``).
     """
 
     commit_policy: str | CommitPolicy = "dac"
@@ -65,6 +67,7 @@ class ProduceOptions:
     rate: float | None = None
     watch: Callable[[Producer], AbstractContextManager[object]] | None = None
     stop: threading.Event | None = None
+    codecs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (
@@ -100,3 +103,4 @@ class ProduceSettings(TypedDict, total=False):
     rate: float | None
     watch: Callable[[Producer], AbstractContextManager[object]] | None
     stop: threading.Event | None
+    codecs: Mapping[str, str]

@@ -130,7 +130,7 @@ def produce(
     Everything else is a :class:`~torch_tgb.producer.ProduceOptions` field
     (``commit_policy``, ``max_lag``, ``max_steps``, ``seal``, ``config``,
     ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``,
-    ``stop``), given as ``options=`` or as keyword arguments. The report's
+    ``stop``, ``codecs``), given as ``options=`` or as keyword arguments. The report's
     ``skipped`` counts the samples the pipeline's stages dropped, by reason;
     a run with skips logs a warning naming them. The counts up to each offset
     are committed with it in this producer's record of the manifest
@@ -151,7 +151,7 @@ def produce(
     try:
         producer = Producer(
             ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
-            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec,
+            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec, codecs=o.codecs,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)

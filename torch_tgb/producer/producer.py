@@ -26,7 +26,16 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
-from torch_tgb.format import TGBObject, check_schema, encode_batch, schema_fingerprint, schema_of
+from torch_tgb.format import (
+    Codec,
+    TGBObject,
+    check_codecs,
+    check_schema,
+    encode_batch,
+    parse_codec,
+    schema_fingerprint,
+    schema_of,
+)
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
@@ -45,6 +54,18 @@ __all__ = ["Producer", "object_key"]
 log = logging.getLogger(__name__)
 
 
+def _parse_codecs(codecs: Mapping[str, str | Codec] | None) -> dict[str, Codec]:
+    """``codecs`` parsed, their libraries imported now (``MissingExtra`` before anything is written)."""
+    out = {}
+    for name, spec in (codecs or {}).items():
+        try:
+            out[name] = spec if isinstance(spec, Codec) else parse_codec(spec)
+        except ValueError as e:
+            raise ValueError(f"codecs[{name!r}]: {e}") from e
+        out[name].backend.library()
+    return out
+
+
 def object_key(producer_id: str, epoch: int, offset: int) -> str:
     """``data/<producer_id>/e<epoch:06d>-o<offset:012d>-<rand>.tgb``: unique per write attempt."""
     return object_name(producer_id, epoch, offset, secrets.token_hex(4))
@@ -60,6 +81,12 @@ class Producer:
     whose shard is already done :class:`~torch_tgb.errors.ShardComplete`,
     both before anything is written. A producer whose id belongs to the
     namespace's job follows its rules with or without ``job``.
+
+    ``codecs``: tensor name -> codec spec (``"zstd"``, ``"zstd:1+delta:3x14x14"``;
+    ``docs/multimodal.md``, *Compression at rest*): those tensors are stored
+    compressed (format version 4, which older readers refuse; needs the
+    ``compress`` extra). A producer that creates the namespace records its
+    choice in ``dataset.json``'s schema, so readers know to decode ahead.
     """
 
     def __init__(
@@ -75,8 +102,11 @@ class Producer:
         metadata: Mapping[str, Any] | None = None,
         config: ProducerConfig | None = None,
         job: JobSpec | None = None,
+        codecs: Mapping[str, str | Codec] | None = None,
     ) -> None:
         self.producer_id = validate_producer_id(producer_id)
+        self.codecs = _parse_codecs(codecs)
+        self._codecs_checked = not self.codecs
         if not isinstance(layout, Layout):
             raise TypeError(f"layout must be a torch_tgb.Layout, got {type(layout).__name__}")
         if max_lag is not None and max_lag < 1:
@@ -167,6 +197,10 @@ class Producer:
             self._dataset = stored
 
     def _ensure_dataset(self, schema: dict[str, Any]) -> DatasetInfo:
+        # the codecs chosen, as a hint to readers (a plain read path for a compressed namespace would decode
+        # on the trainer's thread); every footer says itself how its tensors are stored
+        schema = {name: {**spec, "codec": self.codecs[name].spec} if name in self.codecs else spec
+                  for name, spec in schema.items()}
         return self.manifest.ensure_dataset(self.layout, schema, self._metadata)
 
     # --- appending -----------------------------------------------------------
@@ -232,10 +266,13 @@ class Producer:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
         if skips is not None:
             self._skips[offset] = skips
-        layout = self.layout  # encoded into the segment as one copy, without a Python object per slice
+        if not self._codecs_checked:  # a key the batch lacks, a block of another size: refused before a write
+            check_codecs(self.layout.cut(batch)[0], self.codecs)
+            self._codecs_checked = True
+        layout, codecs = self.layout, self.codecs  # encoded into the segment as one copy, no object per slice
 
         def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
-            return encode_batch(batch, layout, base=base, key=key)
+            return encode_batch(batch, layout, base=base, key=key, codecs=codecs)
 
         self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens, control=control))
         self._next_offset = offset + 1
