@@ -28,6 +28,7 @@ import torch
 from torch_tgb.errors import SchemaMismatch, TGBError
 from torch_tgb.format import check_schema, schema_fingerprint, schema_of
 from torch_tgb.layout import Layout
+from torch_tgb.lineage.capture import LineageCapture
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest.records import check_metadata, encode_producer_state
@@ -113,9 +114,12 @@ class Producer:
             segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
             on_written=self._queue if self.config.write_behind else None,
         )
+        #: the deltas of the lineage index, written as versions commit (``lineage/capture.py``)
+        self._lineage = LineageCapture(self.store, self.producer_id, dp=layout.dp)
         self._loop = CommitLoop(
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
             config=self.config, max_lag=max_lag, epoch=self.epoch, committed_offsets=self.resume_offset,
+            on_commit=self._committed,
         )
 
     def _remove_fenced_partials(self) -> None:
@@ -214,6 +218,7 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
+        self._lineage.add(offset, batch)
         self._queue(self._segments.add(self.layout.cut(batch), offset=offset, samples=samples, tokens=tokens))
         self._next_offset = offset + 1
         return True
@@ -225,6 +230,12 @@ class Producer:
         self._hook("after_object_write")
         for entry in written:
             self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None))
+
+    def _committed(self, number: int) -> None:
+        """On the committer thread: version ``number`` committed entries of ours; write its lineage delta."""
+        version = self.manifest.try_read_version(number)
+        if version is not None:
+            self._lineage.committed(version)
 
     def _hook(self, point: str) -> None:
         if self.config.crash_hook is not None:
@@ -264,6 +275,7 @@ class Producer:
         self._loop.stop("done" if seal else "closed")
         self._closed = True
         self._segments.close()
+        self._lineage.close()
         if self._owns_store:
             self.store.close()
         self._loop.raise_if_failed()
