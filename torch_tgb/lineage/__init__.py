@@ -3,7 +3,9 @@
 Rows carry their provenance (``transforms.provenance``: the ragged key
 ``provenance``); producers append the lineage index as they commit
 (``capture.py``, ``index.py``); :class:`Lineage` answers ``lookup`` (which
-steps hold a record) and ``provenance`` (what a step holds); :func:`dataset_card` describes a
+steps hold a record) and ``provenance`` (what a step holds); :func:`excise`
+rewrites the steps that hold records and commits the replacements in one
+manifest version, with an audit record; :func:`dataset_card` describes a
 namespace from its manifest and index; :func:`verify_deny` checks that no
 row still holds a denied record. See docs/provenance.md.
 """
@@ -14,6 +16,7 @@ from torch_tgb._lazy import lazy_exports
 
 _LAZY = {
     "ExcisionRecord": "torch_tgb.lineage.audit",
+    "ExcisionReport": "torch_tgb.lineage._excise",
     "Hit": "torch_tgb.lineage.query",
     "Lineage": "torch_tgb.lineage.query",
     "LookupResult": "torch_tgb.lineage.query",
@@ -23,6 +26,7 @@ _LAZY = {
     "StepProvenance": "torch_tgb.lineage.query",
     "compact": "torch_tgb.lineage._compact",
     "dataset_card": "torch_tgb.lineage.card",
+    "excise": "torch_tgb.lineage._excise",
     "read_records": "torch_tgb.lineage.records",
     "register_sources": "torch_tgb.lineage.sources",
     "verify_deny": "torch_tgb.lineage.deny",
