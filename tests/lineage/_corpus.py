@@ -53,3 +53,15 @@ def read_all(ns: str, dp: int, keys: tuple[str, ...] = ("input_ids", "seq_lens",
 
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def pieces(batch: dict[str, torch.Tensor], r: int) -> list[tuple[int, list[int]]]:
+    """Row r's pieces: (record, its tokens), in row order, from the provenance extents."""
+    offs, prov = batch["provenance_offsets"].numpy(), batch["provenance"].numpy()
+    tokens = batch["input_ids"][r].tolist()
+    out, at = [], 0
+    for k in range(int(offs[r]), int(offs[r + 1])):
+        n = int(prov[k, 2]) & 0xFFFFFF
+        out.append((int(prov[k, 1]), tokens[at : at + n]))
+        at += n
+    return out

@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import torch_tgb as tgb
-from tests.lineage._corpus import corpus, produce, read_all, record, same
+from tests.lineage._corpus import corpus, pieces, produce, read_all, record, same
 from torch_tgb.lineage import Lineage, excise, verify_deny
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import open_store
-
-
-def _pieces(batch: dict, r: int) -> list[tuple[int, list[int]]]:
-    """Row r's spans: (record, tokens) in order, from its provenance extents."""
-    offs = batch["provenance_offsets"].numpy()
-    prov = batch["provenance"].numpy()
-    tokens = batch["input_ids"][r].tolist()
-    out, at = [], 0
-    for k in range(int(offs[r]), int(offs[r + 1])):
-        n = int(prov[k, 2]) & 0xFFFFFF
-        out.append((int(prov[k, 1]), tokens[at : at + n]))
-        at += n
-    return out
 
 
 @pytest.mark.parametrize(("segment_tgbs", "rows", "dp"), [(1, "tokens", 2), (4, "tokens", 2), (1, "arrays", 1)])
@@ -48,9 +34,9 @@ def test_excised_records_leave_every_step_and_nothing_else_changes(tmp_path, seg
             changed.add(step)
             assert b["input_ids"].shape == a["input_ids"].shape
             for r in range(a["input_ids"].shape[0]):
-                kept = [p for p in _pieces(a, r) if p[0] not in denied] if rows == "tokens" else None
+                kept = [p for p in pieces(a, r) if p[0] not in denied] if rows == "tokens" else None
                 if rows == "tokens":
-                    assert _pieces(b, r) == kept  # every other span intact, in order, same row
+                    assert pieces(b, r) == kept  # every other span intact, in order, same row
     assert changed == set(report.steps)  # exactly the steps that held them
     hits = Lineage(ns).lookup([record(path, d) for d in denied])
     assert all(h.excised for v in hits.hits.values() for h in v) and hits.hits
@@ -148,3 +134,28 @@ def test_the_reclaimer_keeps_superseded_objects_while_a_reader_may_need_them(tmp
     assert reclaim.run_once().superseded == len(gone) and not any(store.exists(k) for k in gone)
     assert verify_deny(ns, [record(path, 1)]).rows == 0
     assert sum(1 for _ in resumed) > 0  # every step left still reads
+
+
+def test_an_excision_whose_new_objects_were_swept_commits_nothing(tmp_path, monkeypatch) -> None:
+    """A Reclaimer sweep deleted the objects an excision wrote before it committed (it ran past the grace
+    period): the excision refuses to publish them, and the namespace reads as before."""
+    import torch_tgb.lineage._excise as ex
+    from torch_tgb.errors import ProvenanceError
+
+    path, idx, _ = corpus(tmp_path)
+    ns = str(tmp_path / "ns")
+    produce(ns, path, idx)
+    store = open_store(ns)
+    head = Manifest(store).latest_version()
+    real = ex.commit_replacements
+
+    def swept(manifest, replacements, superseded, **kw):
+        store.delete(sorted(k for k in store.list(ex.EXCISE_PREFIX)))
+        return real(manifest, replacements, superseded, **kw)
+
+    monkeypatch.setattr(ex, "commit_replacements", swept)
+    with pytest.raises(ProvenanceError, match="grace period"):
+        excise(ns, [record(path, 7)])
+    assert Manifest(open_store(ns)).latest_version() == head
+    assert verify_deny(ns, [record(path, 7)]).rows > 0  # not excised, and every step still reads
+    assert len(read_all(ns, 2)[0]) > 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.distributed.test_torchrun import free_port
-from tests.lineage._corpus import corpus, produce, read_all, record, same
+from tests.lineage._corpus import corpus, pieces, produce, read_all, record, same
 from torch_tgb.lineage import excise, verify_deny
 
 pytestmark = pytest.mark.slow
@@ -31,18 +31,6 @@ def run(ns: str, phase: str, out: Path) -> list[list[dict[str, torch.Tensor]]]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(re.findall(r"rank \d read", proc.stdout)) == 2, proc.stdout
     return [torch.load(out / f"{phase}-rank{r}.pt") for r in (0, 1)]
-
-
-def _pieces(batch: dict[str, torch.Tensor], r: int) -> list[tuple[int, list[int]]]:
-    """Row r's pieces: (record, its tokens), in row order."""
-    offs, prov = batch["provenance_offsets"].numpy(), batch["provenance"].numpy()
-    tokens = batch["input_ids"][r].tolist()
-    out, at = [], 0
-    for k in range(int(offs[r]), int(offs[r + 1])):
-        n = int(prov[k, 2]) & 0xFFFFFF
-        out.append((int(prov[k, 1]), tokens[at : at + n]))
-        at += n
-    return out
 
 
 def test_a_run_resumed_after_an_excision_reads_the_cleaned_steps_once_on_the_same_slices(tmp_path) -> None:
@@ -69,7 +57,7 @@ def test_a_run_resumed_after_an_excision_reads_the_cleaned_steps_once_on_the_sam
             assert same(batch, after[rank][step])  # the cleaned TGB of this step, this rank's slice
             assert not np.isin(batch["provenance"][:, 1].numpy(), denied).any()
             for r in range(batch["input_ids"].shape[0]):  # the same rows, every other piece intact, in order
-                kept = [p for p in _pieces(before[rank][step], r) if p[0] not in denied]
-                assert _pieces(batch, r) == kept, (rank, step, r)
+                kept = [p for p in pieces(before[rank][step], r) if p[0] not in denied]
+                assert pieces(batch, r) == kept, (rank, step, r)
         changed = {3 + k for k, b in enumerate(rest[rank]) if not same(b, before[rank][3 + k])}
         assert changed and changed <= set(report.steps)

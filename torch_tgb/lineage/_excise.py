@@ -170,7 +170,7 @@ def _excise_once(lineage: Lineage, ids: list[RecordId], who: str, reason: str, d
                 spans += len(r.removed)
                 tokens += r.tokens
         superseded = [(old, max(s for s, _ in tgbs)) for old, tgbs in objects.items()]
-        record_of = _audit(store, ids, who, reason, steps, sorted(objects), spans, tokens, hits)
+        record_of = _audit(store, ids, who, reason, steps, sorted(objects), spans, tokens, hits, written)
         version = commit_replacements(manifest, replacements, superseded, audit=record_of)
     except BaseException:
         if written:
@@ -223,10 +223,17 @@ def _write_object(store: ObjectStore, key: str, tgbs: list[tuple[TGBEntry, list[
 
 
 def _audit(store: ObjectStore, ids: list[RecordId], who: str, reason: str, steps: list[int], objects: list[str],
-           spans: int, tokens: int, hits: list[list[int]]) -> Callable[[int, str, str], str]:
-    """The audit writer ``commit_replacements`` calls for each attempt."""
+           spans: int, tokens: int, hits: list[list[int]], written: list[str]) -> Callable[[int, str, str], str]:
+    """The audit writer ``commit_replacements`` calls for each attempt, right before its create: it first
+    checks that the new objects are still there (a Reclaimer sweeps objects no version names once older than
+    its grace period: an excision that ran longer must not publish what it deleted)."""
 
     def write(number: int, token: str, previous: str) -> str:
+        gone = [k for k in written if not store.exists(k)]
+        if gone:
+            raise ProvenanceError(f"{store.url}: {len(gone)} object(s) this excision wrote are gone ({gone[0]}): "
+                                  "a Reclaimer swept them while the excision ran longer than its grace period; "
+                                  "run the excision again (or reclaim with a longer --grace-period meanwhile)")
         record = ExcisionRecord(number, who, time.time(), reason, [str(r) for r in ids], steps, objects, spans,
                                 tokens, [[str(h), s] for h, s in hits], previous)
         return write_excision(store, record, token)
