@@ -126,3 +126,59 @@ def test_extents_cover_documents_split_over_rows(tmp_path) -> None:
         assert covered[0][0] == 0 and sum(x for _, x in covered) == n
         assert all(a + x == b for (a, x), (b, _) in zip(covered, covered[1:]))  # contiguous pieces
     assert np.mean([len(v) for v in pieces.values()]) > 1  # some documents were split
+
+
+@pytest.mark.parametrize("kind", ["parquet", "webdataset"])
+def test_every_piece_names_the_record_its_tokens_come_from(tmp_path, kind) -> None:
+    """Parquet rows are named by their row in the file (not in the row group); WebDataset samples by their index in
+    the shard. Every piece of every row holds exactly the tokens of the record it names, at the extent it names."""
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import torch_tgb as tgb
+    from torch_tgb import sources
+    from torch_tgb.datapipes import document_batches
+
+    rng = np.random.default_rng(5)
+    files = []
+    for f in range(2):
+        docs = [rng.integers(1, 5000, size=int(rng.integers(3, 40))).astype(np.int32) for _ in range(23)]
+        if kind == "parquet":
+            path = tmp_path / f"part-{f}.parquet"
+            pq.write_table(pa.table({"input_ids": pa.array([d.tolist() for d in docs], pa.list_(pa.int32()))}),
+                           str(path), row_group_size=5)  # row groups of 5: record 7 is row 2 of the second
+        else:
+            path = tmp_path / f"shard-{f}.tar"
+            with tarfile.open(path, "w") as tar:
+                for k, d in enumerate(docs):
+                    buf = io.BytesIO()
+                    np.save(buf, d)
+                    member = tarfile.TarInfo(f"s{k:04d}.tokens.npy")
+                    member.size = buf.tell()
+                    tar.addfile(member, io.BytesIO(buf.getvalue()))
+        files.append((str(path), docs))
+    paths = [p for p, _ in files]
+    node = sources.Parquet(paths, name="src") if kind == "parquet" else sources.WebDataset(paths, name="src")
+    ns = str(tmp_path / "ns")
+    tgb.produce(ns, document_batches(node, seq_len=24, global_batch_size=4, layout=tgb.Layout(dp=1), packing="bfd"),
+                producer_id="p0", seal=True)
+    with Lineage(ns) as lineage:
+        [info] = lineage.sources().values()
+        named = lineage.provenance(0).records()
+    assert info.units == tuple(paths) and all(r.source == "src" and r.unit in paths for r in named)
+    by_path = dict(files)
+    seen = 0
+    for batch in tgb.TGBDataset(ns, mesh=tgb.Mesh(0, 1), keys=("input_ids", "provenance")):
+        offs, prov = batch["provenance_offsets"].numpy(), batch["provenance"].numpy()
+        for r in range(batch["input_ids"].shape[0]):
+            at = 0
+            for k in range(int(offs[r]), int(offs[r + 1])):
+                start, n = (int(x) for x in unpack_extent(prov[k, 2]))
+                doc = by_path[info.units[int(prov[k, 0]) & 0xFFFFFFFF]][int(prov[k, 1])]
+                assert batch["input_ids"][r, at : at + n].tolist() == doc[start : start + n].tolist()
+                at += n
+                seen += 1
+    assert seen >= 46  # every record at least once
