@@ -36,6 +36,10 @@ __all__ = ["IndexState", "LineageIndex"]
 
 #: attempts of a lookup whose objects a concurrent compaction removed under it
 _ATTEMPTS = 3
+#: blocks of a run a lookup reads in one range: needed blocks at most this many apart are read together (a
+#: block is 128 KiB, about a round trip's worth of bytes on one stream of an object store), up to ``_RANGE``
+_GAP = 8
+_RANGE = 64
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,8 @@ class LineageIndex:
 
 
 def _blocks(run: RunInfo, wanted: np.ndarray) -> list[tuple[int, int]]:
-    """Entry ranges ``[first, stop)`` of ``run`` that may hold any of ``wanted`` (sorted): whole blocks, adjacent
-    ones merged."""
+    """Entry ranges ``[first, stop)`` of ``run`` that may hold any of ``wanted`` (sorted): whole blocks, those at
+    most ``_GAP`` apart read together, at most ``_RANGE`` blocks a range (ranges are read concurrently)."""
     if not run.count or not len(wanted):
         return []
     inside = wanted[(wanted >= run.fences[0]) & (wanted <= np.uint64(run.last))]
@@ -147,7 +151,7 @@ def _blocks(run: RunInfo, wanted: np.ndarray) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for b in blocks.tolist():
         first, stop = b * BLOCK, min(run.count, (b + 1) * BLOCK)
-        if out and out[-1][1] == first:
+        if out and first - out[-1][1] <= (_GAP - 1) * BLOCK and stop - out[-1][0] <= _RANGE * BLOCK:
             out[-1] = (out[-1][0], stop)
         else:
             out.append((first, stop))
