@@ -215,6 +215,7 @@ def _check_log(
     sealed_at: int | None = None
     snapshots = _numbers(store, SNAPSHOT_PREFIX)
     entries: list[tuple[int, int, TGBEntry]] = []
+    newest: Version | None = None  # the newest version read: its replacements are the ones in effect
     for number in range(max(1, boundary.version), latest + 1):
         try:
             version = manifest.read_version(number)
@@ -223,6 +224,7 @@ def _check_log(
             expected_first = None  # the next version's first_step cannot be checked
             continue
         report.versions_checked += 1
+        newest = version
         entries += [(number, version.first_step + i, entry) for i, entry in enumerate(version.entries)]
         if base is not None and number == boundary.version:
             # the boundary snapshot is the state *after* this version: its producers are already folded in
@@ -244,6 +246,10 @@ def _check_log(
         _check_producers(version, producers, problem)
         if number in snapshots:
             _check_snapshot(manifest.read_snapshot(number), version, producers, sealed_at, problem)
+    replaced = newest.replaced if entries and newest is not None else None
+    if replaced is not None:  # the entries in effect: a step an excision replaced is read from its new object
+        swapped = manifest.replacements.apply(replaced, entries[0][1], [e for _, _, e in entries])
+        entries = [(n, step, e) for (n, step, _), e in zip(entries, swapped)]
     return entries
 
 

@@ -32,6 +32,10 @@ SUBCOMMANDS = {
     "produce": "torch_tgb.cli.produce",
     "convert": "torch_tgb.cli.convert",
     "bench": "torch_tgb.cli.bench",
+    "lineage": "torch_tgb.cli.lineage",
+    "provenance": "torch_tgb.cli.provenance",
+    "excise": "torch_tgb.cli.excise",
+    "card": "torch_tgb.cli.card",
 }
 
 

@@ -45,6 +45,7 @@ from torch_tgb.consumer._accelerate import refuse_accelerate_wrapping
 from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expectations, saved_expectation
 from torch_tgb.consumer._epochs import EpochOrder
 from torch_tgb.consumer._grouping import ScheduleStep, scheduled_length, scheduled_steps  # batch_schedule (#46)
+from torch_tgb.consumer._identity import ReadSource, dataset_identity, pin_view
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
 from torch_tgb.consumer._passes import sealed_namespace, steps_left
@@ -109,6 +110,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._owned = False
         self._by_loader = False
         self._restored = False
+        self._read = ReadSource(str(getattr(ns, "url", ns)))  # what it read (consumer/_identity.py)
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers get the settings and position, no live path
         return {**self.__dict__, "_path": None, "_closed_stats": ConsumerStats()}
@@ -135,7 +137,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
                 cursor = cursor_at(start, setting.worker, version=start.version, **ratios)
                 at, exact = Position(cursor, start, setting.worker, plan.tgbs_per_step, plan.steps_per_tgb), True
         num_steps = self._steps_per_epoch() if self._order is not None else 0
-        return ReaderState(setting, at, exact, self._order, num_steps)
+        return ReaderState(setting, at, exact, self._order, num_steps, self._read.state(at.cursor.version))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable position; ``"tgb_cursor"`` is the first step this reader may still read.
@@ -344,6 +346,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         if self._written is None:
             info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
             self._written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
+            self._read.identity = dataset_identity(info)
         return store, manifest
 
     # --- iteration ---------------------------------------------------------------
@@ -384,6 +387,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._check_contract()  # before step 0
         self._next_pass()
         store, manifest = self._open()
+        self._read.view = pin_view(manifest, self._read.pin, options=self.options)
         setting = self._setting()
         plan = self._plan()
         exact = None if self._restore is None else self._restore.restores(

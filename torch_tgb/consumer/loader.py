@@ -53,6 +53,7 @@ from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSinglePro
 from typing_extensions import Unpack
 
 from torch_tgb.cursor import Cursor
+from torch_tgb.consumer._identity import loader_view
 from torch_tgb.consumer._accelerate import AccelerateAware
 from torch_tgb.consumer._consumed import Consumption
 from torch_tgb.consumer._grouping import ScheduleStep, scheduled_steps
@@ -200,6 +201,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         if self.num_workers > 0:
             self.tgb_dataset._check_contract()  # here, not in each worker
             self.tgb_dataset._next_pass()  # decided once here, for every worker (consumer/_passes.py)
+            self.tgb_dataset._read.pin = loader_view(self.tgb_dataset)  # one view for every worker (_identity.py)
         self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
         scheduled = self.num_workers > 0 and self.tgb_dataset.options.batch_schedule is not None
         start = self.tgb_dataset.step if scheduled else 0  # batch_schedule (#46): the workers' first TGB step

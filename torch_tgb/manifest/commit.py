@@ -418,7 +418,7 @@ class Committer:
             table = table.with_bucket(index, written, before=None if before is None else before.status,
                                       after=full.status, declared=job is not None and self.producer_id in job)
         return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
-                       now, job, table)
+                       now, job, table, self.view.replaced)  # the replacements in effect, carried unchanged
 
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number

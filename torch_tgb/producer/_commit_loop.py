@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -55,8 +56,11 @@ class CommitLoop:
         max_lag: int | None,
         epoch: int,
         committed_offsets: int,
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
+        #: called on the committer thread with each version that committed entries of this producer
+        self.on_commit = on_commit
         self.producer_id = producer_id
         self.policy = policy
         self.config = config
@@ -314,6 +318,8 @@ class CommitLoop:
                     log.exception("%s: committer of %r failed", self.store.url, self.producer_id)
                 return
             transient = 0
+            if result.committed and batch and (result.wrote or result.recognised) and self.on_commit is not None:
+                self.on_commit(result.version)
             active = self._active_producers()
             if result.wrote:
                 self.policy.on_attempt(success=result.committed, window_s=result.window_s, active_producers=active)

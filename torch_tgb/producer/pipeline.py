@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torch_tgb.lineage.sources import register_sources, sources_of
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
 from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips
@@ -161,6 +162,9 @@ def produce(
             bytes_written=0, stats=ProducerStats(), already_complete=True, done=False,
         )
     with producer, (o.watch(producer) if o.watch is not None else contextlib.nullcontext()):
+        found = sources_of(pipeline)
+        if found:  # the sources the rows' provenance names, recorded once in the namespace
+            register_sources(producer.store, found)
         start = producer.resume_offset
         if start and producer.resume_state is None:
             raise TGBError(

@@ -37,6 +37,7 @@ from torch_tgb.format import (
     schema_of,
 )
 from torch_tgb.layout import Layout
+from torch_tgb.lineage.capture import LineageCapture
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
 from torch_tgb.manifest._producer_state import check_skipped
@@ -147,9 +148,12 @@ class Producer:
             segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
             on_written=self._queue if self.config.write_behind else None,
         )
+        #: the deltas of the lineage index, written as versions commit (``lineage/capture.py``)
+        self._lineage = LineageCapture(self.store, self.producer_id, dp=layout.dp)
         self._loop = CommitLoop(
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
             config=self.config, max_lag=max_lag, epoch=self.epoch, committed_offsets=self.resume_offset,
+            on_commit=self._committed,
         )
 
     def _remove_fenced_partials(self) -> None:
@@ -269,6 +273,7 @@ class Producer:
         if not self._codecs_checked:  # a key the batch lacks, a block of another size: refused before a write
             check_codecs(self.layout.cut(batch)[0], self.codecs)
             self._codecs_checked = True
+        self._lineage.add(offset, batch)
         layout, codecs = self.layout, self.codecs  # encoded into the segment as one copy, no object per slice
 
         def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
@@ -285,6 +290,12 @@ class Producer:
         self._hook("after_object_write")
         for entry in written:
             self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None), self._skips.pop(entry.offset, None))
+
+    def _committed(self, number: int) -> None:
+        """On the committer thread: version ``number`` committed entries of ours; write its lineage delta."""
+        version = self.manifest.try_read_version(number)
+        if version is not None:
+            self._lineage.committed(version)
 
     def _hook(self, point: str) -> None:
         if self.config.crash_hook is not None:
@@ -324,6 +335,7 @@ class Producer:
         self._loop.stop("done" if seal else "closed")
         self._closed = True
         self._segments.close()
+        self._lineage.close()
         if self._owns_store:
             self.store.close()
         self._loop.raise_if_failed()

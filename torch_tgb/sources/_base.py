@@ -15,6 +15,15 @@ the stats counters. Restoring re-opens the one unit, skips to ``record``,
 re-reads and re-permutes the window and drops ``emitted`` documents: nothing
 before the unit is read again and no record is kept in the state.
 
+Provenance: every document carries its id under :data:`DOC_PROVENANCE`, the
+tuple ``(unit key, record, start)`` of ``transforms.provenance`` (the unit key
+holds the source's id and the unit's index in :meth:`UnitSource.provenance_info`).
+A subclass names its units for provenance (``_provenance_units``: a file, a
+shard) and maps its walker's records to them (``_record_id``) where the two
+differ (a Parquet row group is a range of its file's rows). ``name=`` names
+the source (``SOURCE`` of ``SOURCE:UNIT:RECORD``); a ``Mix`` names an unnamed
+source by its key.
+
 A subclass implements ``_records(unit, start)``: an iterator over the records
 of ``unit`` from index ``start`` on, each a document dict or a
 :class:`SourceError` for a record that could not be decoded (so that the
@@ -38,12 +47,14 @@ from torch_tgb._lazy import require
 from torch_tgb.errors import SourceError, TGBError
 from torch_tgb.sources._work import SourceWork, epoch_records, measure_work
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
+from torch_tgb.transforms.provenance import DOC_PROVENANCE, SourceInfo, unit_key
 from torch_tgb.transforms.tokens import token_ids_problem
 
 if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "DOC_PROVENANCE",
     "Document",
     "OnError",
     "ReadOptions",
@@ -69,6 +80,7 @@ class ReadOptions(TypedDict, total=False):
     epochs: int | None  # epochs to read, None = forever; 1
     shuffle_buffer: int  # records per shuffle window, 0 = read order; 0
     on_error: OnError  # "raise" | "skip_and_count" for corrupt records; "raise"
+    name: str | None  # the source's name in provenance (SOURCE of SOURCE:UNIT:RECORD); None: from its files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +117,7 @@ class UnitSource(BaseNode[Document]):
         epochs: int | None = 1,
         shuffle_buffer: int = 0,
         on_error: OnError = "raise",
+        name: str | None = None,
     ) -> None:
         super().__init__()
         index, count = shard
@@ -121,6 +134,12 @@ class UnitSource(BaseNode[Document]):
         self.epochs = epochs
         self.shuffle_buffer = shuffle_buffer
         self.on_error = on_error
+        if name is not None:
+            SourceInfo(name, "check", ())  # refuse a bad name now
+        self._name = name
+        self._named_by: str | None = None  # a Mix's key, used when no name was given
+        self._info: SourceInfo | None = None
+        self._unit_keys: dict[int, int] = {}
         self._num_units = 0
         self._pid = os.getpid()
         self._inherited: list[Any] = []
@@ -155,6 +174,53 @@ class UnitSource(BaseNode[Document]):
     def work(self) -> SourceWork:
         """How far this source has read its shard, in its best-known unit (tokens, records or units)."""
         return measure_work(self)
+    def _provenance_units(self) -> list[str]:
+        """The names of the units records belong to in provenance (default: the walker's units)."""
+        return [self._unit_name(u) for u in range(self._num_units)]
+
+    def _record_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        """``(provenance unit, record, start)`` of record ``index`` of walker unit ``unit`` (default: the same)."""
+        return unit, index, 0
+
+    def _default_name(self) -> str:
+        """The source's name when none was given: its file's (or first unit's) base name."""
+        first = self._unit_name(0) if self._num_units else type(self).__name__
+        base = os.path.basename(first.split(" ", 1)[0].rstrip("/")) or type(self).__name__
+        return "".join("_" if c == ":" or c.isspace() else c for c in base)
+
+    # --- provenance ------------------------------------------------------------------
+
+    @property
+    def provenance_name(self) -> str:
+        return self._name or self._named_by or self._default_name()
+
+    def name_for_provenance(self, name: str) -> None:
+        """Name this source ``name`` unless it was given one (what ``Mix`` does with its keys)."""
+        if self._name is None and self._named_by != name:
+            SourceInfo(name, "check", ())
+            self._named_by = name
+            self._info = None
+            self._unit_keys = {}
+
+    def provenance_info(self) -> SourceInfo:
+        """This source's name, kind and units, as provenance records name them (computed once)."""
+        if self._info is None:
+            self._info = SourceInfo(self.provenance_name, type(self).__name__, tuple(self._provenance_units()))
+        return self._info
+
+    def provenance_sources(self) -> list[SourceInfo]:
+        """The sources whose records this node's documents name (itself)."""
+        return [self.provenance_info()]
+
+    def _unit_key(self, unit: int) -> int:
+        key = self._unit_keys.get(unit)
+        if key is None:
+            key = self._unit_keys[unit] = unit_key(self.provenance_info().source_id, unit)
+        return key
+
+    def _document_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        prov_unit, record, start = self._record_id(unit, index)
+        return self._unit_key(prov_unit), record, start
 
     def _set_num_units(self, num_units: int, where: str) -> None:
         if num_units == 0:
@@ -304,6 +370,7 @@ class UnitSource(BaseNode[Document]):
                         raise item
                     self._skipped += 1
                 else:
+                    item[DOC_PROVENANCE] = self._document_id(unit, self._window_start + raw - 1)
                     docs.append(item)
         except TGBError:
             raise

@@ -54,9 +54,11 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.produce._steer import Steering
+from torch_tgb.lineage.sources import name_source, sources_of
 from torch_tgb.errors import MixtureError
 from torch_tgb.manifest.control import ControlChannel
 from torch_tgb.transforms import WeightsLike, as_schedule, check_weights, draw_source
+from torch_tgb.transforms.provenance import SourceInfo
 
 __all__ = ["EXHAUSTED_POLICIES", "Mix", "MixStats"]
 
@@ -133,6 +135,8 @@ class Mix(BaseNode[T]):
                 raise MixtureError(f"{what} must be an int >= 1, got {value!r}")
         self.sources = dict(sources)
         self.names = sorted(self.sources)
+        for key, source in self.sources.items():  # an unnamed source's records are named by its key
+            name_source(source, key)
         #: how exporters label this Mix (``id``): stable across restarts, unlike an object address
         self.name = name or "+".join(self.names)
         self.schedule = as_schedule(weights)
@@ -266,6 +270,16 @@ class Mix(BaseNode[T]):
             raise MixtureError(
                 f"source {name!r} yields nothing after a reset; exhausted='cycle' needs a non-empty source"
             ) from None
+
+    def provenance_sources(self) -> list[SourceInfo] | None:
+        """The sources whose records the drawn documents name; None if one of them names none."""
+        found: list[SourceInfo] = []
+        for name in self.names:
+            infos = sources_of(self.sources[name])
+            if infos is None:
+                return None
+            found.extend(infos)
+        return found
 
     def stats(self) -> MixStats:
         counts = Counter(self._recent)

@@ -45,6 +45,7 @@ from torch_tgb.datapipes.produce._sample_map import OnBadInput
 from torch_tgb.datapipes.produce.pack import Pack, PackStats
 from torch_tgb.errors import MediaError
 from torch_tgb.transforms import IGNORE_INDEX, SAMPLE_KEYS, encode_sample_keys, pack_bfd, pack_rows
+from torch_tgb.transforms.provenance import PROVENANCE_KEY, span_provenance
 
 __all__ = ["RAGGED_KEYS", "PackSamples", "SamplePackStats"]
 
@@ -92,10 +93,12 @@ class PackSamples(Pack):
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
-        """The ragged fields of the rows (given, or those of ``RAGGED_KEYS`` the first sample has; + ``sample_keys``)."""
+        """The ragged fields of the rows (given, or those of ``RAGGED_KEYS`` the first sample has; + ``sample_keys``
+        and ``provenance`` when asked for)."""
         media = self._ragged if self._ragged is not None else ("pixel_values", "image_grid_thw")
-        media = tuple(k for k in media if k != SAMPLE_KEYS)
-        return (*media, SAMPLE_KEYS) if self.sample_keys else media
+        media = tuple(k for k in media if k not in (SAMPLE_KEYS, PROVENANCE_KEY))
+        keys = (*media, SAMPLE_KEYS) if self.sample_keys else media
+        return (*keys, PROVENANCE_KEY) if self.provenance else keys
 
     def stats(self) -> SamplePackStats:
         c = self._counts
@@ -130,8 +133,12 @@ class PackSamples(Pack):
         self._counts["rows"] += len(bins)
         self._counts["documents"] += len(samples)
         self._counts["tokens"] += int(lengths.sum())
+        ids = np.asarray([self._doc_id(sample) for sample in samples], dtype=np.int64) if self.provenance else None
         for r, row in enumerate(bins):
             out: dict[str, Any] = {name: torch.from_numpy(np.ascontiguousarray(a[r])) for name, a in rows.items()}
+            if ids is not None:
+                doc, start, end = (np.asarray(c, dtype=np.int64) for c in zip(*row)) if row else (np.zeros(0, np.int64),) * 3
+                out[PROVENANCE_KEY] = torch.from_numpy(span_provenance(ids, doc, start, end - start))
             for key in self._ragged:
                 if key == SAMPLE_KEYS:
                     continue  # made below from the samples' keys
