@@ -45,6 +45,7 @@ from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expec
 from torch_tgb.consumer._epochs import EpochOrder
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
+from torch_tgb.consumer._open_cache import OPEN_CACHE, KnownNamespace
 from torch_tgb.consumer._passes import pass_length, sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
@@ -300,7 +301,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
     def _plan(self) -> ReadPlan:
         """How this mesh reads the written layout (read once from ``dataset.json``, carried to workers)."""
         if self._written is None:
-            store, _ = self._open()
+            store, _, _ = self._open()
             store.close()
         assert self._written is not None  # set by _open
         layout, schema, _ = self._written
@@ -319,15 +320,24 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             assert self._written is not None  # set by _plan
             check_contract(self._expect, self._written[2], namespace=str(self.ns))
 
-    def _open(self) -> tuple[ObjectStore, Manifest]:
+    def _open(self) -> tuple[ObjectStore, Manifest, KnownNamespace | None]:
+        """The store and manifest of ``ns``, and what earlier readers in this process learnt of it (None: nothing)."""
         store = open_store(self.ns, self.storage_options or None)
         store = with_node_share(store, self.options.node_cache, handed_in=isinstance(self.ns, ObjectStore))
         store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
         manifest = Manifest(store)
+        # a store handed in is the caller's (it may count or fail reads on purpose): only paths are cached
+        cached = self.options.open_cache and not isinstance(self.ns, ObjectStore)
+        known = OPEN_CACHE.lookup(store, manifest) if cached else None
         if self._written is None:
-            info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
-            self._written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
-        return store, manifest
+            if known is not None:
+                self._written = known.written
+            else:
+                info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
+                self._written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
+        if cached and known is None:
+            known = OPEN_CACHE.remember(store, manifest, self._written)
+        return store, manifest, known
 
     # --- iteration ---------------------------------------------------------------
 
@@ -366,7 +376,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._close_path()  # an earlier iterator still open: continue from its position
         self._check_contract()  # before step 0
         self._next_pass()
-        store, manifest = self._open()
+        store, manifest, known = self._open()
         setting = self._setting()
         plan = self._plan()
         exact = None if self._restore is None else self._restore.restores(
@@ -374,7 +384,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         start = PathStart(self._start_cursor() if exact is None else exact.origin, exact, setting.worker,
                           setting.num_workers)
         path, num_steps = open_path(store, manifest, plan, self._keys(), self.options, self._order, start,
-                                    emit_meta=self.emit_meta and by_loader)
+                                    emit_meta=self.emit_meta and by_loader, known=known)
         if num_steps is not None:
             self._num_steps = num_steps
         self._path = path

@@ -107,6 +107,9 @@ class ReaderOptions:
     node_cache: str | bool | None = True
     #: the data contract: metadata keys and the values they must have in the namespace (None: no check)
     expect: Mapping[str, Any] | None = None
+    #: reuse what earlier readers in this process learnt of a local namespace (consumer/_open_cache.py): its
+    #: dataset.json, its sealed head, committed entries, parsed footers, CRC-checked ranges; False: read all again
+    open_cache: bool = True
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -173,3 +176,4 @@ class ReadSettings(TypedDict, total=False):
     cache_bytes: int | None
     node_cache: str | bool | None
     expect: Mapping[str, Any] | None
+    open_cache: bool

@@ -22,7 +22,9 @@ page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
 from torch_tgb.format._contract import Contract
-from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
+from torch_tgb.format._dtypes import (
+    DTYPES, KEEP, WIDEN, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem,
+)
 from torch_tgb.format._footer import (
     V3_SLICE_ALIGN,
     FORMAT_VERSION,
@@ -91,7 +93,9 @@ __all__ = [
     "TGBObject",
     "TensorInfo",
     "VERIFY_POLICIES",
+    "WIDEN",
     "IntegerCast",
+    "KEEP",
     "cast_integers",
     "cast_tensor",
     "check_padding",

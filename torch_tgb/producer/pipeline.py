@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
+from torch_tgb.producer.config import run_config
 from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.producer import Producer
 from torch_tgb.producer.stats import ProducerStats
@@ -137,7 +138,7 @@ def produce(
     try:
         producer = Producer(
             ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
-            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec,
+            storage_options=storage_options, metadata=o.metadata, config=run_config(o.config, rate=o.rate), job=spec,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)
