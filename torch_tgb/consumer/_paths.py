@@ -51,6 +51,8 @@ from torch_tgb.datapipes.read import (
     StepRun,
     merge_stats,
 )
+from torch_tgb.datapipes.read.stall import StallClock, StallPolicy
+from torch_tgb.datapipes.read.stats import stall_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker, keys_digest
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import Contract, IntegerCast, SliceReader
@@ -106,12 +108,13 @@ class ReadPath(ABC):
     host-side cast.
     """
 
-    def __init__(self, project: Project, dtype: torch.dtype | None, keys: KeyPlan, sources: list[ReadStats]) -> None:
+    def __init__(self, project: Project, options: ReaderOptions, keys: KeyPlan, sources: list[ReadStats], *,
+                 stall: StallClock) -> None:
         self.project = project
-        self.dtype = dtype
+        self.dtype = options.dtype
         self.keys = keys
-        self.finish = Finish(project.plan, dtype, keys)
-        self.delivered = ReadStats()  # steps handed out and the time spent waiting for them
+        self.finish = Finish(project.plan, options.dtype, keys)
+        self.delivered = stall  # steps handed out and the time the consumer waited for each
         self._sources = sources  # the nodes' own counters
 
     @abstractmethod
@@ -122,7 +125,7 @@ class ReadPath(ABC):
         """The position after the last step handed out (before the first, until one is)."""
 
     def stats(self) -> ConsumerStats:
-        return merge_stats([s.snapshot() for s in (self.delivered, *self._sources)])
+        return merge_stats([stall_stats(self.delivered), *(s.snapshot() for s in self._sources)])
 
     def close(self) -> None:
         """Stop background work; the position stays readable."""
@@ -133,14 +136,14 @@ class StepPath(ReadPath):
 
     def __init__(
         self, project: Project, store: ObjectStore, slices: SliceReader, options: ReaderOptions, keys: KeyPlan,
-        sources: list[ReadStats], *, emit_meta: bool,
+        sources: list[ReadStats], *, emit_meta: bool, stall: StallClock,
     ) -> None:
         self.footers = FooterIndex(project, store, cache_size=options.footer_cache, lookahead=options.footer_lookahead,
                                    slices=slices, errors=options.errors, contract=slices.contract)
         self.reader = RangeReader(self.footers, store, prefetch=options.prefetch, verify=options.verify,
                                   inline_local=options.inline_local, slices=slices, errors=options.errors,
                                   names=keys.read)
-        super().__init__(project, options.dtype, keys, [*sources, self.footers.stats, self.reader.stats])
+        super().__init__(project, options, keys, [*sources, self.footers.stats, self.reader.stats], stall=stall)
         self.namespace = store.url
         self.check_consistency = options.check_consistency
         self.emit_meta = emit_meta
@@ -169,11 +172,11 @@ class StepPath(ReadPath):
             try:
                 batch = next(reader)
             except StopIteration:
-                delivered.delivered(clock() - started, steps=0)
+                delivered.waited(started, clock(), steps=0)
                 if checker is not None:
                     checker.check_end()
                 return
-            delivered.delivered(clock() - started)
+            delivered.waited(started, clock())
             task = batch.task
             if checker is not None:
                 checker.check(task.cursor, task.keys)
@@ -193,11 +196,12 @@ class RunPath(ReadPath):
     """The run path: a run of steps of one mapped object at a time, a view (and CRC) per slice and step."""
 
     def __init__(self, project: Project, steps: ManifestPoller | BlockShuffle, slices: SliceReader,
-                 store: ObjectStore, options: ReaderOptions, keys: KeyPlan, sources: list[ReadStats]) -> None:
+                 store: ObjectStore, options: ReaderOptions, keys: KeyPlan, sources: list[ReadStats], *,
+                 stall: StallClock) -> None:
         at = project.position()  # the Project only counts positions here (it validated the origin)
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
                               start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
-        super().__init__(project, options.dtype, keys, [*sources, self.runs.stats])
+        super().__init__(project, options, keys, [*sources, self.runs.stats], stall=stall)
         # a run of one whole slice (or its rows' two views) casts as it reads: one copy of the rows for both
         # views, and masked labels then copy the cast shift (derivation reads only the uncast seq_lens)
         #: one whole slice of token rows, whose labels are derived: Finish.rows makes each step from the slice
@@ -226,7 +230,7 @@ class RunPath(ReadPath):
             try:
                 run = next(runs)
             except StopIteration:
-                delivered.delivered(clock() - started, steps=0)
+                delivered.waited(started, clock(), steps=0)
                 return
             read, step = run.read, run.first_step
             fin: Callable[[Batch], Batch] | None
@@ -243,7 +247,7 @@ class RunPath(ReadPath):
                     raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
                 # only once step i is in hand: a failed read leaves the position after the last delivered step
                 self._run, self._done = run, i + 1
-                delivered.delivered(clock() - started)
+                delivered.waited(started, clock())
                 yield tensors
                 started = clock()
 
@@ -251,12 +255,16 @@ class RunPath(ReadPath):
 def open_path(
     store: ObjectStore, manifest: Manifest, plan: ReadPlan, keys: KeyPlan, options: ReaderOptions,
     order: EpochOrder | None, start: PathStart, *, emit_meta: bool = False, known: KnownNamespace | None = None,
+    stall: StallPolicy | None = None,
 ) -> tuple[ReadPath, int | None]:
     """The read path of ``plan`` for this iteration, positioned at ``start``; and ``N`` of an epochs read (None: a stream).
 
     ``known``: what earlier readers in this process learnt of the namespace (``consumer/_open_cache.py``):
-    the manifest is then asked through it, and the run path's footers parsed through it.
+    the manifest is then asked through it, and the run path's footers parsed through it. ``stall``: when the
+    consumer's waits are worth a warning (None: never; a DataLoader worker's, or its loader's dataset's, are not
+    the training thread's).
     """
+    clock = StallClock(stall if get_worker_info() is None else None, what=store.url)
     view: Manifest | CachedView = manifest if known is None else CachedView(manifest, known)
     steps: ManifestPoller | BlockShuffle
     if order is None:
@@ -279,7 +287,7 @@ def open_path(
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
     if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
-        path = RunPath(project, steps, slices, store, options, keys, sources)
+        path = RunPath(project, steps, slices, store, options, keys, sources, stall=clock)
     else:
-        path = StepPath(project, store, slices, options, keys, sources, emit_meta=emit_meta)
+        path = StepPath(project, store, slices, options, keys, sources, emit_meta=emit_meta, stall=clock)
     return path, None if order is None else int(steps.num_steps)  # type: ignore[union-attr]  # BlockShuffle

@@ -44,8 +44,8 @@ from torch_tgb.consumer._accelerate import refuse_accelerate_wrapping
 from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expectations, saved_expectation
 from torch_tgb.consumer._epochs import EpochOrder
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
-from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
-from torch_tgb.consumer._open_cache import OPEN_CACHE, KnownNamespace
+from torch_tgb.consumer._open import open_namespace, sealed_steps
+from torch_tgb.consumer._open_cache import KnownNamespace
 from torch_tgb.consumer._passes import pass_length, sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
@@ -57,9 +57,7 @@ from torch_tgb.errors import FrameworkError, LayoutError
 from torch_tgb.format import ragged_keys
 from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import ObjectStore, open_store
-from torch_tgb.storage.hot_tier import with_hot_tier
-from torch_tgb.storage.node_share import with_node_share
+from torch_tgb.storage import ObjectStore
 
 __all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
@@ -322,21 +320,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
 
     def _open(self) -> tuple[ObjectStore, Manifest, KnownNamespace | None]:
         """The store and manifest of ``ns``, and what earlier readers in this process learnt of it (None: nothing)."""
-        store = open_store(self.ns, self.storage_options or None)
-        store = with_node_share(store, self.options.node_cache, handed_in=isinstance(self.ns, ObjectStore))
-        store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
-        manifest = Manifest(store)
-        # a store handed in is the caller's (it may count or fail reads on purpose): only paths are cached
-        cached = self.options.open_cache and not isinstance(self.ns, ObjectStore)
-        known = OPEN_CACHE.lookup(store, manifest) if cached else None
-        if self._written is None:
-            if known is not None:
-                self._written = known.written
-            else:
-                info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
-                self._written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
-        if cached and known is None:
-            known = OPEN_CACHE.remember(store, manifest, self._written)
+        store, manifest, known, self._written = open_namespace(self.ns, self.storage_options, self.options,
+                                                               self._written)
         return store, manifest, known
 
     # --- iteration ---------------------------------------------------------------
@@ -384,7 +369,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         start = PathStart(self._start_cursor() if exact is None else exact.origin, exact, setting.worker,
                           setting.num_workers)
         path, num_steps = open_path(store, manifest, plan, self._keys(), self.options, self._order, start,
-                                    emit_meta=self.emit_meta and by_loader, known=known)
+                                    emit_meta=self.emit_meta and by_loader, known=known,
+                                    stall=None if self._owned else self.options.stall)  # a loader warns itself
         if num_steps is not None:
             self._num_steps = num_steps
         self._path = path

@@ -61,6 +61,7 @@ from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer._worker_state import without_worker_stats, worker_readers
 from torch_tgb.consumer.device import DeviceFeed
+from torch_tgb.datapipes.read.stall import StallClock
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
 from torch_tgb.distributed.consistency import ConsistencyChecker
 from torch_tgb.errors import FrameworkError
@@ -128,8 +129,8 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
                 in_order=True,
                 snapshot_every_n_steps=1,
             )
-        # seconds the loop waited in next(): in a list, since DataLoader.__setattr__ costs per step
-        self._stall = [0.0]
+        # the training thread's wait in next() per step (it warns past ReaderOptions.stall's share of the step)
+        self._stall = StallClock(dataset.options.stall, what=str(getattr(dataset, "ns", "")))
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
         self._consumption = Consumption()  # what the training loop consumed, for frameworks that fetch ahead
@@ -195,7 +196,13 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
         inner = super().__iter__()
         batches = self._deliver(inner) if self._feed is None else self._ahead(self._deliver(inner), self._feed)
-        yield from self._consumption.hand_out(batches, self._handed_out_state)
+        stall, clock = self._stall, time.perf_counter
+        started = clock()
+        for batch in self._consumption.hand_out(batches, self._handed_out_state):
+            stall.waited(started, clock())
+            yield batch
+            started = clock()  # the training loop asks for the next batch
+        stall.waited(started, clock(), steps=0)
 
     def _continue_workers(self) -> None:
         """With workers, a new iteration starts where the last one stopped, as it does in-process.
@@ -254,17 +261,13 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self._held = None
 
     def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
-        stall = self._stall
         while True:
-            started = time.perf_counter()
             try:
                 batch = next(inner)
             except StopIteration:
                 if self._checker is not None:
                     self._checker.check_end()
                 return
-            finally:
-                stall[0] += time.perf_counter() - started
             if type(batch) is SharedStep:
                 batch = batch.unpack()
             meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
@@ -330,9 +333,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         else:
             readers = worker_readers(StatefulDataLoader.state_dict(self))
             own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in readers if STATS_KEY in r)
-        fields = own.to_json()
-        fields["stall_s"] = self._stall[0]
-        return ConsumerStats.from_json(fields)
+        return ConsumerStats.from_json({**own.to_json(), **self._stall.figures()})
 
 
 def _collate(batch: object) -> object:
