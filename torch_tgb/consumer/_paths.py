@@ -78,11 +78,12 @@ class PathStart:
     num_workers: int
 
 
-def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, num_workers: int) -> bool:
+def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool) -> bool:
     """Whether the run path serves a read: all of these hold, else the step path does.
 
-    One process reads (no DataLoader workers, or one), the namespace is local
-    and read through mappings in the consumer's thread, each consumer step reads
+    The namespace is local and read through mappings in the consumer's thread
+    (with DataLoader workers, each worker reads every run and hands out its own
+    steps of it: one in ``num_workers``), each consumer step reads
     slices of its own TGB only (one TGB per step, one step per TGB: the written
     dp, or a merge of slices, any cp split), and no consistency check runs (the
     check, and its step metadata, live on the step path).
@@ -90,7 +91,6 @@ def takes_runs(options: ReaderOptions, plan: ReadPlan, *, mapped_local: bool, nu
     return (
         options.runs
         and not options.check_consistency
-        and num_workers == 1
         and mapped_local
         and options.read_mode == "mmap"
         and options.inline_local
@@ -199,8 +199,12 @@ class RunPath(ReadPath):
                  store: ObjectStore, options: ReaderOptions, keys: KeyPlan, sources: list[ReadStats], *,
                  stall: StallClock) -> None:
         at = project.position()  # the Project only counts positions here (it validated the origin)
+        #: a DataLoader worker hands out its own steps of each run: consumer step indices worker + k * workers
+        self._worker, self._workers = project.worker, project.num_workers
+        self._origin_step = project.cursor(0).step  # TGB step == consumer step + origin under a 1:1 plan
         self.runs = LocalRuns(steps, slices, namespace=store.url, reads=project.plan.reads(0),
-                              start_step=at.cursor.step, version=at.cursor.version, names=keys.read)
+                              start_step=at.cursor.step, version=at.cursor.version, names=keys.read,
+                              every=(self._workers, self._origin_step + self._worker))
         super().__init__(project, options, keys, [*sources, self.runs.stats], stall=stall)
         # a run of one whole slice (or its rows' two views) casts as it reads: one copy of the rows for both
         # views, and masked labels then copy the cast shift (derivation reads only the uncast seq_lens)
@@ -208,16 +212,18 @@ class RunPath(ReadPath):
         #: as stored (it casts the rows itself, each copy one pass from the stored bytes)
         self._whole_rows = self.runs.reads.whole_rows and self.finish.derives
         self.runs.cast = None if self._whole_rows else self.finish.cast
-        self._run: StepRun | None = None
-        self._done = 0
+        self._next: tuple[int, int] | None = None  # after a step handed out: (next consumer index, its version)
         self.runs.reset(None)
 
     def position(self) -> Position:
-        run = self._run
-        if run is None or not self._done:
+        if self._next is None:
             return self.project.position()
-        step = run.first_step + self._done  # TGB step == consumer step + origin under a 1:1 plan
-        return self.project.position_at(step - self.project.cursor(0).step, run.version)
+        return self.project.position_at(*self._next)
+
+    def _first_of(self, run: StepRun) -> int:
+        """The place in ``run`` of this worker's first step (steps ``first + k * workers`` are its own)."""
+        stride, phase = self.runs.every
+        return (phase - run.first_step) % stride
 
     def _rows_of(self, run: StepRun) -> bool:
         """Whether ``run``'s steps are one whole slice of token rows whose labels are derived (``Finish.rows``)."""
@@ -240,13 +246,14 @@ class RunPath(ReadPath):
                 fin = finish.cast_step
             else:
                 fin = None if finish.plain and finish.cast is None else finish.step
-            for i in range(len(run)):
+            workers, after = self._workers, step - self._origin_step + self._workers  # consumer index + workers
+            for i in range(self._first_of(run), len(run), workers):
                 try:
                     tensors = read(i) if fin is None else fin(read(i))
                 except CorruptObject as e:  # the format names object/slice/tensor; add the step
                     raise CorruptObject(f"{runs.namespace}: step={step + i}: {e}") from e
                 # only once step i is in hand: a failed read leaves the position after the last delivered step
-                self._run, self._done = run, i + 1
+                self._next = (after + i, run.version)
                 delivered.waited(started, clock())
                 yield tensors
                 started = clock()
@@ -286,7 +293,7 @@ def open_path(
     slices = SliceReader(store, **settings) if known is None else SharedFooters(store, known, **settings)
     mapped_local = store.local_path(DATASET_KEY) is not None
     path: ReadPath
-    if takes_runs(options, plan, mapped_local=mapped_local, num_workers=start.num_workers):
+    if takes_runs(options, plan, mapped_local=mapped_local):
         path = RunPath(project, steps, slices, store, options, keys, sources, stall=clock)
     else:
         path = StepPath(project, store, slices, options, keys, sources, emit_meta=emit_meta, stall=clock)

@@ -98,6 +98,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         # (a worker's copy keeps the flag); a state was loaded and it has not iterated since.
         self._owned = False
         self._by_loader = False
+        self._ring_slots = 0  # slots of each worker's step ring (consumer/_step_ring.py), set by its loader
         self._restored = False
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers get the settings and position, no live path

@@ -59,6 +59,7 @@ from torch_tgb.consumer._paths import uncast_keys
 from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
+from torch_tgb.consumer._step_ring import ring_slots, send_step
 from torch_tgb.consumer._worker_state import without_worker_stats, worker_readers
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.datapipes.read.stall import StallClock
@@ -163,6 +164,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         dataset._by_loader = True
         try:
             if self.num_workers > 0:
+                dataset._ring_slots = ring_slots(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor)
                 return super()._get_iterator()
             # load_state_dict hands the dataset its state and the base loader {}: no iterator state to resume
             return _InProcessIter(self, None)
@@ -339,15 +341,18 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
 def _collate(batch: object) -> object:
     """The DataLoader's ``default_convert``, without its walk over a step that is already tensors.
 
-    In a worker of a tgb.DataLoader such a step travels as one shared buffer
-    (:mod:`torch_tgb.consumer._shared_step`), which ``_deliver`` unpacks in the main
-    process. Another loader built with this collate over the same dataset (accelerate's
+    In a worker of a tgb.DataLoader such a step travels through a slot of the worker's
+    ring of shared buffers (:mod:`torch_tgb.consumer._step_ring`), copied out as the main
+    process receives it; ``_deliver`` unpacks it. Another loader built with this collate over the same dataset (accelerate's
     ``skip_first_batches``, which HF Trainer's resume uses, copies it) gets the step as
     it is: it has no ``_deliver`` to unpack it.
     """
     if type(batch) is dict and all(type(v) is torch.Tensor for v in batch.values()):
         info = get_worker_info()
-        return pack_step(batch) if info is not None and getattr(info.dataset, "_by_loader", False) else batch
+        if info is None or not getattr(info.dataset, "_by_loader", False):
+            return batch
+        slots = getattr(info.dataset, "_ring_slots", 0)
+        return send_step(batch, slots=slots) if slots else pack_step(batch)
     return default_convert(batch)
 
 
