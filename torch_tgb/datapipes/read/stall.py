@@ -65,51 +65,56 @@ class StallClock:
         self.what = what
         self.steps = 0
         self.wait_s = 0.0
-        self._shared_wait = 0.0  # waits of the steps after the first (the share's numerator)
-        self._span = 0.0  # time from the first batch handed out to the last (the share's denominator)
-        self._last: float | None = None  # when the last batch was handed out
-        self._window_wait = 0.0
-        self._window_span = 0.0
-        self._window_steps = 0
+        # per step only the totals and the last hand-out move (a few attribute writes: this runs per batch);
+        # the share's figures are differences of them
+        self._first: float | None = None  # when the first batch was handed out
+        self._last = 0.0  # when the last one was
+        self._unshared = 0.0  # waits not part of a step's share: the first step's (the open) and the end's
+        self._judge_at = math.inf if policy is None or policy.share is None else float(policy.window)
+        self._mark = (0.0, 0.0, 0)  # the shared wait, _last and steps where the window began
         self._warned_at = -math.inf
 
     def waited(self, started: float, ended: float, *, steps: int = 1) -> None:
         """A wait from ``started`` to ``ended`` (seconds of one clock) that handed out ``steps`` batches (0: the end)."""
-        wait = ended - started
-        self.wait_s += wait
+        self.wait_s += ended - started
         if not steps:
+            self._unshared += ended - started
             return
         self.steps += steps
-        last, self._last = self._last, ended
-        if last is None:
-            return
-        self._shared_wait += wait
-        self._span += ended - last
-        self._window_wait += wait
-        self._window_span += ended - last
-        self._window_steps += steps
+        self._last = ended
+        if self._first is None:
+            self._first = ended
+            self._unshared += ended - started
+            self._mark = (self.wait_s - self._unshared, ended, self.steps)
+            self._judge_at += self.steps
+        elif self.steps >= self._judge_at:
+            self._judge(ended)
+
+    def _judge(self, ended: float) -> None:
+        """The window of steps since the mark: warn if its wait exceeds the policy's share; start the next."""
         policy = self.policy
-        if policy is None or self._window_steps < policy.window:
-            return
-        share = self._window_wait / self._window_span if self._window_span > 0 else 0.0
-        n = self._window_steps
-        if (policy.share is not None and share > policy.share and self._window_wait / n >= policy.min_wait_s
-                and ended - self._warned_at >= policy.every_s):
+        assert policy is not None and policy.share is not None
+        wait_mark, last_mark, steps_mark = self._mark
+        shared = self.wait_s - self._unshared
+        wait, span, n = shared - wait_mark, ended - last_mark, self.steps - steps_mark
+        share = wait / span if span > 0 else 0.0
+        if share > policy.share and wait / n >= policy.min_wait_s and ended - self._warned_at >= policy.every_s:
             self._warned_at = ended
             log.warning(
                 "%sthe training loop waited %.0f%% of its step time for data over the last %d steps "
                 "(%.3f ms of %.3f ms per step; warned above %.0f%%, at most every %.0f s: "
                 "ReaderOptions(stall=StallPolicy(...)))",
-                f"{self.what}: " if self.what else "", share * 100, n, self._window_wait / n * 1e3,
-                self._window_span / n * 1e3, policy.share * 100, policy.every_s,
+                f"{self.what}: " if self.what else "", share * 100, n, wait / n * 1e3, span / n * 1e3,
+                policy.share * 100, policy.every_s,
             )
-        self._window_wait = self._window_span = 0.0
-        self._window_steps = 0
+        self._mark = (shared, ended, self.steps)
+        self._judge_at = self.steps + policy.window
 
     def figures(self) -> dict[str, float]:
         """``stall_s``, ``stall_per_step_s`` and ``stall_share`` (ConsumerStats fields)."""
         return {
             "stall_s": self.wait_s,
             "stall_per_step_s": self.wait_s / self.steps if self.steps else 0.0,
-            "stall_share": self._shared_wait / self._span if self._span > 0 else 0.0,
+            "stall_share": (self.wait_s - self._unshared) / span if (span := self._last - (self._first or 0.0)) > 0
+            else 0.0,
         }
