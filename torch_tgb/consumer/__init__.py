@@ -11,7 +11,7 @@ from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, find_cursors
 
 __all__ = sorted(
     ["BatchSchedule", "CURSOR_KEY", "ConsumerStats", "Cursor", "DataLoader", "ReaderOptions", "ScheduleStep",
-     "TGBDataset", "batch_ramp", "cursor_of", "find_cursors"]
+     "StallPolicy", "TGBDataset", "batch_ramp", "cursor_of", "find_cursors"]
 )
 
 _LAZY = {
@@ -21,6 +21,7 @@ _LAZY = {
     "ConsumerStats": "torch_tgb.datapipes.read.stats",
     "DataLoader": "torch_tgb.consumer.loader",
     "ReaderOptions": "torch_tgb.consumer.options",
+    "StallPolicy": "torch_tgb.datapipes.read.stall",
     "TGBDataset": "torch_tgb.consumer.dataset",
 }
 

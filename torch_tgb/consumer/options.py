@@ -20,10 +20,11 @@ from torch_tgb.consumer._contract import normalise_expect
 from torch_tgb.consumer._schedule import BatchSchedule
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.read.poller import PollPolicy
+from torch_tgb.datapipes.read.stall import StallPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
 from torch_tgb.layout import DP_SPLITS
 
-__all__ = ["DP_SPLITS", "ReadSettings", "ReaderOptions"]
+__all__ = ["DP_SPLITS", "ReadSettings", "ReaderOptions", "StallPolicy"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,12 @@ class ReaderOptions:
     #: global batch size by training step, ``[(step, rows), ...]`` from step 0: each training step joins
     #: consecutive TGBs (rows per TGB dividing every size); None: one reader step per TGB step as written
     batch_schedule: BatchSchedule | tuple[tuple[int, int], ...] | None = None
+    #: reuse what earlier readers in this process learnt of a local namespace (consumer/_open_cache.py): its
+    #: dataset.json, its sealed head, committed entries, parsed footers, CRC-checked ranges; False: read all again
+    open_cache: bool = True
+    #: when the training thread's wait for data is worth a warning (datapipes/read/stall.py): more than 10% of
+    #: the step time over 50 steps, at most once a minute; StallPolicy(share=None) never warns
+    stall: StallPolicy = StallPolicy()
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -197,3 +204,5 @@ class ReadSettings(TypedDict, total=False):
     on_corrupt: str
     max_skipped: int
     batch_schedule: BatchSchedule | tuple[tuple[int, int], ...] | None
+    open_cache: bool
+    stall: StallPolicy

@@ -23,7 +23,9 @@ page-aligned tensors with no copy; each tensor carries its own CRC32C.
 
 from torch_tgb.format._codecs import CODECS, Codec, parse_codec
 from torch_tgb.format._contract import Contract
-from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
+from torch_tgb.format._dtypes import (
+    DTYPES, KEEP, WIDEN, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem,
+)
 from torch_tgb.format._footer import (
     V3_SLICE_ALIGN,
     FORMAT_VERSION,
@@ -96,7 +98,9 @@ __all__ = [
     "TGBObject",
     "TensorInfo",
     "VERIFY_POLICIES",
+    "WIDEN",
     "IntegerCast",
+    "KEEP",
     "cast_integers",
     "cast_tensor",
     "check_codecs",

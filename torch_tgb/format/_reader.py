@@ -193,6 +193,14 @@ class SliceReader:
                 self._maps.pop(next(iter(self._maps)))
         return mm
 
+    def mapping(self, key: str, size: int) -> mmap.mmap | bytearray | None:
+        """The open mapping (or whole-read buffer) of local object ``key`` of ``size`` bytes; None: not mapped."""
+        return self._mapping(key, size)
+
+    def share_verified(self, verified: dict[tuple[str, int], None]) -> None:
+        """Remember CRC-checked ranges in ``verified``, shared by readers of the same immutable objects."""
+        self._verified = verified
+
     def view(self, key: str, start: int, end: int) -> memoryview | None:
         """Bytes ``[start, end)`` of a mapped local object, or None (remote, or ``mode="copy"``)."""
         mm = self._maps.get(key, _MISSING)

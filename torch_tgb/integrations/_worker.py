@@ -27,6 +27,7 @@ from torch_tgb.errors import FencedError
 from torch_tgb.integrations._fleet_types import ShardOutcome
 from torch_tgb.layout import Layout
 from torch_tgb.producer import ProduceOptions, produce
+from torch_tgb.producer.config import ProducerConfig
 
 if TYPE_CHECKING:
     from torch_tgb.producer import Producer
@@ -241,7 +242,8 @@ class ShardWorker:
         rather than as an exception, so the driver can name the shard.
         """
         spec = self.spec
-        base = spec.options.config
+        # a fleet streams to trainers: one object per batch, visible at once (and metered per object), unless given
+        base = spec.options.config or ProducerConfig()
         meter = ShardMeter(base.crash_hook)
         started = time.monotonic()
         self._meter, self._shard = meter, shard

@@ -27,6 +27,7 @@ from torch_tgb.lineage.sources import register_sources, sources_of
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
 from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips
+from torch_tgb.producer.config import run_config
 from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.producer import Producer
 from torch_tgb.producer.stats import ProducerStats
@@ -152,7 +153,8 @@ def produce(
     try:
         producer = Producer(
             ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
-            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec, codecs=o.codecs,
+            storage_options=storage_options, metadata=o.metadata, config=run_config(o.config, rate=o.rate), job=spec,
+            codecs=o.codecs,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)
