@@ -77,7 +77,7 @@ def pin_view(manifest: Manifest, given: int | None, *, options: ReaderOptions) -
 
 def loader_view(dataset: Any) -> int:
     """The view a ``tgb.DataLoader`` fixes once for all its workers (a ``TGBDataset``'s namespace, opened here)."""
-    store, manifest = dataset._open()
+    store, manifest, _ = dataset._open()
     try:
         return pin_view(manifest, None, options=dataset.options)
     finally:
