@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from torch_tgb.datapipes import Batching, GlobalBatches
     from torch_tgb.layout import Layout
     from torch_tgb.sources import UnitSource
-    from torch_tgb.sources._base import Tokenizer
+    from torch_tgb.sources._inputs import Tokenizer
 
 __all__ = [
     "SOURCE_KINDS", "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",

@@ -15,16 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import (
-    TOKEN_DTYPES,
-    Document,
-    ReadOptions,
-    Tokenizer,
-    UnitSource,
-    as_tokens,
-    require,
-    tokenize,
-)
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource, require
+from torch_tgb.sources._inputs import TOKEN_DTYPES, Tokenizer, as_tokens, tokenize
 from torch_tgb.sources._bulk import Taken, take_all_or_nothing
 from torch_tgb.transforms.provenance import doc_ids
 from torch_tgb.sources._read_ahead import ReadAhead, Tokens

@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import glob_matches, require
+from torch_tgb.sources._base import require
+from torch_tgb.sources._inputs import glob_matches
 
 pq = require("pyarrow.parquet", "parquet")
 pa = require("pyarrow", "parquet")

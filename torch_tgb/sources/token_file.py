@@ -40,7 +40,8 @@ import numpy.typing as npt
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource
+from torch_tgb.sources._inputs import TOKEN_DTYPES, as_tokens
 from torch_tgb.sources._bulk import Taken, take_all_or_nothing
 from torch_tgb.sources._token_reader import TokenReader
 from torch_tgb.transforms.provenance import doc_ids

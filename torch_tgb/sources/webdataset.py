@@ -50,16 +50,8 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import (
-    Document,
-    ReadOptions,
-    Tokenizer,
-    UnitSource,
-    as_tokens,
-    glob_matches,
-    require,
-    tokenize,
-)
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource, require
+from torch_tgb.sources._inputs import Tokenizer, as_tokens, glob_matches, tokenize
 from torch_tgb.sources._tar_count import count_samples, is_empty_tar
 from torch_tgb.transforms.audio import AUDIO_EXTS
 from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
