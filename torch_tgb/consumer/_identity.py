@@ -26,12 +26,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import get_worker_info
 
 from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.manifest import DatasetInfo, Manifest
+
+if TYPE_CHECKING:
+    from torch_tgb.consumer._open_cache import KnownNamespace
 
 __all__ = ["SOURCE_KEY", "ReadSource", "agree_min", "dataset_identity", "loader_view", "merge_sources", "pin_view"]
 
@@ -56,13 +59,16 @@ def agree_min(value: int) -> int:
     return int(t.item())
 
 
-def pin_view(manifest: Manifest, given: int | None, *, options: ReaderOptions) -> int:
+def pin_view(manifest: Manifest, given: int | None, *, options: ReaderOptions, known: KnownNamespace | None = None
+             ) -> int:
     """Fix the replacements ``manifest`` applies for this iteration; returns the view version.
 
     In a DataLoader worker, ``given``: the view its loader fixed. Else the
     newest version; the smallest over the ranks when they read in lockstep
     anyway (``check_consistency``, ``on_corrupt="skip_step"``: a collective
     where every rank iterates, never one that some ranks would skip).
+    ``known``: what earlier readers in this process learnt of the namespace
+    (a version's replacements are immutable: read once per process).
     """
     worker = get_worker_info() is not None
     version = given if worker and given is not None else manifest.latest_version()
@@ -70,7 +76,12 @@ def pin_view(manifest: Manifest, given: int | None, *, options: ReaderOptions) -
         version = manifest.latest_version()  # the loader's view was reclaimed since: there is no older one to read
     if not worker and (options.check_consistency or options.on_corrupt == "skip_step"):
         version = agree_min(version)
-    replaced = manifest.read_version(version).replaced if version > 0 else None
+    if version <= 0:
+        replaced = None
+    elif known is not None:
+        replaced = known.replaced_at(version, lambda: manifest.read_version(version).replaced)
+    else:
+        replaced = manifest.read_version(version).replaced
     manifest.replacements.pin(version, replaced)
     return version
 

@@ -24,9 +24,11 @@ recently opened dropped first), a :class:`KnownNamespace`:
 Only a namespace the reader opened from a local path is cached (a store handed
 in is the caller's to instrument), and only while it is the same namespace:
 each open compares ``dataset.json``'s inode, size and mtime and the GC
-boundary (:func:`identity_of`) with what the cache holds, so a namespace
-removed and written again at the same path, or reclaimed below, starts a new
-entry. ``ReaderOptions(open_cache=False)`` leaves a reader out.
+boundary (:func:`identity_of`) with what the cache holds, and once it holds
+the sealed head, that no version landed after it (an excision writes one,
+``manifest/replace.py``), so a namespace removed and written again at the
+same path, reclaimed below or excised starts a new entry; entries are kept
+per replacement view (the version a reader pinned). ``ReaderOptions(open_cache=False)`` leaves a reader out.
 
 This is the one piece of process-wide state of the consumer: a cache of
 immutable facts, bounded, thread-safe, and checked at every use.
@@ -42,7 +44,7 @@ from typing import Any
 
 from torch_tgb.format import SliceReader, SliceRun, parse_footer_run
 from torch_tgb.manifest import Manifest
-from torch_tgb.manifest.keys import DATASET_KEY
+from torch_tgb.manifest.keys import DATASET_KEY, version_key
 from torch_tgb.manifest.records import GCBoundary, ManifestState, TGBEntry
 from torch_tgb.storage import ObjectStore
 
@@ -70,6 +72,12 @@ def identity_of(store: ObjectStore, manifest: Manifest) -> Identity | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, manifest.stored_gc_boundary()
+
+
+def _written_after_seal(store: ObjectStore, known: KnownNamespace) -> bool:
+    """Whether a version landed after the sealed head the cache holds (an excision's replacement version)."""
+    sealed = known.sealed
+    return sealed is not None and store.exists(version_key(sealed.version + 1))
 
 
 class _Bounded:
@@ -109,18 +117,34 @@ class KnownNamespace:
         self.verified: dict[tuple[str, int], None] = {}
         self._lock = threading.Lock()
         self._entries = _Bounded(MAX_ENTRIES)
+        self._replaced: dict[int, Any] = {}  # version -> its replacements' reference (versions never change)
         self._footers = _Bounded(MAX_TGBS)
 
-    def entries(self, start: int, stop: int, read: Callable[[int, int], list[TGBEntry]]) -> list[TGBEntry]:
-        """Entries of steps ``[start, stop)``: remembered, or ``read`` and remembered when all are committed."""
+    def replaced_at(self, version: int, read: Callable[[], Any]) -> Any:
+        """Version ``version``'s replacements reference (``Version.replaced``): remembered, or ``read`` once."""
         with self._lock:
-            known = self._entries.get((start, stop))
+            if version in self._replaced:
+                return self._replaced[version]
+        ref = read()
+        with self._lock:
+            if len(self._replaced) >= 64:
+                self._replaced.pop(next(iter(self._replaced)))
+            self._replaced[version] = ref
+        return ref
+
+    def entries(self, start: int, stop: int, read: Callable[[int, int], list[TGBEntry]], *, view: int | None = None
+                ) -> list[TGBEntry]:
+        """Entries of steps ``[start, stop)`` under replacement view ``view`` (the manifest version a reader pinned:
+        an excision replaces entries, ``manifest/replace.py``): remembered, or ``read`` and remembered when all
+        are committed."""
+        with self._lock:
+            known = self._entries.get((start, stop, view))
         if known is not None:
             return list(known)
         entries = read(start, stop)
         if len(entries) == stop - start:  # committed steps never change; a short answer may grow
             with self._lock:
-                self._entries.put((start, stop), tuple(entries), len(entries))
+                self._entries.put((start, stop, view), tuple(entries), len(entries))
         return entries
 
     def footer_run(self, key: Hashable) -> Any:
@@ -155,7 +179,7 @@ class OpenCache:
             known = self._known.get(path)
         if known is None:
             return None
-        if identity_of(store, manifest) != known.identity:
+        if identity_of(store, manifest) != known.identity or _written_after_seal(store, known):
             with self._lock:
                 if self._known.get(path) is known:
                     del self._known[path]
@@ -217,7 +241,10 @@ class CachedView:
         return head
 
     def entries(self, start_step: int, stop_step: int) -> list[TGBEntry]:
-        return self.known.entries(start_step, stop_step, self.manifest.entries)
+        view = self.manifest.replacements.pinned  # None: each call applies the newest replacements: not kept
+        if view is None:
+            return self.manifest.entries(start_step, stop_step)
+        return self.known.entries(start_step, stop_step, self.manifest.entries, view=view)
 
 
 class SharedFooters(SliceReader):

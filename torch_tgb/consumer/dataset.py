@@ -386,7 +386,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._check_contract()  # before step 0
         self._next_pass()
         store, manifest, known = self._open()
-        self._read.view = pin_view(manifest, self._read.pin, options=self.options)
+        self._read.view = pin_view(manifest, self._read.pin, options=self.options, known=known)
         setting = self._setting()
         plan = self._plan()
         exact = None if self._restore is None else self._restore.restores(
