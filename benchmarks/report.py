@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import COMMITTED
+from _report_autoscale import autoscale_section
 from _report_common import rng_m, section_run, verdict, when
 from _report_dac import dac_scale_section
 from _report_e2e import e2e_section
@@ -315,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     if "dac_scale" in results:
         lines += dac_scale_section(results["dac_scale"])
     lines += scale_section(results.get("scale"), results.get("scale_discovery"))
+    if "autoscale" in results:
+        lines += autoscale_section(results["autoscale"])
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

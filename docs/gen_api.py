@@ -42,6 +42,7 @@ MODULES = [
     ("torch_tgb.storage", "object stores"),
     ("torch_tgb.format", "the TGB object format"),
     ("torch_tgb.manifest", "the manifest log and commit protocol"),
+    ("torch_tgb.lineage", "provenance: which steps hold a record, excision, the dataset card (docs/provenance.md)"),
     ("torch_tgb.distributed", "cross-rank helpers"),
     ("torch_tgb.integrations.ray", "producer fleets on Ray (extra: torch-tgb[ray])"),
     ("torch_tgb.integrations.lightning", "PyTorch Lightning: exact resume under read-ahead (extra: torch-tgb[lightning])"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,3 +99,57 @@ def azure_namespace(azure_server: Any, request: pytest.FixtureRequest) -> tuple[
 def cloud_namespace(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     """A fresh namespace on each emulated object store in turn: moto S3, fake-gcs-server, Azurite."""
     return request.getfixturevalue(f"{request.param}_namespace")
+
+
+# --- the fast subset: `python -m pytest -q tests -m fast` --------------------------------------------------
+#
+# Every test is in it except those the markers below name (multi-process and torchrun runs, soak runs, the
+# GCS and Azure emulators, which take long to start) and those listed in tests/fast_excluded.txt (measured
+# to take more than 0.5 s on 2 busy cores; each line a test file or one test's node id). So a new test is fast
+# unless it says otherwise, and the subset runs the core tests of every module: tests/test_fast_subset.py
+# checks, at the end of the run, that every module of torch_tgb was imported by it. CI runs the whole suite.
+
+#: markers of the tests the fast subset leaves out
+NOT_FAST_MARKERS = ("slow", "long", "gcs", "azure")
+FAST_EXCLUDED = Path(__file__).with_name("fast_excluded.txt")
+#: the check that closes a fast run: it must run after every other test
+LAST_TEST = "tests/test_fast_subset.py::test_every_module_was_imported_by_the_run"
+
+
+def fast_excluded() -> tuple[str, ...]:
+    """The node ids (or test files) of tests/fast_excluded.txt, without its comments."""
+    lines = FAST_EXCLUDED.read_text(encoding="utf-8").splitlines() if FAST_EXCLUDED.exists() else []
+    return tuple(line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip())
+
+
+def _fast_run(config: pytest.Config) -> bool:
+    return (config.getoption("markexpr", "") or "").strip() == "fast"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fast: the fast subset (set in tests/conftest.py, never by hand)")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In a fast run, a test file excluded whole is not even imported (collection is a good part of the time)."""
+    if _fast_run(config) and collection_path.suffix == ".py":
+        rel = collection_path.resolve().relative_to(Path(__file__).resolve().parents[1]).as_posix()
+        if rel in fast_excluded():
+            return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    excluded = fast_excluded()
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in NOT_FAST_MARKERS) and not _listed(item.nodeid, excluded):
+            item.add_marker(pytest.mark.fast)
+    last = [item for item in items if item.nodeid == LAST_TEST]
+    if last:  # the module check sees what the tests before it imported
+        items.remove(last[0])
+        items.append(last[0])
+
+
+def _listed(nodeid: str, excluded: tuple[str, ...]) -> bool:
+    path = nodeid.split("::", 1)[0]
+    return path in excluded or nodeid in excluded or nodeid.split("[", 1)[0] in excluded

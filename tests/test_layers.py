@@ -23,7 +23,7 @@ FLOORS: list[set[str]] = [
     {"distributed", "format"},
     {"manifest"},
     {"transforms"},
-    {"sources"},
+    {"sources", "lineage"},
     {"producer"},
     {"datapipes"},
     {"consumer"},

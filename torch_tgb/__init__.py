@@ -26,6 +26,7 @@ from torch_tgb.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
+    "ControlChannel": "torch_tgb.manifest",
     "DataLoader": "torch_tgb.consumer",
     "Layout": "torch_tgb.layout",
     "Mesh": "torch_tgb.layout",

@@ -29,6 +29,7 @@ __all__ = [
     "NamespaceNotFound",
     "NamespaceSealed",
     "ObjectNotFound",
+    "ProvenanceError",
     "SchemaMismatch",
     "ShardComplete",
     "SourceError",
@@ -139,6 +140,10 @@ class ShardComplete(TGBError):
         self.sealed = sealed
 
 
+class ControlConflict(ManifestError):
+    """A control record cannot take effect at the step asked for: the producers have passed it (names the step)."""
+
+
 class ConsistencyError(ManifestError):
     """Ranks of one job disagree on the step sequence (``check_consistency=True``)."""
 
@@ -195,6 +200,11 @@ class FrameworkError(TGBError, RuntimeError):
     already reads one rank's slice, a skip on top of a restored position, a
     framework restoring a loader's position after it started reading.
     """
+
+
+class ProvenanceError(TGBError, ValueError):
+    """Provenance is missing, malformed or cannot answer: a row without it, a record no source names,
+    a lineage index that does not cover the namespace, rows an excision cannot rewrite."""
 
 
 # --- fleets ---------------------------------------------------------------------

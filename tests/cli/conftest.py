@@ -13,11 +13,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tgb_cli(*args: str, timeout: float = 120, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def tgb_cli(*args: str, timeout: float = 120, env_extra: dict[str, str] | None = None,
+            **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run the installed ``tgb`` entry point as a user does, importing this checkout (PYTHONPATH)."""
     exe = shutil.which("tgb")
     cmd = [exe] if exe else [sys.executable, "-m", "torch_tgb.cli"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "default", **(env_extra or {})}
     return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=timeout, **kwargs)  # type: ignore[call-overload]
 
 

@@ -37,6 +37,31 @@ def test_demo_runs_end_to_end_and_everything_is_exactly_once(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    # one vocabulary: steps are TGBs, objects are files (the demo writes one object per TGB)
+    assert "4 steps (4 TGBs in 4 objects" in verify.stdout and summary["verified_steps"] == 4
+    # the run's timeline, drawn from what the namespace records
+    png = tmp_path / "timeline.png"
+    report = subprocess.run(
+        [sys.executable, "-m", "torch_tgb.cli", "report", str(tmp_path / "demo" / "ns"), "--png", str(png), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    series = json.loads(report.stdout)["series"]
+    assert png.read_bytes()[:4] == b"\x89PNG" and series["committed"][-1][1] == 8
+    assert [step for _, step in series["consumed"]] == [4, 8] and series["gc_step"] == 4
+
+
+def test_demo_producers_commit_per_tgb_and_the_expected_slices_are_per_rank():
+    import argparse
+
+    from torch_tgb.cli._demo_run import _expected_digests, _producer_command
+
+    args = argparse.Namespace(global_batch=4, seq_len=8, ranks=2, seed=0)
+    command = _producer_command(args, "/ns", 1, 3)
+    # one object per TGB, so the ranks read while the producers write
+    assert command[command.index("--segment-mb") + 1] == "0" and command[command.index("--producer-id") + 1] == "p1"
+    expected = _expected_digests(args, [2, 3])
+    assert len(expected) == 2 and all(len(rank) == 5 for rank in expected) and expected[0] != expected[1]
 
 
 def test_demo_rejects_a_non_empty_namespace_dir(tmp_path, capsys):

@@ -24,7 +24,7 @@ def test_produce_without_steps_says_what_it_writes(tmp_path):
     proc = tgb_cli("produce", str(tmp_path / "ns"), "--global-batch", "2", "--seq-len", "4", "--vocab-size", "10",
                    "--commit-policy", "fixed:50")
     assert proc.returncode == 0, proc.stderr
-    assert "--steps not given: writing 100 batches of the synthetic stream" in proc.stderr
+    assert "--steps not given: writing 100 TGBs of the synthetic stream" in proc.stderr
     assert "wrote offsets 0..99" in proc.stdout
 
 

@@ -41,7 +41,7 @@ def test_produce_without_seal_says_what_it_wrote(tmp_path, capsys) -> None:
     ns = str(tmp_path / "ns")
     assert cli_main.main(["produce", ns, "--steps", "3", "--global-batch", "2", "--seq-len", "4"]) == 0
     out = capsys.readouterr().out
-    assert "wrote offsets 0..2 (3 batches)" in out and "nothing to write" not in out
+    assert "wrote offsets 0..2 (3 TGBs)" in out and "nothing to write" not in out
     assert cli_main.main(["produce", ns, "--steps", "3", "--global-batch", "2", "--seq-len", "4"]) == 0
     assert "offsets 0..2 were already committed, nothing to write" in capsys.readouterr().out
 

@@ -99,7 +99,7 @@ def test_synthetic_default_steps_is_said(tmp_path, capsys) -> None:
     assert cli_main.main(["produce", str(tmp_path / "ns"), "--global-batch", "2", "--seq-len", "4", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["written"] == 100
-    assert "--steps not given: writing 100 batches" in captured.err
+    assert "--steps not given: writing 100 TGBs" in captured.err
 
 
 def test_text_source_with_a_local_tokenizer_file(tmp_path, capsys, docs) -> None:

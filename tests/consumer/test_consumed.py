@@ -137,7 +137,9 @@ def test_accelerate_keeps_the_loader_and_gets_a_rank_independent_state(ns) -> No
     theirs = DataLoader(ns, mesh=Mesh(0, 2))  # the other rank
     next(iter(theirs))
     assert theirs._is_accelerate_prepared
-    assert mine.state_dict() == theirs.state_dict() == {"tgb_cursor": mine.state_dict()["tgb_cursor"]}
+    state = mine.state_dict()
+    assert state == theirs.state_dict() == {"tgb_cursor": state["tgb_cursor"], "tgb_source": state["tgb_source"]}
+    assert state["tgb_source"]["versions"][0] <= state["tgb_source"]["versions"][1]  # what the run read
 
 
 @pytest.mark.parametrize("workers", [0, 2])

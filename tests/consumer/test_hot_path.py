@@ -15,6 +15,7 @@ import torch
 from tests.consumer._support import open_reader
 import torch_tgb.format._decode as decode_module
 import torch_tgb.format._reader as reader_module
+import torch_tgb.format._slice_run as slice_run_module
 from torch_tgb.consumer import TGBDataset
 from torch_tgb.consumer.dataset import ReaderOptions
 from torch_tgb.datapipes.read.local_runs import LocalRuns
@@ -69,7 +70,7 @@ def test_remote_tensors_are_writable_and_never_write_into_bytes(segment_tgbs: in
 
 def _count_crcs(monkeypatch) -> list[int]:
     calls: list[int] = []
-    real = reader_module.google_crc32c.value
+    real = slice_run_module.google_crc32c.value
 
     class Counting:
         @staticmethod
@@ -77,9 +78,9 @@ def _count_crcs(monkeypatch) -> list[int]:
             calls.append(1)
             return real(data)
 
-    # the step path checks in _decode.decode_slice, the run path in _reader.SliceRun
+    # the step path checks in _decode.decode_slice, the run path in _slice_run.SliceRun
     monkeypatch.setattr(decode_module, "google_crc32c", Counting)
-    monkeypatch.setattr(reader_module, "google_crc32c", Counting)
+    monkeypatch.setattr(slice_run_module, "google_crc32c", Counting)
     return calls
 
 

@@ -29,4 +29,6 @@ def test_prepare_save_state_load_state_train_each_step_once(tmp_path):
                      "--workers", "1")
     # one file written by both processes: the rank-independent position after 5 trained steps
     state = torch.load(work / "ckpt" / "step_5" / "dl_state_dict.bin", weights_only=True)
-    assert cursor_of(state).step == 5 and set(state) == {"tgb_cursor"}
+    # the position, and what was read (namespace, dataset.json's hash, manifest view: consumer/_identity.py)
+    assert cursor_of(state).step == 5 and set(state) == {"tgb_cursor", "tgb_source"}
+    assert set(state["tgb_source"]) >= {"namespace", "dataset", "versions"}

@@ -314,3 +314,28 @@ def test_a_fleet_declares_its_job_and_seals_unless_the_stream_continues(tmp_path
     second = produce_on_ray(ns, make_factory(corpus), num_producers=1, num_shards=3, layout=LAYOUT, progress=False)
     assert second.sealed and second.steps == 0  # nothing written again: every shard is only marked done
     assert_exactly_once(ns, corpus)
+
+
+def test_autoscaling_grows_on_stall_shrinks_when_ahead_exactly_once(tmp_path: Path, corpus: Path) -> None:
+    """Issue 46: FleetConfig(autoscale=) sizes the pool from the trainer's reports; scale-down loses nothing."""
+    from torch_tgb.integrations.ray import AutoscalePolicy
+    from torch_tgb.manifest import ControlChannel
+
+    ns = str(tmp_path / "ns")
+    trainer = ControlChannel(ns)
+    trainer.report_trainer(step=10_000, stall=0.5)  # waiting half the time with nothing ahead of it: grow
+    policy = AutoscalePolicy(1, 3, lead_low=0, lead_high=1, up_cooldown_s=0, down_cooldown_s=0)
+    fleet = Fleet(ns, make_factory(corpus, delay_s=0.1), num_producers=1, num_shards=6, layout=LAYOUT, seal=True,
+                  progress=False, fleet=FleetConfig(poll_interval_s=0.2, autoscale=policy, autoscale_interval_s=0.2))
+    fleet.start()
+    wait_for(lambda: len(fleet.actors(running=True)) == 3, "3 workers running shards")
+    trainer.report_trainer(step=0, stall=0.0)  # fed, and the producers ahead of it: shrink, one a round
+    wait_for(lambda: fleet.num_producers == 1, "the pool back at 1")
+    report = fleet.wait(timeout=240)
+    ups = [(e.before, e.after) for e in report.autoscale if e.after > e.before]
+    downs = [(e.before, e.after) for e in report.autoscale if e.after < e.before]
+    assert ups == [(1, 2), (2, 3)] and downs == [(3, 2), (2, 1)]
+    assert report.timeline and report.timeline[0].stall == 0.5 and report.workers == 1
+    assert "1 -> 2 actors: trainer waits 50%" in report.scaling() and "4 autoscale changes" in report.summary()
+    assert report.steps == 480 // ROWS and all(p.state == "done" for p in report.producers)
+    assert_exactly_once(ns, corpus)

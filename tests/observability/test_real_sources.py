@@ -56,7 +56,8 @@ def test_producer_and_dataset_scraped_over_http(tmp_path):
 
 
 def test_produce_logs_stats_periodically(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="torch_tgb.stats"):
+    # the raw line goes to the torch_tgb.stats logger at DEBUG (tgb -vv); stderr has the short one
+    with caplog.at_level(logging.DEBUG, logger="torch_tgb.stats"):
         code = cli_main.main(
             ["produce", str(tmp_path / "ns"), "--steps", "3", "--global-batch", "2", "--seq-len", "4",
              "--stats-interval", "3600", "--producer-id", "logged"]

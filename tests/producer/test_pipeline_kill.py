@@ -23,7 +23,7 @@ from tests.producer._kill import Logged, check_reads_resume, kill_and_finish, re
 from tests.sources._corpus import make_docs, write_tars
 from torch_tgb.layout import Layout
 from torch_tgb.datapipes import document_batches
-from torch_tgb.producer import produce
+from torch_tgb.producer import ProducerConfig, produce
 from torch_tgb.sources import WebDataset
 
 LAYOUT = Layout.token_rows(dp=2)
@@ -42,7 +42,8 @@ def shard_source(urls: list[str], index: int) -> WebDataset:
 def run(ns: str, urls: list[str], index: int, log: str) -> None:
     docs = Logged(shard_source(urls, index), log, tokens_line, delay_s=0.002)
     pipeline = document_batches(docs, seq_len=SEQ, global_batch_size=4, packing="bfd", packing_window=8)
-    produce(ns, pipeline, producer_id=f"p{index}", layout=LAYOUT, commit_policy="fixed:3", progress=False)
+    produce(ns, pipeline, producer_id=f"p{index}", layout=LAYOUT, commit_policy="fixed:3", progress=False,
+            config=ProducerConfig())  # one object per batch: every third batch committed, so kills land between commits
     os._exit(0)
 
 

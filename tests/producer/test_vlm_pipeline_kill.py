@@ -22,7 +22,7 @@ import torch
 import torch_tgb as tgb
 from tests.producer._kill import Logged, check_reads_resume, kill_and_finish, reads
 from tests.producer._vlm_pipeline import delivered_images, expected_images, layout, pipeline, source
-from torch_tgb.producer import produce
+from torch_tgb.producer import ProducerConfig, produce
 from torch_tgb.testing.media import image_samples, write_media_tars
 
 pytest.importorskip("PIL")
@@ -38,7 +38,7 @@ def run(ns: str, urls: list[str], index: int, log: str) -> None:
     torch.set_num_threads(1)
     docs = Logged(source(urls, shard=(index, 2)), log, key_line, delay_s=0.003)
     produce(ns, pipeline(docs), producer_id=f"p{index}", layout=layout(), commit_policy="fixed:1", seal=True,
-            progress=False)
+            progress=False, config=ProducerConfig())  # one object per batch: each committed, kills land between
     os._exit(0)
 
 

@@ -148,7 +148,8 @@ def test_token_file_reads_adjacent_documents_at_once(tmp_path: Any) -> None:
 @pytest.mark.parametrize("method", ["bfd", "concat", "none"])
 @pytest.mark.parametrize("kind", BULK_KINDS)
 def test_pack_packs_the_same_rows_either_way(corpus: dict[str, Callable[..., Any]], kind: str, method: str) -> None:
-    """Pack over a source's bulk path and over its documents one by one: the same rows, the same states."""
+    """Pack over a source's bulk path and over its documents one by one: the same rows (provenance too), the same
+    states."""
     from torchdata.nodes import BaseNode
 
     from torch_tgb.datapipes import Pack
@@ -157,6 +158,7 @@ def test_pack_packs_the_same_rows_either_way(corpus: dict[str, Callable[..., Any
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner
+            self.source = inner  # where Pack finds the sources its rows' provenance names
 
         def reset(self, initial_state: dict | None = None) -> None:
             super().reset(initial_state)

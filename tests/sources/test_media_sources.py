@@ -28,7 +28,7 @@ def test_image_samples_carry_raw_bytes_and_caption_tokens(image_tars):
     for s in samples:
         doc = got[s["__key__"]]
         media = sorted(k for k in s if k.rsplit(".", 1)[-1] in ("jpg", "png", "webp"))
-        assert sorted(k for k in doc if k not in ("tokens", "__key__", "__url__")) == media
+        assert sorted(k for k in doc if k not in ("tokens", "__key__", "__url__", "__provenance__")) == media
         assert all(doc[k] == s[k] for k in media)  # undecoded
         assert doc["tokens"].tolist() == word_tokenizer([s["txt"]])[0]
     plain = next(iter(sources.WebDataset(urls)))  # no tokenizer, no tokens.npy: empty caption tokens

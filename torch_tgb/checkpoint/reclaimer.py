@@ -19,7 +19,9 @@ the job (deletes are idempotent, TGB objects immutable):
    ``S`` proves can never be committed (:mod:`torch_tgb.checkpoint._orphans`)
    once older than ``grace_period``, and partial writes (temp files, open
    multipart uploads of writers killed mid-segment) that ``S`` proves
-   nobody will finish, by the same rule. Nothing is written before this, so a
+   nobody will finish, by the same rule; objects excisions superseded, once
+   no live checkpoint or reader needs them (``_superseded.py``; the objects
+   of the excisions in effect are kept). Nothing is written before this, so a
    pass frees space even on a full disk;
 3. safe step ``T`` = smallest cursor over live checkpoints (0 when none);
    boundary version ``vb`` = the version holding step ``T`` (the newest
@@ -64,6 +66,7 @@ from typing import Any
 from torch_tgb.checkpoint._orphans import Fate, fate_of, partial_is_live
 from torch_tgb.checkpoint._reclaim_state import PassRecord
 from torch_tgb.checkpoint._segments import still_named
+from torch_tgb.checkpoint._superseded import doomed_replacements, doomed_superseded, replacement_keys
 from torch_tgb.checkpoint._table_gc import reclaim_table_objects
 from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
@@ -72,7 +75,7 @@ from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
 from torch_tgb.manifest.skips import delete_skips_below
 from torch_tgb.manifest.reserve import RESERVE_BYTES, create_reserve, release_reserve
-from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, live_checkpoints, retired_ids
+from torch_tgb.manifest.watermarks import RETIRED_PREFIX, WATERMARK_PREFIX, Watermark, live_checkpoints, retired_ids
 from torch_tgb.storage import ObjectStore, PartialObject, open_store
 
 __all__ = ["DEFAULT_GRACE_PERIOD", "ReclaimReport", "Reclaimer"]
@@ -98,6 +101,7 @@ class _Counts:
     partials: int = 0
     live_partials: int = 0
     table_objects: int = 0
+    superseded: int = 0
     bytes: int = 0
     released: int = 0
     boundary: GCBoundary | None = None
@@ -134,6 +138,7 @@ class ReclaimReport:
     live_partials: int = 0  # partial writes whose (live) producer may still finish them: kept
     reserve_released: bool = False  # the disk was full: the space reserve made room for the snapshot/boundary
     table_objects: int = 0  # producers' buckets and pipeline states below the boundary no one reads (format 2)
+    superseded: int = 0  # objects excisions superseded that no live checkpoint or reader needs any more
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -188,7 +193,7 @@ class Reclaimer:
         before = manifest.repair_gc_boundary()  # re-create a deleted generation; drop lower ones landed late
         counts = _Counts()
         if sweep or record.clean_below < before.version or safe_step > before.step:
-            self._pass(manifest, record, before, safe_step, (data_keys, partials) if sweep else None, counts)
+            self._pass(manifest, record, before, safe_step, (data_keys, partials) if sweep else None, counts, live)
         boundary = counts.boundary or before
         dropped = self._drop_retired()
         create_reserve(store, max(RESERVE_BYTES, counts.released))  # after the deletes made room for it again
@@ -211,12 +216,13 @@ class Reclaimer:
             live_partials=counts.live_partials,
             reserve_released=counts.released > 0,
             table_objects=counts.table_objects,
+            superseded=counts.superseded,
         )
         log.info("reclaim %s: %s", store.url, report)
         return report
 
     def _pass(self, manifest: Manifest, record: PassRecord, before: GCBoundary, safe_step: int,
-              sweep: tuple[list[str], list[PartialObject]] | None, counts: _Counts) -> None:
+              sweep: tuple[list[str], list[PartialObject]] | None, counts: _Counts, live: list[Watermark]) -> None:
         """The steps of a pass that has work: the existing boundary's leftovers, the sweep, the advance, deletes."""
         head = manifest.head()
         known = record.clean_below if record.clean_below >= before.version else None
@@ -229,14 +235,19 @@ class Reclaimer:
             counts.snapshots += self._delete_old_snapshots(before)
         if sweep is not None:
             data_keys, partials = sweep
-            kept = self._kept_keys(manifest, before, head)
+            kept = self._kept_keys(manifest, before, head) | replacement_keys(manifest, head, before)
             counts.add_orphans(*self._delete_orphans(data_keys, kept | deleted, head))
             counts.add_partials(*self._delete_partials(partials, head))
+            self._delete_superseded(manifest, head, live, set(data_keys), counts)
         counts.boundary, counts.released = self._advance_with_reserve(manifest, safe_step, head)
         boundary = counts.boundary
         if boundary != before:
             delete_skips_below(manifest.store, boundary.step)  # markers of reclaimed steps: no reader reads them
             counts.add_objects(*self._delete_reclaimed_objects(manifest, before, boundary, head, known))
+            gone = doomed_replacements(manifest, head, boundary)  # excisions' objects of reclaimed steps only
+            if gone:
+                self.store.delete(sorted(gone))
+                counts.objects += len(gone)
             if known is not None:  # every version below ``before`` is gone: delete the range, no LIST
                 counts.versions += manifest.delete_version_range(before.version, boundary.version)
             else:
@@ -294,6 +305,17 @@ class Reclaimer:
         return f"Reclaimer({self.store.url!r}, grace_period={self.grace_period})"
 
     # --- steps of a pass -------------------------------------------------------
+
+    def _delete_superseded(self, manifest: Manifest, head: ManifestState, live: list[Watermark], listed: set[str],
+                           counts: _Counts) -> None:
+        """Delete the objects excisions superseded that nobody can read any more (``_superseded.py``)."""
+        in_effect = replacement_keys(manifest, head, GCBoundary())
+        doomed = sorted(set(doomed_superseded(manifest, head, live, now=self._clock(), grace_period=self.grace_period,
+                                              in_effect=in_effect)) & listed)
+        if doomed:
+            self.store.delete(doomed)
+            counts.superseded += len(doomed)
+            log.info("%s: deleted %d object(s) superseded by excisions", self.store.url, len(doomed))
 
     def _advance_with_reserve(
         self, manifest: Manifest, safe_step: int, head: ManifestState

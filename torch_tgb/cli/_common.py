@@ -28,6 +28,7 @@ __all__ = [
     "add_storage_option_flag",
     "argument_errors",
     "parse_storage_options",
+    "plural",
     "print_json",
     "require_namespace",
     "storage_options",
@@ -153,6 +154,11 @@ def _json_default(value: object) -> object:
     if callable(item):
         return item()
     return str(value)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1, "object"`` -> ``'1 object'``; ``2, "object"`` -> ``'2 objects'`` (``many``: an irregular plural)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 def human_bytes(n: float) -> str:

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch_tgb.cli._common import CommandError, format_table, human_bytes, print_json
+from torch_tgb.cli._common import CommandError, format_table, human_bytes, plural, print_json
 from torch_tgb.errors import TGBError
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ def _producer_command(args: argparse.Namespace, ns: str, index: int, steps: int)
         str(args.seed + index),
         "--vocab-size",
         "32000",
-        "--commit-policy",
-        "dac",
+        "--commit-policy", "dac",
+        "--segment-mb", "0",  # one object per TGB: each is visible at its commit, so the ranks read while it is written
         "--json",
     ]
 
@@ -94,8 +95,12 @@ def _run_consumers(
     state_in: str | None,
     compute_s: float,
     producers: list[subprocess.Popen],
+    tick: Callable[[], None] = lambda: None,
 ) -> list[dict[str, Any]]:
-    """Start one spawned process per rank and wait for all; a failed producer stops them early."""
+    """Start one spawned process per rank and wait for all; a failed producer stops them early.
+
+    ``tick()`` is called while waiting (the bar follows the steps committed).
+    """
     from torch_tgb.cli._demo_workers import consume
 
     ctx = multiprocessing.get_context("spawn")
@@ -121,6 +126,7 @@ def _run_consumers(
                     raise TGBError(f"demo producer p{index} exited with {code}: {_last_line(root, index)}")
             for proc, _ in procs:
                 proc.join(timeout=0.1)
+            tick()
         results = []
         for proc, result_path in procs:
             if proc.exitcode != 0 or not result_path.exists():
@@ -183,7 +189,23 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     first_half = total_steps // 2
     started = time.perf_counter()
 
-    bar = progress(total=5, desc="tgb demo", unit="phase")
+    # the bar counts the steps the ranks read, as far as the producers committed them; its text names the phase
+    bar = progress(total=total_steps, desc="tgb demo", unit="step")
+    manifest = Manifest(store)
+    last_tick = [0.0]
+
+    def phase(text: str) -> None:
+        bar.set_description_str(f"tgb demo: {text}")
+
+    def follow(lo: int, hi: int) -> Callable[[], None]:
+        def tick() -> None:  # at most 4 head reads a second
+            now = time.monotonic()
+            if now - last_tick[0] >= 0.25:
+                last_tick[0] = now
+                done = min(max(manifest.head().num_steps, lo), hi)
+                bar.update(done - bar.n)
+        return tick
+
     env = dict(os.environ, TGB_PROGRESS="0")
     # output goes to files, not pipes: nothing can block on a full pipe buffer
     producers = []
@@ -192,13 +214,16 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
             producers.append(subprocess.Popen(_producer_command(args, ns, i, count), stdout=out, stderr=err, env=env))
     try:
         # phase 1: read the first half while the producers write
-        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000, producers)
-        bar.update(1)
+        phase(f"1/4 producing; ranks read steps 0..{first_half - 1}")
+        phase1 = _run_consumers(ns, work, args.ranks, first_half, "phase1", None, args.compute_ms / 1000, producers,
+                                follow(0, first_half))
+        bar.update(first_half - bar.n)
+        phase("2/4 checkpoint demo-mid, reclaim")
         states = [json.loads((work / f"state-phase1-rank{r}.json").read_text()) for r in range(args.ranks)]
         mid = record_watermark(store, "demo-mid", states)  # every rank's state: the smallest cursor counts
         reclaim_mid = Reclaimer(store).run_once()
-        bar.update(1)
         # phase 2: restart every rank from its saved state and read the rest
+        phase(f"3/4 ranks restarted from their state; read steps {first_half}..{total_steps - 1}")
         phase2 = _run_consumers(
             ns,
             work,
@@ -208,27 +233,26 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
             str(work / "state-phase1-rank{rank}.json"),
             args.compute_ms / 1000,
             producers,
+            follow(first_half, total_steps),
         )
-        bar.update(1)
+        bar.update(total_steps - bar.n)
         producer_reports = []
         for index, proc in enumerate(producers):
             proc.wait(timeout=_CONSUMER_TIMEOUT_S)
             if proc.returncode != 0:
                 raise TGBError(f"demo producer p{index} exited with {proc.returncode}: {_last_line(work, index)}")
             producer_reports.append(json.loads((work / f"producer-p{index}.json").read_text()))
-        bar.update(1)
     finally:
         for proc in producers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    phase("4/4 checkpoint demo-end, reclaim, verify")
     end_states = [json.loads((work / f"state-phase2-rank{r}.json").read_text()) for r in range(args.ranks)]
     end = record_watermark(store, "demo-end", end_states)
     keep_last(store, 2)  # both checkpoints stay live: the data from demo-mid on is kept for a rollback
     reclaim_end = Reclaimer(store).run_once()
     stored_after, objects_after = _stored_bytes(store)
-    bar.update(1)
-    bar.close()
     wall = time.perf_counter() - started
 
     # exactly once: every slice each rank received, against every slice written for it
@@ -242,6 +266,7 @@ def run_demo(args: argparse.Namespace, root: Path) -> int:
     from torch_tgb.cli._verify_impl import verify_namespace
 
     verified = verify_namespace(ns)
+    bar.close()
     summary = _summary(
         args,
         ns=ns,
@@ -310,6 +335,7 @@ def _summary(args: argparse.Namespace, **m: Any) -> dict[str, Any]:
         "verify_ok": m["verified"].ok,
         "verify_problems": [p.render() for p in m["verified"].problems],
         "verified_objects": m["verified"].objects_checked,
+        "verified_steps": m["verified"].steps_checked,
         "consumer_tokens": tokens,
         "consumer_tokens_per_s": round(tokens / loop_s, 1) if loop_s > 0 else None,
         "producer_tokens_per_s": round(
@@ -353,7 +379,8 @@ def _render(s: dict[str, Any]) -> str:
         ("restart from saved state at", f"step {s['restart_at_step']}"),
         ("every batch exactly once", "yes" if s["exactly_once"] else "NO"),
         ("ranks saw the same step sequence", "yes" if s["ranks_aligned"] else "NO"),
-        ("tgb verify after reclaim", f"OK ({s['verified_objects']} objects, CRC32C)" if s["verify_ok"]
+        ("tgb verify after reclaim", f"OK ({plural(s['verified_steps'], 'TGB')} in "
+         f"{plural(s['verified_objects'], 'object')}, CRC32C)" if s["verify_ok"]
          else f"{len(s['verify_problems'])} problem(s): {s['verify_problems'][0]}"),
         ("consumer tokens/s (all ranks)", opt(s["consumer_tokens_per_s"], "{:,.0f}")),
         ("producer tokens/s (all)", opt(s["producer_tokens_per_s"], "{:,.0f}")),
@@ -362,8 +389,11 @@ def _render(s: dict[str, Any]) -> str:
         ("commit conflicts", str(s["commit_conflicts"])),
         ("input stall (waiting for data)", opt(s["input_stall_pct"], "{:.1f} % of the read loop") + f" ({s['simulated_compute_ms_per_step']:g} ms simulated compute per step)"),
         ("bytes written by producers", human_bytes(s["bytes_written_by_producers"])),
-        ("bytes reclaimed (2 runs)", f"{human_bytes(s['bytes_reclaimed'])}: {s['tgb_objects_reclaimed']} TGB objects, {s['log_versions_reclaimed']} log versions"),
-        ("bytes stored at the end", f"{human_bytes(s['bytes_stored_at_end'])} in {s['objects_stored_at_end']} objects"),
+        ("bytes reclaimed (2 runs)", f"{human_bytes(s['bytes_reclaimed'])}: "
+         f"{plural(s['tgb_objects_reclaimed'], 'object')} of TGBs, "
+         f"{plural(s['log_versions_reclaimed'], 'log version')}"),
+        ("bytes stored at the end", f"{human_bytes(s['bytes_stored_at_end'])} in "
+         f"{plural(s['objects_stored_at_end'], 'object')}"),
         ("wall time", f"{s['wall_s']:.1f} s"),
     ]
     return format_table(rows, title="tgb demo summary (all figures measured)")

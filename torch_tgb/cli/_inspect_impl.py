@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
-from torch_tgb.cli._common import CommandError, format_table, human_bytes
+from torch_tgb.cli._common import CommandError, format_table, human_bytes, plural
 from torch_tgb.manifest.keys import number_of
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
                 "status": state.status,
                 "last_commit_time": state.committed_at or None,
                 "last_commit_age_s": round(now - state.committed_at, 3) if state.committed_at else None,
+                "skipped": dict(state.skipped or {}),
                 "pipeline_state": {"out_of_line": state.state_ref} if state.state_ref is not None
                 else None if state.state is None else dict(state.state),
             }
@@ -268,6 +269,17 @@ def skipped_text(skipped: dict[str, str]) -> str:
     return f"{len(steps)} (steps {shown}; readers skip them with on_corrupt='skip_step'; `tgb verify` says why)"
 
 
+def skipped_samples_text(producers: list[dict[str, Any]]) -> str:
+    """The samples the producers' pipelines dropped, by reason, as their committed records say."""
+    total: dict[str, int] = {}
+    for p in producers:
+        for reason, n in (p.get("skipped") or {}).items():
+            total[reason] = total.get(reason, 0) + n
+    if not total:
+        return "0"
+    return f"{sum(total.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})"
+
+
 def render_text(r: dict[str, Any]) -> str:
     """The human-readable form of :func:`inspect_namespace`'s report."""
     v = r["versions"]
@@ -298,13 +310,14 @@ def render_text(r: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in job["counts"].items() if n)
         rows.insert(6, ("job", f"{job['description']}: {counts}"))
     rows.insert(3, ("contract", contract_text((r["dataset"] or {}).get("metadata") or {})))
+    rows.append(("samples skipped", skipped_samples_text(r["producers"])))
     if r.get("skipped_steps"):
         rows.append(("skipped steps", skipped_text(r["skipped_steps"])))
     if "storage" in r:
         partial = r["storage"]["partial_writes"]
-        more = f" and {partial['count']} partial write(s)" if partial["count"] else ""
-        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in {r['storage']['total_objects']} "
-                                     f"objects{more}"))
+        more = f" and {plural(partial['count'], 'partial write')}" if partial["count"] else ""
+        rows.append(("bytes stored", f"{human_bytes(r['storage']['total_bytes'])} in "
+                     f"{plural(r['storage']['total_objects'], 'object')}{more}"))
         if partial["count"]:
             rows.append(("partial writes", partial_writes_text(r["namespace"], partial)))
     out = [format_table(rows, title="namespace")]
@@ -318,9 +331,10 @@ def render_text(r: dict[str, Any]) -> str:
         out.append("producers")
         width = max(len(p["id"]) for p in r["producers"])
         for p in r["producers"]:
+            dropped = sum(p.get("skipped", {}).values())
             out.append(
                 f"  {p['id']:<{width}}  {p['status']:<6}  epoch {p['epoch']}  next offset {p['next_offset']}  "
-                f"last commit {_age(p['last_commit_age_s'])}"
+                f"last commit {_age(p['last_commit_age_s'])}" + (f"  skipped {dropped}" if dropped else "")
             )
     if r["watermarks"]:
         out.append("watermarks")
@@ -333,5 +347,5 @@ def render_text(r: dict[str, Any]) -> str:
     if "storage" in r:
         out.append("storage by area")
         for area, u in r["storage"]["by_area"].items():
-            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {u['objects']} objects")
+            out.append(f"  {area:<20}  {human_bytes(u['bytes']):>10}  {plural(u['objects'], 'object')}")
     return "\n".join(out)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
-from torch_tgb.cli._producer_setup import observed, segments
+from torch_tgb.cli._producer_setup import codecs, observed, segments
 from torch_tgb.layout import Layout
 
 __all__ = ["file_batches", "produce", "synthetic_batch"]
@@ -85,7 +86,9 @@ SYNTHETIC_DEFAULT_STEPS = 100
 
 
 def produce(args: argparse.Namespace) -> int:
-    from torch_tgb._progress import progress
+    from torch_tgb._progress import rate_text
+    from torch_tgb.cli._interrupt import INTERRUPTED_EXIT, stop_on_interrupt
+    from torch_tgb.cli._produce_progress import ProduceProgress
 
     for name in ("steps", "global_batch", "seq_len", "dp", "cp", "vocab_size"):
         value = getattr(args, name)
@@ -123,7 +126,7 @@ def produce(args: argparse.Namespace) -> int:
     else:
         if steps is None:
             steps = SYNTHETIC_DEFAULT_STEPS
-            print(f"tgb produce: --steps not given: writing {steps} batches of the synthetic stream "
+            print(f"tgb produce: --steps not given: writing {steps} TGBs of the synthetic stream "
                   f"(offsets 0..{steps - 1})", file=sys.stderr)
 
         def make(offset: int) -> dict[str, Any]:
@@ -143,49 +146,66 @@ def produce(args: argparse.Namespace) -> int:
             max_lag=args.max_lag,
             storage_options=storage_options(args),
             config=segments(args),
+            codecs=codecs(args),
         )
-    with producer, observed(producer, args):
+    bar = ProduceProgress(f"produce {args.producer_id}", per_batch=(args.global_batch * args.seq_len, "token"),
+                          batches=steps, stats_interval=args.stats_interval)
+    with stop_on_interrupt(threading.Event(), "the TGB in hand") as stop, producer, observed(producer, args), \
+            bar.watch(producer):
         start = producer.resume_offset
         interval = 1.0 / args.rate if args.rate else 0.0
         next_at = time.perf_counter()
-        with progress(total=max(0, steps - start), desc=f"produce {args.producer_id}", unit="batch") as bar:
-            for offset in range(start, steps):
-                if interval:
-                    delay = next_at - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-                    next_at += interval
-                producer.append(make(offset), offset=offset)
-                bar.update(1)
+        end = start
+        for offset in range(start, steps):
+            if interval and stop.wait(max(0.0, next_at - time.perf_counter())):
+                break
+            next_at += interval
+            if stop.is_set():
+                break
+            producer.append(make(offset), offset=offset)
+            end = offset + 1
+            bar.on_append(offset)
         producer.flush()
-        if args.seal:
+        interrupted = stop.is_set() and end < steps
+        if args.seal and not interrupted:
             producer.close(seal=True)
         stats = producer.stats()
         sealed = producer.sealed
     seconds = time.perf_counter() - started
+    written = max(0, end - start)
     summary = {
         "ns": args.ns,
         "producer_id": args.producer_id,
         "resumed_at": start,
-        "written": max(0, steps - start),
-        "next_offset": max(start, steps),
-        "done": bool(args.seal),
+        "written": written,
+        "next_offset": max(start, end),
+        "done": bool(args.seal) and not interrupted,
         "sealed": sealed,
+        "interrupted": interrupted,
+        "skipped": {},
+        "progress": bar.summary(),
         "seconds": round(seconds, 3),
         "stats": stats,
     }
+    code = INTERRUPTED_EXIT if interrupted else 0
     if args.json:
         print_json(summary)
+        return code
+    rate = bar.rate()
+    speed = f"; {rate_text(rate, bar.unit)}" if rate else ""
+    if written:
+        how = " (interrupted: Ctrl-C)" if interrupted else ""
+        print(f"producer {args.producer_id}: wrote offsets {start}..{end - 1} ({written} TGBs{how}) "
+              f"in {seconds:.2f}s{speed}")
+    elif interrupted:
+        print(f"producer {args.producer_id}: interrupted (Ctrl-C) before its first TGB")
     else:
-        if summary["written"]:
-            print(
-                f"producer {args.producer_id}: wrote offsets {start}..{steps - 1} "
-                f"({summary['written']} batches) in {seconds:.2f}s"
-            )
-        else:
-            print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
-        if args.seal:
-            print(f"producer {args.producer_id}: done; "
-                  + ("the namespace is sealed (end of stream)" if sealed
-                     else "the namespace is sealed when the producers still running are done too"))
-    return 0
+        print(f"producer {args.producer_id}: offsets 0..{start - 1} were already committed, nothing to write")
+    if interrupted:
+        print(f"producer {args.producer_id}: closed (not done): everything appended is committed; rerun the same "
+              f"command to continue from offset {end}")
+    elif args.seal:
+        print(f"producer {args.producer_id}: done; "
+              + ("the namespace is sealed (end of stream)" if sealed
+                 else "the namespace is sealed when the producers still running are done too"))
+    return code

@@ -7,7 +7,7 @@ import functools
 from dataclasses import asdict
 
 from torch_tgb.cli._common import CommandError, print_json, storage_options
-from torch_tgb.cli._producer_setup import segments
+from torch_tgb.cli._producer_setup import codecs, segments
 from torch_tgb.cli._produce_source import source_layout, source_metadata, source_pipeline
 
 __all__ = ["produce_fleet"]
@@ -34,7 +34,7 @@ def produce_fleet(args: argparse.Namespace) -> int:
         args.ns, make_pipeline, num_producers=producers, num_shards=args.shards, layout=source_layout(args),
         storage_options=storage_options(args), commit_policy=args.commit_policy, max_lag=args.max_lag,
         max_steps=args.steps, seal=args.seal is not False, prefix=args.producer_id, metadata=source_metadata(args),
-        address=args.ray, config=segments(args), fleet=FleetConfig(metrics_port=args.metrics_port),
+        address=args.ray, config=segments(args), fleet=FleetConfig(metrics_port=args.metrics_port), codecs=codecs(args),
     )
     if args.json:
         print_json({**asdict(report), "mb_per_s": report.mb_per_s, "commit_success_rate": report.commit_success_rate})

@@ -9,8 +9,10 @@ cost-balanced over the dp slices with ``--balance`` (``datapipes.GlobalBatches``
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
+from torch_tgb._progress import rate_text
 from torch_tgb.cli._common import CommandError, argument_errors, print_json, storage_options
 from torch_tgb.errors import TGBError
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from torch_tgb.datapipes import Batching, GlobalBatches
     from torch_tgb.layout import Layout
     from torch_tgb.sources import UnitSource
-    from torch_tgb.sources._base import Tokenizer
+    from torch_tgb.sources._inputs import Tokenizer
 
 __all__ = [
     "SOURCE_KINDS", "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",
@@ -114,7 +116,7 @@ def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | No
     if not sep or not where or kind not in SOURCE_KINDS:
         raise CommandError(f"--source {spec!r} must be KIND:WHERE with KIND one of {', '.join(SOURCE_KINDS)}")
     tokenizer = _tokenizer(args.tokenizer)
-    common: dict[str, Any] = {"shard": shard, "seed": args.seed}
+    common: dict[str, Any] = {"shard": shard, "seed": args.seed, "on_error": getattr(args, "on_error", "raise")}
     if kind == "token-file":
         dtype = None if where.endswith(".npy") else args.dtype
         return sources.TokenFile(where, offsets=args.offsets, dtype=dtype, **common)
@@ -229,20 +231,36 @@ def produce_source(args: argparse.Namespace) -> int:
 
     With ``--shard I/N`` the run is shard I of a job of N declared shards
     (``tgb.produce(shard=...)``): a rerun of a done shard prints that it is
-    complete and exits 0.
+    complete and exits 0. The bar counts the sources' tokens, rows or samples
+    of a known total (``ProduceProgress``); the first Ctrl-C ends the run after
+    the TGB in hand, commits, closes the producer and exits 130. Samples the
+    stages skipped are counted by reason in the summary and warned about.
     """
-    from torch_tgb.cli._producer_setup import observed, segments
+    import threading
+
+    from torch_tgb.cli._interrupt import INTERRUPTED_EXIT, stop_on_interrupt
+    from torch_tgb.cli._produce_progress import ProduceProgress, skipped_text
+    from torch_tgb.cli._producer_setup import codecs, segments, watched
     from torch_tgb.producer import produce
+    from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips, pipeline_work
 
     shard = None if args.shard is None else parse_shard(args.shard)
     layout = source_layout(args)
     pipeline = source_pipeline(args, *(shard or (0, 1)))
-    with argument_errors():  # a bad --producer-id, --commit-policy or --max-lag
+    label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {args.producer_id}"
+    nodes = pipeline_nodes(pipeline)  # walked once: the bar asks after every TGB
+    bar = ProduceProgress(f"produce {label}", measure=lambda: pipeline_work(pipeline, nodes=nodes),
+                          skips=lambda: pipeline_skips(pipeline, nodes=nodes), batches=args.steps,
+                          stats_interval=args.stats_interval)
+
+    with stop_on_interrupt(threading.Event(), "the TGB in hand") as stop, argument_errors():
+        # argument_errors: a bad --producer-id, --commit-policy or --max-lag
         report = produce(
             args.ns, pipeline, producer_id=None if shard else args.producer_id, shard=shard, job=args.producer_id,
             layout=layout, storage_options=storage_options(args), commit_policy=args.commit_policy,
             max_lag=args.max_lag, max_steps=args.steps, seal=args.seal, metadata=source_metadata(args),
-            config=segments(args), rate=args.rate, watch=lambda producer: observed(producer, args),
+            config=segments(args), rate=args.rate, watch=watched(args, bar), progress=False, on_append=bar.on_append,
+            stop=stop, codecs=codecs(args),
         )
     label = f"shard {shard[0]}/{shard[1]}" if shard else f"producer {report.producer_id}"
     counts = pipeline.state_dict() if not report.already_complete else {"rows": None, "tokens": None}
@@ -258,24 +276,41 @@ def produce_source(args: argparse.Namespace) -> int:
         "exhausted": report.exhausted,
         "done": report.done or report.already_complete,
         "sealed": report.sealed,
+        "interrupted": report.interrupted,
         "rows": counts["rows"],
         "tokens": counts["tokens"],
+        "skipped": report.skipped,
+        "progress": bar.summary(),
         "seconds": round(report.seconds, 3),
         "stats": report.stats,
     }
     if shard is not None:
         summary["waiting_for"] = [] if report.sealed else _unfinished(args)
+    code = INTERRUPTED_EXIT if report.interrupted else 0
+    if report.skipped:  # a warning on stderr at the end of a job with skips, --json or not
+        print(f"tgb produce: warning: {skipped_text(report.skipped)} by the pipeline's on_error policy; "
+              "their counts by reason are in --json (\"skipped\")", file=sys.stderr)
     if args.json:
         print_json(summary)
-        return 0
+        return code
     if report.already_complete:
         print(f"{label} already complete (offsets 0..{report.end_offset - 1}); nothing to do"
               + ("; the namespace is sealed" if report.sealed else ""))
-        return 0
-    how = "to the end of the source" if report.exhausted else f"up to --steps {args.steps}"
-    print(f"producer {report.producer_id}: wrote offsets {report.start_offset}..{report.end_offset - 1} "
-          f"({report.batches} batches, {how}) in {report.seconds:.2f}s")
-    if report.sealed:
+        return code
+    how = ("interrupted (Ctrl-C)" if report.interrupted else "to the end of the source" if report.exhausted
+           else f"up to --steps {args.steps}")
+    rate = bar.rate()
+    speed = f"; {rate_text(rate, bar.unit)}" if rate else ""
+    skips = f"; {skipped_text(report.skipped)}" if report.skipped else "; 0 samples skipped"
+    if report.batches:
+        print(f"producer {report.producer_id}: wrote offsets {report.start_offset}..{report.end_offset - 1} "
+              f"({report.batches} TGBs, {how}) in {report.seconds:.2f}s{speed}{skips}")
+    else:
+        print(f"producer {report.producer_id}: wrote no TGB ({how}) in {report.seconds:.2f}s{skips}")
+    if report.interrupted:
+        print(f"{label}: closed (not done): everything appended is committed; rerun the same command to continue "
+              f"from offset {report.end_offset}")
+    elif report.sealed:
         print(f"{label}: done; the namespace is sealed (end of stream)")
     elif report.done and shard is not None:
         print(f"{label}: done; the namespace is sealed when {', '.join(summary['waiting_for'])} "
@@ -284,7 +319,7 @@ def produce_source(args: argparse.Namespace) -> int:
         print(f"{label}: done; the namespace is sealed when the producers still running are done too")
     elif shard is not None and report.exhausted:
         print(f"{label}: closed, not done (--no-seal: the stream continues; rerun without --no-seal to mark it done)")
-    return 0
+    return code
 
 
 def _unfinished(args: argparse.Namespace) -> list[str]:

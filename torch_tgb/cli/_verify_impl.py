@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from torch_tgb import storage
-from torch_tgb.cli._common import human_bytes
+from torch_tgb.cli._common import human_bytes, plural
 from torch_tgb.errors import TGBError
 from torch_tgb.manifest import DATASET_KEY, LOG_PREFIX, SNAPSHOT_PREFIX, Manifest, version_key
 
@@ -87,10 +87,12 @@ class VerifyReport:
         return out
 
     def render_text(self) -> str:
+        how = "CRC32C checked" if self.crc_checked else "sizes and footers only"
         lines = [
             f"verify {self.namespace}: {'OK' if self.ok else f'{len(self.problems)} problem(s)'}",
-            f"  versions {self.versions_checked}, steps {self.steps_checked}, objects {self.objects_checked} "
-            f"({human_bytes(self.bytes_checked)}{', CRC32C checked' if self.crc_checked else ', sizes and footers only'})",
+            f"  {plural(self.versions_checked, 'version')}, {plural(self.steps_checked, 'step')} "
+            f"({plural(self.steps_checked, 'TGB')} in {plural(self.objects_checked, 'object')}, "
+            f"{human_bytes(self.bytes_checked)}, {how})",
         ]
         if self.unreferenced_objects:
             lines.append(
@@ -213,6 +215,7 @@ def _check_log(
     sealed_at: int | None = None
     snapshots = _numbers(store, SNAPSHOT_PREFIX)
     entries: list[tuple[int, int, TGBEntry]] = []
+    newest: Version | None = None  # the newest version read: its replacements are the ones in effect
     for number in range(max(1, boundary.version), latest + 1):
         try:
             version = manifest.read_version(number)
@@ -221,6 +224,7 @@ def _check_log(
             expected_first = None  # the next version's first_step cannot be checked
             continue
         report.versions_checked += 1
+        newest = version
         entries += [(number, version.first_step + i, entry) for i, entry in enumerate(version.entries)]
         if base is not None and number == boundary.version:
             # the boundary snapshot is the state *after* this version: its producers are already folded in
@@ -242,6 +246,10 @@ def _check_log(
         _check_producers(version, producers, problem)
         if number in snapshots:
             _check_snapshot(manifest.read_snapshot(number), version, producers, sealed_at, problem)
+    replaced = newest.replaced if entries and newest is not None else None
+    if replaced is not None:  # the entries in effect: a step an excision replaced is read from its new object
+        swapped = manifest.replacements.apply(replaced, entries[0][1], [e for _, _, e in entries])
+        entries = [(n, step, e) for (n, step, _), e in zip(entries, swapped)]
     return entries
 
 
@@ -307,6 +315,7 @@ def _check_objects(
 
     want_dp, want_cp = layout.get("dp"), layout.get("cp", 1)
     indexes: dict[str, SegmentIndex | None] = {}  # segment object -> its index (None: written without one)
+    objects: set[str] = set()  # the objects (files) seen: a segment holds many TGBs
     for number, step, entry in progress(entries, desc="verify", unit="step"):
         if step < boundary_step:
             continue  # reclaimed steps of the kept boundary version: their objects may be gone
@@ -317,7 +326,9 @@ def _check_objects(
         except TGBError as e:
             problem(f"object missing or unreadable: {e}", **where)
             continue
-        report.objects_checked += 1
+        if entry.key not in objects:
+            objects.add(entry.key)
+            report.objects_checked += 1
         if info.size != entry.total_size:
             problem(f"size {info.size} bytes, the manifest says {entry.total_size}", **where)
             continue

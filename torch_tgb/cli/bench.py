@@ -153,23 +153,30 @@ def _run_suite(suite: str, scripts: dict[str, Path], directory: Path, argv: list
     parser.add_argument("--results-dir", type=Path, default=Path.cwd() / "tgb-bench-results")
     parser.add_argument("--skip", action="append", default=[], help="script to leave out (repeatable)")
     opts = parser.parse_args(argv)
+    from torch_tgb._progress import progress, say
+
     out = opts.results_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"tgb bench {suite}: results go to {out}", flush=True)
     failed = []
     started = time.monotonic()
-    for name, extra in SUITES[suite]:
-        if name in opts.skip:
-            continue
+    runs = [(name, extra) for name, extra in SUITES[suite] if name not in opts.skip]
+    for name, _ in runs:
         if name not in scripts:
             raise CommandError(f"suite {suite!r} needs benchmarks/{name}.py, not found in {directory}")
-        t0 = time.monotonic()
-        print(f"--- {name} {' '.join(extra)}", flush=True)
-        rc = subprocess.run([sys.executable, str(scripts[name]), *extra, "--results-dir", str(out)],
-                            check=False).returncode
-        print(f"--- {name}: exit {rc} in {time.monotonic() - t0:.0f} s", flush=True)
-        if rc:
-            failed.append(name)
-    print(f"tgb bench {suite}: {len(SUITES[suite]) - len(failed)} ok, failed: {failed or 'none'}; "
+    with progress(total=len(runs), desc=f"tgb bench {suite}", unit="script") as bar:
+        for name, extra in runs:
+            t0 = time.monotonic()
+            bar.set_description_str(f"tgb bench {suite}: {name}")
+            say(f"--- {name} {' '.join(extra)}", stream=sys.stdout)
+            sys.stdout.flush()
+            rc = subprocess.run([sys.executable, str(scripts[name]), *extra, "--results-dir", str(out)],
+                                check=False).returncode
+            say(f"--- {name}: exit {rc} in {time.monotonic() - t0:.0f} s", stream=sys.stdout)
+            sys.stdout.flush()
+            bar.update(1)
+            if rc:
+                failed.append(name)
+    print(f"tgb bench {suite}: {len(runs) - len(failed)} ok, failed: {failed or 'none'}; "
           f"{time.monotonic() - started:.0f} s; results in {out}")
     return 1 if failed else 0

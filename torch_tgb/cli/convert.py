@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         r = result if isinstance(result, dict) else {}
-        shape = f"{r.get('batches', '?')} batches of {r.get('batch_size', '?')}x{r.get('seq_len', '?')} tokens"
+        shape = f"{r.get('batches', '?')} TGBs of {r.get('batch_size', '?')}x{r.get('seq_len', '?')} tokens"
         resumed = f", resumed at batch {r['resumed_at']}" if r.get("resumed_at") else ""
         print(f"converted {args.src} -> {args.ns} (dp={args.dp}, cp={args.cp}): {shape}{resumed}; sealed")
     return 0

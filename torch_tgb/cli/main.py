@@ -23,6 +23,8 @@ __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 SUBCOMMANDS = {
     "demo": "torch_tgb.cli.demo",
     "inspect": "torch_tgb.cli.inspect",
+    "peek": "torch_tgb.cli.peek",
+    "report": "torch_tgb.cli.report",
     "verify": "torch_tgb.cli.verify",
     "reclaim": "torch_tgb.cli.reclaim",
     "prewarm": "torch_tgb.cli.prewarm",
@@ -30,6 +32,10 @@ SUBCOMMANDS = {
     "produce": "torch_tgb.cli.produce",
     "convert": "torch_tgb.cli.convert",
     "bench": "torch_tgb.cli.bench",
+    "lineage": "torch_tgb.cli.lineage",
+    "provenance": "torch_tgb.cli.provenance",
+    "excise": "torch_tgb.cli.excise",
+    "card": "torch_tgb.cli.card",
 }
 
 

@@ -65,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
+    p.add_argument("--on-error", choices=("raise", "skip_and_count"), default="raise",
+                   help="--source: a corrupt record (an unreadable .npy member, an empty tar, a text the tokenizer "
+                   "refuses) stops the run (raise) or is skipped and counted (the summary's 'skipped' by reason)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="--source: run shard I of a job of N declared shards (the source's shard I of N, as producer "
                    "'<--producer-id>-shard<I>-of<N>'); the namespace is sealed when every shard is done, a rerun of a "
@@ -115,6 +118,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="MB",
         help="pack consecutive batches into segment objects of about MB MiB (default 64; with --rate "
         "one object per batch, so each is visible at its commit); 0: one object per batch",
+    )
+    p.add_argument(
+        "--codec",
+        action="append",
+        default=None,
+        metavar="KEY=SPEC",
+        help="store KEY compressed at rest, e.g. input_ids=zstd or pixel_values=zstd:1+delta:3x14x14 "
+        "(repeatable; needs the compress extra; docs/multimodal.md, 'Compression at rest')",
     )
     p.add_argument(
         "--stats-interval",

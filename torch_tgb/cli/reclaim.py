@@ -54,20 +54,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torch_tgb._progress import progress
     from torch_tgb.checkpoint import Reclaimer
+    from torch_tgb.cli._reclaim_progress import CountingDeletes
     from torch_tgb.storage import open_store
 
-    kwargs = {"storage_options": storage_options(args)}
-    with open_store(args.ns, kwargs["storage_options"]) as store:  # like inspect/verify: refuse a non-namespace
-        require_namespace(store)
-    if args.grace_period is not None:
-        kwargs["grace_period"] = args.grace_period
-    reclaimer = Reclaimer(args.ns, **kwargs)
-    for producer_id in args.fence:
-        epoch = reclaimer.fence_producer(producer_id)
-        if not args.json:
-            print(f"fenced producer {producer_id!r}: epoch {epoch}")
-    report = reclaimer.run_once()
+    store = open_store(args.ns, storage_options(args))
+    try:
+        require_namespace(store)  # like inspect/verify: refuse a non-namespace
+        with progress(desc="reclaim: objects deleted", unit="object") as bar:
+            counted = CountingDeletes(store, bar)
+            reclaimer = Reclaimer(counted, **({} if args.grace_period is None else {"grace_period": args.grace_period}))
+            for producer_id in args.fence:
+                epoch = reclaimer.fence_producer(producer_id)
+                if not args.json:
+                    print(f"fenced producer {producer_id!r}: epoch {epoch}")
+            report = reclaimer.run_once()
+    finally:
+        store.close()
     fields = (
         dataclasses.asdict(report)
         if dataclasses.is_dataclass(report) and not isinstance(report, type)
@@ -92,7 +96,7 @@ _KNOWN = ("safe_step", "live_checkpoints", "boundary_version", "boundary_step", 
 
 def render_text(url: str, f: dict) -> str:
     """The report as a few readable lines; fields this code does not know are listed as they are."""
-    from torch_tgb.cli._common import human_bytes
+    from torch_tgb.cli._common import human_bytes, plural
 
     if not all(k in f for k in _KNOWN):
         return format_table(sorted(f.items()), title=f"reclaimed {url}")
@@ -100,8 +104,9 @@ def render_text(url: str, f: dict) -> str:
         ("safe step", f"{f['safe_step']} (smallest cursor of {f['live_checkpoints']} live checkpoints)"
          if f["live_checkpoints"] else "0 (no live checkpoint: only orphans can be reclaimed)"),
         ("GC boundary", f"version {f['boundary_version']}, step {f['boundary_step']}"),
-        ("deleted", f"{f['objects']} TGB objects, {f['orphans']} orphans, {f.get('partials', 0)} partial writes, "
-                    f"{f['versions']} log versions, {f['snapshots']} snapshots"),
+        ("deleted", f"{plural(f['objects'], 'TGB object')}, {plural(f['orphans'], 'orphan')}, "
+                    f"{plural(f.get('partials', 0), 'partial write')}, "
+                    f"{plural(f['versions'], 'log version')}, {plural(f['snapshots'], 'snapshot')}"),
         ("bytes freed", human_bytes(f["bytes"])),
     ]
     rows += [(k.replace("_", " "), v) for k, v in sorted(f.items()) if k not in _KNOWN and k != "partials"]

@@ -10,13 +10,18 @@ from torch_tgb._lazy import lazy_exports
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, find_cursors
 
 __all__ = sorted(
-    ["CURSOR_KEY", "ConsumerStats", "Cursor", "DataLoader", "ReaderOptions", "TGBDataset", "cursor_of", "find_cursors"]
+    ["BatchSchedule", "CURSOR_KEY", "ConsumerStats", "Cursor", "DataLoader", "ReaderOptions", "ScheduleStep",
+     "StallPolicy", "TGBDataset", "batch_ramp", "cursor_of", "find_cursors"]
 )
 
 _LAZY = {
+    "BatchSchedule": "torch_tgb.consumer._schedule",
+    "ScheduleStep": "torch_tgb.consumer._schedule",
+    "batch_ramp": "torch_tgb.consumer._schedule",
     "ConsumerStats": "torch_tgb.datapipes.read.stats",
     "DataLoader": "torch_tgb.consumer.loader",
     "ReaderOptions": "torch_tgb.consumer.options",
+    "StallPolicy": "torch_tgb.datapipes.read.stall",
     "TGBDataset": "torch_tgb.consumer.dataset",
 }
 

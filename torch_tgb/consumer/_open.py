@@ -5,16 +5,50 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
+from torch_tgb.consumer._open_cache import OPEN_CACHE, KnownNamespace
+from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.errors import DataTimeout, ManifestError, NamespaceNotFound
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
-from torch_tgb.storage import ObjectStore
+from torch_tgb.layout import Layout
+from torch_tgb.storage import ObjectStore, open_store
+from torch_tgb.storage.hot_tier import with_hot_tier
+from torch_tgb.storage.node_share import with_node_share
 
-__all__ = ["sealed_steps", "wait_for_dataset"]
+__all__ = ["Written", "open_namespace", "sealed_steps", "wait_for_dataset"]
 
 log = logging.getLogger(__name__)
+
+#: what ``dataset.json`` says: the written layout, the schema, the metadata
+Written = tuple[Layout, dict[str, Any], dict[str, Any]]
+
+
+def open_namespace(
+    ns: str | ObjectStore, storage_options: Mapping[str, Any] | None, options: ReaderOptions, written: Written | None,
+) -> tuple[ObjectStore, Manifest, KnownNamespace | None, Written]:
+    """A reader's store (with its node share and hot tier), its manifest, what earlier readers in this process
+    learnt of the namespace (``consumer/_open_cache.py``; None: nothing), and ``dataset.json`` (``written`` if known).
+    """
+    store = open_store(ns, storage_options or None)
+    store = with_node_share(store, options.node_cache, handed_in=isinstance(ns, ObjectStore))
+    store = with_hot_tier(store, options.cache_dir, options.cache_bytes)
+    manifest = Manifest(store)
+    # a store handed in is the caller's (it may count or fail reads on purpose): only paths are cached
+    cached = options.open_cache and not isinstance(ns, ObjectStore)
+    known = OPEN_CACHE.lookup(store, manifest) if cached else None
+    if written is None:
+        if known is not None:
+            written = known.written
+        else:
+            info = wait_for_dataset(store, manifest, timeout=options.timeout, poll=options.poll)
+            written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
+    if cached and known is None:
+        known = OPEN_CACHE.remember(store, manifest, written)
+    return store, manifest, known, written
 
 
 def wait_for_dataset(store: ObjectStore, manifest: Manifest, *, timeout: float | None, poll: PollPolicy) -> DatasetInfo:

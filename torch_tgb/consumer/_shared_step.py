@@ -22,10 +22,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "SharedStep", "pack_step"]
+__all__ = ["ALIGN", "SharedStep", "Specs", "pack_step", "packable", "shared_bytes", "step_specs", "write_step"]
 
 #: byte alignment of each tensor in the buffer (any dtype can view it)
 ALIGN = 64
+
+#: each tensor of a step as ``(name, dtype, shape, offset, nbytes)`` in its buffer
+Specs = tuple[tuple[str, torch.dtype, tuple[int, ...], int, int], ...]
 
 
 class SharedStep:
@@ -33,7 +36,7 @@ class SharedStep:
 
     __slots__ = ("buffer", "specs")
 
-    def __init__(self, buffer: torch.Tensor, specs: tuple[tuple[str, torch.dtype, tuple[int, ...], int, int], ...]):
+    def __init__(self, buffer: torch.Tensor, specs: Specs):
         self.buffer = buffer
         self.specs = specs
 
@@ -54,20 +57,40 @@ class SharedStep:
         return SharedStep, (self.buffer, self.specs)
 
 
-def pack_step(step: object) -> object:
-    """``step`` as a :class:`SharedStep` if it is a dict of two or more CPU tensors, else ``step`` unchanged."""
-    if type(step) is not dict or len(step) < 2 or not all(
+def packable(step: object) -> bool:
+    """Whether ``step`` is a dict of two or more CPU tensors (what one buffer carries better than one per tensor)."""
+    return type(step) is dict and len(step) >= 2 and all(
         type(t) is torch.Tensor and t.device.type == "cpu" for t in step.values()
-    ):
-        return step
+    )
+
+
+def step_specs(step: dict[str, torch.Tensor]) -> tuple[Specs, int]:
+    """Each tensor's ``(name, dtype, shape, offset, nbytes)`` in one buffer, and the bytes the buffer needs."""
     specs = []
     offset = 0
     for name, t in step.items():
         nbytes = t.numel() * t.element_size()
         specs.append((name, t.dtype, tuple(t.shape), offset, nbytes))
         offset += -(-nbytes // ALIGN) * ALIGN
-    # allocated in shared memory: the handover then passes its descriptor and copies nothing more
-    buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(offset, 1)))[:offset]
+    return tuple(specs), offset
+
+
+def write_step(buffer: torch.Tensor, step: dict[str, torch.Tensor], specs: Specs) -> None:
+    """Copy the tensors of ``step`` into ``buffer`` (uint8) at the places ``specs`` give."""
     for name, dtype, shape, start, nbytes in specs:
         buffer[start : start + nbytes].view(dtype).view(shape).copy_(step[name])
-    return SharedStep(buffer, tuple(specs))
+
+
+def shared_bytes(nbytes: int) -> torch.Tensor:
+    """``nbytes`` of shared memory as a uint8 tensor (a handover passes its descriptor, not its bytes)."""
+    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(max(nbytes, 1)))[:nbytes]
+
+
+def pack_step(step: object) -> object:
+    """``step`` as a :class:`SharedStep` if it is a dict of two or more CPU tensors, else ``step`` unchanged."""
+    if not packable(step):
+        return step
+    specs, nbytes = step_specs(step)  # type: ignore[arg-type]  # packable: a dict of tensors
+    buffer = shared_bytes(nbytes)
+    write_step(buffer, step, specs)  # type: ignore[arg-type]
+    return SharedStep(buffer, specs)

@@ -23,6 +23,7 @@ from typing import Any
 
 from torch_tgb.consumer._contract import EXPECT_KEY, saved_expectation
 from torch_tgb.consumer._epochs import EPOCHS_KEY, EpochOrder
+from torch_tgb.consumer._identity import SOURCE_KEY, merge_sources
 from torch_tgb.cursor import CURSOR_KEY, Cursor, cursor_of, reader_states
 from torch_tgb.datapipes.read import Position
 from torch_tgb.errors import LayoutError
@@ -72,9 +73,12 @@ class ReaderState:
     exact: bool
     order: EpochOrder | None = None
     num_steps: int = 0  # N of an epochs read
+    source: Mapping[str, Any] | None = None  # what it read (``consumer/_identity.py``)
 
     def to_json(self) -> dict[str, Any]:
         state = self.setting.to_json()
+        if self.source is not None:
+            state[SOURCE_KEY] = dict(self.source)
         cursor = self.at.cursor
         if self.order is not None:
             state[EPOCHS_KEY] = self.order.to_json(cursor, self.num_steps)
@@ -155,8 +159,9 @@ def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """The rank- and worker-independent part of any consumer state: all that ``load_state_dict`` needs.
 
     The smallest ``tgb_cursor`` in ``state`` (the first step not yet delivered), for
-    an epochs read the smallest ``tgb_epochs`` position with its order settings, and
-    the data contract (``tgb_expect``, ``consumer/_contract.py``) if the reader has one. The
+    an epochs read the smallest ``tgb_epochs`` position with its order settings,
+    the data contract (``tgb_expect``, ``consumer/_contract.py``) if the reader has one,
+    and what it read (``tgb_source``, ``consumer/_identity.py``). The
     ranks of a synchronous job hold the same one at a checkpoint (``DataState`` saves it
     under one key that loads on any world size).
     """
@@ -167,6 +172,9 @@ def canonical_state(state: Mapping[str, Any]) -> dict[str, Any]:
     expect = saved_expectation(reader_states(state))
     if expect is not None:
         out[EXPECT_KEY] = expect
+    source = merge_sources(reader_states(state))
+    if source is not None:
+        out[SOURCE_KEY] = source
     return out
 
 

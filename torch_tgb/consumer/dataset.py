@@ -44,9 +44,12 @@ from typing_extensions import Unpack
 from torch_tgb.consumer._accelerate import refuse_accelerate_wrapping
 from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expectations, saved_expectation
 from torch_tgb.consumer._epochs import EpochOrder
+from torch_tgb.consumer._grouping import ScheduleStep, scheduled_length, scheduled_steps  # batch_schedule (#46)
+from torch_tgb.consumer._identity import ReadSource, dataset_identity, pin_view
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
-from torch_tgb.consumer._open import sealed_steps, wait_for_dataset
-from torch_tgb.consumer._passes import pass_length, sealed_namespace, steps_left
+from torch_tgb.consumer._open import open_namespace, sealed_steps
+from torch_tgb.consumer._open_cache import KnownNamespace
+from torch_tgb.consumer._passes import sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
 from torch_tgb.consumer._skips import SkipCount, gate
 from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
@@ -59,9 +62,7 @@ from torch_tgb.errors import FrameworkError, LayoutError
 from torch_tgb.format import ragged_keys
 from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import ObjectStore, open_store
-from torch_tgb.storage.hot_tier import with_hot_tier
-from torch_tgb.storage.node_share import with_node_share
+from torch_tgb.storage import ObjectStore
 
 __all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
 
@@ -101,12 +102,15 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._written: tuple[Layout, dict[str, Any], dict[str, Any]] | None = None  # layout, schema, metadata
         self._expect = o.expect  # the data contract: this reader's, and a loaded state's (consumer/_contract.py)
         self._path: ReadPath | None = None  # while iterating
+        self.batch_step: ScheduleStep | None = None  # batch_schedule: the training step last handed out (#46)
         self._closed_stats = ConsumerStats()  # of the iterations before this one
         # Set by tgb.DataLoader (consumer/loader.py): it owns this dataset; it is creating an iterator now
         # (a worker's copy keeps the flag); a state was loaded and it has not iterated since.
         self._owned = False
         self._by_loader = False
+        self._ring_slots = 0  # slots of each worker's step ring (consumer/_step_ring.py), set by its loader
         self._restored = False
+        self._read = ReadSource(str(getattr(ns, "url", ns)))  # what it read (consumer/_identity.py)
 
     def __getstate__(self) -> dict[str, Any]:  # DataLoader workers get the settings and position, no live path
         return {**self.__dict__, "_path": None, "_closed_stats": ConsumerStats()}
@@ -133,7 +137,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
                 cursor = cursor_at(start, setting.worker, version=start.version, **ratios)
                 at, exact = Position(cursor, start, setting.worker, plan.tgbs_per_step, plan.steps_per_tgb), True
         num_steps = self._steps_per_epoch() if self._order is not None else 0
-        return ReaderState(setting, at, exact, self._order, num_steps)
+        return ReaderState(setting, at, exact, self._order, num_steps, self._read.state(at.cursor.version))
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable position; ``"tgb_cursor"`` is the first step this reader may still read.
@@ -236,10 +240,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
                 f"{self.ns}: a TGB stream has no len() before its namespace is sealed (steps may still be "
                 "committed); frameworks read it as an unsized stream"
             )
-        plan = self._plan()
         stop = None if self._order is not None else self.options.stop_step
-        return pass_length(num_steps, tgbs_per_step=plan.tgbs_per_step, steps_per_tgb=plan.steps_per_tgb,
-                           stop_step=stop)
+        return scheduled_length(self, num_steps, stop)  # pass_length, or a batch_schedule's whole steps (#46)
 
     def _sealed_steps(self) -> int | None:
         """The namespace's steps once it is sealed (read from the head until then, then kept); None before."""
@@ -329,22 +331,22 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
 
     def _with_store(self, read: Callable[[ObjectStore], _T]) -> _T:
         """``read`` of this reader's store (node share and hot tier as the read path has them), closed after."""
-        store, _ = self._open()
+        store, _, _ = self._open()
         try:
             return read(store)
         finally:
             if not isinstance(self.ns, ObjectStore):  # a store handed in belongs to the caller
                 store.close()
 
-    def _open(self) -> tuple[ObjectStore, Manifest]:
-        store = open_store(self.ns, self.storage_options or None)
-        store = with_node_share(store, self.options.node_cache, handed_in=isinstance(self.ns, ObjectStore))
-        store = with_hot_tier(store, self.options.cache_dir, self.options.cache_bytes)
-        manifest = Manifest(store)
-        if self._written is None:
-            info = wait_for_dataset(store, manifest, timeout=self.options.timeout, poll=self.options.poll)
-            self._written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
-        return store, manifest
+    def _open(self) -> tuple[ObjectStore, Manifest, KnownNamespace | None]:
+        """The store and manifest of ``ns``, and what earlier readers in this process learnt of it (None: nothing)."""
+        store, manifest, known, self._written = open_namespace(self.ns, self.storage_options, self.options,
+                                                               self._written)
+        if self._read.identity is None:  # which namespace this is, for the state (consumer/_identity.py)
+            info = manifest.dataset()
+            if info is not None:
+                self._read.identity = dataset_identity(info)
+        return store, manifest, known
 
     # --- iteration ---------------------------------------------------------------
 
@@ -383,7 +385,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._close_path()  # an earlier iterator still open: continue from its position
         self._check_contract()  # before step 0
         self._next_pass()
-        store, manifest = self._open()
+        store, manifest, known = self._open()
+        self._read.view = pin_view(manifest, self._read.pin, options=self.options, known=known)
         setting = self._setting()
         plan = self._plan()
         exact = None if self._restore is None else self._restore.restores(
@@ -391,7 +394,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         start = PathStart(self._start_cursor() if exact is None else exact.origin, exact, setting.worker,
                           setting.num_workers)
         path, num_steps = open_path(store, manifest, plan, self._keys(), self.options, self._order, start,
-                                    emit_meta=self.emit_meta and by_loader)
+                                    emit_meta=self.emit_meta and by_loader, known=known,
+                                    stall=None if self._owned else self.options.stall)  # a loader warns itself
         if num_steps is not None:
             self._num_steps = num_steps
         self._path = path
@@ -399,7 +403,8 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
             if self.options.on_corrupt == "skip_step" and get_worker_info() is None:
                 yield from gate(iter(path), self._skip_count, StepAgreement(namespace=str(self.ns)))
             else:  # no skipping, or a worker: the main process's tgb.DataLoader gates (it holds the group)
-                yield from path
+                yield from scheduled_steps(self, path, start=start.origin.step if start.exact is None else
+                                           start.exact.cursor.step, manifest=manifest, by_loader=by_loader)
         finally:
             if self._path is path:
                 self._close_path()  # the final position stays readable after the loop ends

@@ -53,14 +53,18 @@ from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSinglePro
 from typing_extensions import Unpack
 
 from torch_tgb.cursor import Cursor
+from torch_tgb.consumer._identity import loader_view
 from torch_tgb.consumer._accelerate import AccelerateAware
 from torch_tgb.consumer._consumed import Consumption
+from torch_tgb.consumer._grouping import ScheduleStep, scheduled_steps
 from torch_tgb.consumer._paths import uncast_keys
 from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
+from torch_tgb.consumer._step_ring import ring_slots, send_step
 from torch_tgb.consumer._worker_state import without_worker_stats, worker_readers
 from torch_tgb.consumer.device import DeviceFeed
+from torch_tgb.datapipes.read.stall import StallClock
 from torch_tgb.datapipes.read.stats import ConsumerStats, merge_stats
 from torch_tgb.consumer._skips import gate
 from torch_tgb.distributed.agreement import StepAgreement
@@ -130,8 +134,8 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
                 in_order=True,
                 snapshot_every_n_steps=1,
             )
-        # seconds the loop waited in next(): in a list, since DataLoader.__setattr__ costs per step
-        self._stall = [0.0]
+        # the training thread's wait in next() per step (it warns past ReaderOptions.stall's share of the step)
+        self._stall = StallClock(dataset.options.stall, what=str(getattr(dataset, "ns", "")))
         self._feed = feed
         self._held: dict[str, Any] | None = None  # the state before the batch in flight (device)
         self._consumption = Consumption()  # what the training loop consumed, for frameworks that fetch ahead
@@ -140,6 +144,11 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
     @property
     def tgb_dataset(self) -> TGBDataset:
         return self.dataset  # type: ignore[return-value]
+
+    @property
+    def batch_step(self) -> ScheduleStep | None:
+        """With ``batch_schedule``: the training step last handed out, its batch size and TGB steps (else None)."""
+        return self.tgb_dataset.batch_step
 
     @property
     def step(self) -> int:
@@ -164,6 +173,7 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         dataset._by_loader = True
         try:
             if self.num_workers > 0:
+                dataset._ring_slots = ring_slots(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor)
                 return super()._get_iterator()
             # load_state_dict hands the dataset its state and the base loader {}: no iterator state to resume
             return _InProcessIter(self, None)
@@ -194,14 +204,25 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         if self.num_workers > 0:
             self.tgb_dataset._check_contract()  # here, not in each worker
             self.tgb_dataset._next_pass()  # decided once here, for every worker (consumer/_passes.py)
+            self.tgb_dataset._read.pin = loader_view(self.tgb_dataset)  # one view for every worker (_identity.py)
         self.tgb_dataset._restored = False  # this loader reads it now: no longer "just restored"
+        scheduled = self.num_workers > 0 and self.tgb_dataset.options.batch_schedule is not None
+        start = self.tgb_dataset.step if scheduled else 0  # batch_schedule (#46): the workers' first TGB step
         inner = super().__iter__()
         delivered = self._deliver(inner)
+        if scheduled:  # batch_schedule (#46): the workers' steps joined here, after the in-order handover
+            delivered = iter(scheduled_steps(self.tgb_dataset, delivered, start=start, manifest=None, by_loader=True))
         if self.num_workers > 0 and self.tgb_dataset.options.on_corrupt == "skip_step":  # the ranks agree here
             dataset = self.tgb_dataset
             delivered = gate(delivered, dataset._skip_count, StepAgreement(namespace=str(dataset.ns)))
         batches = delivered if self._feed is None else self._ahead(delivered, self._feed)
-        yield from self._consumption.hand_out(batches, self._handed_out_state)
+        stall, clock = self._stall, time.perf_counter
+        started = clock()
+        for batch in self._consumption.hand_out(batches, self._handed_out_state):
+            stall.waited(started, clock())
+            yield batch
+            started = clock()  # the training loop asks for the next batch
+        stall.waited(started, clock(), steps=0)
 
     def _continue_workers(self) -> None:
         """With workers, a new iteration starts where the last one stopped, as it does in-process.
@@ -260,17 +281,13 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             self._held = None
 
     def _deliver(self, inner: Iterator[Any]) -> Iterator[Any]:
-        stall = self._stall
         while True:
-            started = time.perf_counter()
             try:
                 batch = next(inner)
             except StopIteration:
                 if self._checker is not None:
                     self._checker.check_end()
                 return
-            finally:
-                stall[0] += time.perf_counter() - started
             if type(batch) is SharedStep:
                 batch = batch.unpack()
             meta = batch.pop(META_KEY, None) if isinstance(batch, dict) else None
@@ -336,23 +353,24 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
         else:
             readers = worker_readers(StatefulDataLoader.state_dict(self))
             own = merge_stats(ConsumerStats.from_json(r[STATS_KEY]) for r in readers if STATS_KEY in r)
-        fields = own.to_json()
-        fields["stall_s"] = self._stall[0]
-        return ConsumerStats.from_json(fields)
+        return ConsumerStats.from_json({**own.to_json(), **self._stall.figures()})
 
 
 def _collate(batch: object) -> object:
     """The DataLoader's ``default_convert``, without its walk over a step that is already tensors.
 
-    In a worker of a tgb.DataLoader such a step travels as one shared buffer
-    (:mod:`torch_tgb.consumer._shared_step`), which ``_deliver`` unpacks in the main
-    process. Another loader built with this collate over the same dataset (accelerate's
+    In a worker of a tgb.DataLoader such a step travels through a slot of the worker's
+    ring of shared buffers (:mod:`torch_tgb.consumer._step_ring`), copied out as the main
+    process receives it; ``_deliver`` unpacks it. Another loader built with this collate over the same dataset (accelerate's
     ``skip_first_batches``, which HF Trainer's resume uses, copies it) gets the step as
     it is: it has no ``_deliver`` to unpack it.
     """
     if type(batch) is dict and all(type(v) is torch.Tensor for v in batch.values()):
         info = get_worker_info()
-        return pack_step(batch) if info is not None and getattr(info.dataset, "_by_loader", False) else batch
+        if info is None or not getattr(info.dataset, "_by_loader", False):
+            return batch
+        slots = getattr(info.dataset, "_ring_slots", 0)
+        return send_step(batch, slots=slots) if slots else pack_step(batch)
     return default_convert(batch)
 
 

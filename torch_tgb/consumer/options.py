@@ -17,12 +17,14 @@ import torch
 
 from torch_tgb._options import with_fields
 from torch_tgb.consumer._contract import normalise_expect
+from torch_tgb.consumer._schedule import BatchSchedule
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.datapipes.read.poller import PollPolicy
+from torch_tgb.datapipes.read.stall import StallPolicy
 from torch_tgb.format import READ_MODES, READ_WHOLE_BELOW, verify_policy
 from torch_tgb.layout import DP_SPLITS
 
-__all__ = ["DP_SPLITS", "ReadSettings", "ReaderOptions"]
+__all__ = ["DP_SPLITS", "ReadSettings", "ReaderOptions", "StallPolicy"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,16 @@ class ReaderOptions:
     #: every rank by agreement and marked in the namespace for restarts (consumer/_skips.py), up to max_skipped
     on_corrupt: str = "raise"
     max_skipped: int = 8
+    # --- batch_schedule (issue 46; consumer/_schedule.py, consumer/_grouping.py) ---
+    #: global batch size by training step, ``[(step, rows), ...]`` from step 0: each training step joins
+    #: consecutive TGBs (rows per TGB dividing every size); None: one reader step per TGB step as written
+    batch_schedule: BatchSchedule | tuple[tuple[int, int], ...] | None = None
+    #: reuse what earlier readers in this process learnt of a local namespace (consumer/_open_cache.py): its
+    #: dataset.json, its sealed head, committed entries, parsed footers, CRC-checked ranges; False: read all again
+    open_cache: bool = True
+    #: when the training thread's wait for data is worth a warning (datapipes/read/stall.py): more than 10% of
+    #: the step time over 50 steps, at most once a minute; StallPolicy(share=None) never warns
+    stall: StallPolicy = StallPolicy()
 
     def __post_init__(self) -> None:
         verify_policy(self.verify)  # raises ValueError on an unknown policy
@@ -141,6 +153,14 @@ class ReaderOptions:
             raise ValueError(f"max_skipped must be an int >= 0, got {self.max_skipped!r}")
         if self.epochs_read and self.stop_step is not None:
             raise ValueError("stop_step bounds a stream read; an epochs read ends after `epochs` epochs")
+        # --- batch_schedule ---
+        if self.batch_schedule is not None:
+            object.__setattr__(self, "batch_schedule", BatchSchedule.parse(self.batch_schedule))
+            refused = [what for what, on in (("shuffle/epochs", self.epochs_read), ("dp_split='spread'",
+                       self.dp_split == "spread"), ("on_corrupt='skip_step'", self.on_corrupt != "raise")) if on]
+            if refused:
+                raise ValueError(f"batch_schedule reads a stream in whole TGBs; it does not combine with "
+                                 f"{', '.join(refused)}")
 
     @property
     def epochs_read(self) -> bool:
@@ -183,3 +203,6 @@ class ReadSettings(TypedDict, total=False):
     expect: Mapping[str, Any] | None
     on_corrupt: str
     max_skipped: int
+    batch_schedule: BatchSchedule | tuple[tuple[int, int], ...] | None
+    open_cache: bool
+    stall: StallPolicy

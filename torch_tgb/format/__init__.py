@@ -21,8 +21,11 @@ Every slice starts on a 4096-byte boundary so a memory-mapped object yields
 page-aligned tensors with no copy; each tensor carries its own CRC32C.
 """
 
+from torch_tgb.format._codecs import CODECS, Codec, parse_codec
 from torch_tgb.format._contract import Contract
-from torch_tgb.format._dtypes import DTYPES, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem
+from torch_tgb.format._dtypes import (
+    DTYPES, KEEP, WIDEN, DType, IntegerCast, cast_integers, cast_tensor, is_integer, narrowing_problem,
+)
 from torch_tgb.format._footer import (
     V3_SLICE_ALIGN,
     FORMAT_VERSION,
@@ -62,10 +65,13 @@ from torch_tgb.format._segment_index import (
     read_segment_index,
     segment_index,
 )
-from torch_tgb.format._schema import check_schema, ragged_keys, schema_fingerprint, schema_of
-from torch_tgb.format._writer import SliceData, TGBObject, encode_batch, encode_tgb, write_tgb
+from torch_tgb.format._schema import check_schema, coded_keys, ragged_keys, schema_fingerprint, schema_of
+from torch_tgb.format._spec import CODEC_VERSION
+from torch_tgb.format._writer import SliceData, TGBObject, check_codecs, encode_batch, encode_tgb, write_tgb
 
 __all__ = [
+    "CODECS",
+    "CODEC_VERSION",
     "DTYPES",
     "FORMAT_VERSION",
     "FORMAT_VERSIONS",
@@ -79,6 +85,7 @@ __all__ = [
     "TENSOR_ALIGN",
     "TRAILER_MAGIC",
     "TRAILER_SIZE",
+    "Codec",
     "Contract",
     "DType",
     "Footer",
@@ -91,11 +98,15 @@ __all__ = [
     "TGBObject",
     "TensorInfo",
     "VERIFY_POLICIES",
+    "WIDEN",
     "IntegerCast",
+    "KEEP",
     "cast_integers",
     "cast_tensor",
+    "check_codecs",
     "check_padding",
     "check_schema",
+    "coded_keys",
     "decode_slice",
     "encode_segment_index",
     "encode_batch",
@@ -106,6 +117,7 @@ __all__ = [
     "ragged_keys",
     "footer_from_records",
     "meta_range",
+    "parse_codec",
     "parse_footer",
     "parse_footer_run",
     "record_range",

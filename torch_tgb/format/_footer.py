@@ -7,19 +7,17 @@ The footer is a small binary structure (see ``docs/format.md``)::
     meta JSON       meta_len B, then zero padding to a multiple of 8
                            {"names": [...], "layout": {...}|null, "schema": {...}, "metadata": {...}}
     slice table     num_slices x 32 B   dp u32 | cp u32 | start u64 | end u64 | first u32 | count u32
-    tensor table    num_tensors x 32 B  name u32 | dtype u8 | ndim u8 | pad u16 | dims u32
+    tensor table    num_tensors x 32 B  name u32 | dtype u8 | ndim u8 | codec u16 | dims u32
                                         | crc32c u32 | offset u64 | length u64
     dims            num_dims x i64
 
     trailer         24 B   footer_length u64 | footer_crc32c u32 | format_version u32 | magic 8 B
 
-Parsing is one ``np.frombuffer`` per table plus vectorised bounds checks, so
-it costs microseconds even for thousands of slices; the per-tensor Python
-objects of a slice are built only when that slice is asked for
-(:class:`Footer`, ``_footer_view.py``), and the shape/length agreement is checked then. Every
-size read from the bytes is bounded by the object's size before anything is
-allocated from it. No pickle, no eval: JSON is parsed with the standard
-library and its depth is bounded.
+Parsing is one ``np.frombuffer`` per table plus vectorised bounds checks, so it costs microseconds
+even for thousands of slices; the per-tensor Python objects of a slice are built only when that
+slice is asked for (:class:`Footer`, ``_footer_view.py``), and the shape/length agreement is checked
+then. Every size read from the bytes is bounded by the object's size before anything is allocated
+from it. No pickle, no eval: JSON is parsed with the standard library and its depth is bounded.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ import numpy as np
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._checks import check_tables, json_depth
+from torch_tgb.format._codecs import Codec, codec_table
 from torch_tgb.format._contract import Contract
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._footer_view import Footer, SliceInfo, TensorInfo
@@ -51,6 +50,7 @@ from torch_tgb.format._spec import (
     _SLICE_ROW,
     _TENSOR_ROW,
     _TRAILER,
+    CODEC_VERSION,
     FOOTER_MAGIC,
     FORMAT_VERSION,
     FORMAT_VERSIONS,
@@ -100,15 +100,20 @@ def encode_footer(
     ragged: Sequence[str] = (),
     footer_offset: int | None = None,
     key: str = "",
+    codecs: Sequence[str] = (),
 ) -> bytes:
     """Footer body followed by the trailer. ``slices``: (dp, cp, start, end, tensors).
 
     With ``footer_offset`` (where the footer will lie in its object): version
     3, the tables as one record per slice (``_records.py``; every slice must
     hold the same tensors, which the writer checks), their CRCs bound to the
-    object's ``key``. Without: version 1
-    unless there are ``ragged`` keys (version 2), as older writers wrote.
+    object's ``key``; version 4 when ``codecs`` (the specs a tensor's ``codec`` may be,
+    numbered from 1 in its row) are given. Without: version 1 unless there are
+    ``ragged`` keys (version 2), as older writers wrote.
     """
+    if codecs and footer_offset is None:
+        raise ValueError("codecs need a version-4 footer (give footer_offset)")
+    numbers = {spec: k + 1 for k, spec in enumerate(codecs)}
     names: list[str] = []
     name_ids: dict[str, int] = {}
     srows = np.zeros(len(slices), dtype=_SLICE_ROW)
@@ -122,15 +127,19 @@ def encode_footer(
             if t.name not in name_ids:
                 name_ids[t.name] = len(names)
                 names.append(t.name)
-            trows[ti] = (name_ids[t.name], t._dt.code, len(t.shape), 0, len(dims), t.crc32c, t.offset, t.length)
+            codec = 0 if t.codec is None else numbers[t.codec.spec]
+            trows[ti] = (name_ids[t.name], t._dt.code, len(t.shape), codec, len(dims), t.crc32c, t.offset, t.length)
             dims.extend(t.shape)
             ti += 1
     doc: dict[str, Any] = {"names": names, "layout": layout, "schema": schema, "metadata": metadata}
     if ragged:
         doc["ragged"] = sorted(ragged)
+    if codecs:
+        doc["codecs"] = list(codecs)
     meta = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     if footer_offset is not None:
-        return _encode_v3(dp, cp, srows, trows, dims, meta, footer_offset, key)
+        version = CODEC_VERSION if codecs else FORMAT_VERSION
+        return _encode_v3(dp, cp, srows, trows, dims, meta, footer_offset, key, version)
     version = 2 if ragged else 1
     header = _HEADER.pack(FOOTER_MAGIC, version, 0, dp, cp, len(slices), ntensors, len(dims), len(meta))
     body = b"".join(
@@ -148,28 +157,28 @@ def encode_footer(
 
 
 def _encode_v3(dp: int, cp: int, srows: np.ndarray, trows: np.ndarray, dims: list[int], meta: bytes,
-               footer_offset: int, key: str) -> bytes:
-    """A version-3 footer: ``header | records | meta | padding`` and the trailer."""
+               footer_offset: int, key: str, version: int) -> bytes:
+    """A version-3 (or 4) footer: ``header | records | meta | padding`` and the trailer."""
     n = len(srows)
     tensors, ndims = len(trows) // n, len(dims) // n
     if tensors * n != len(trows) or ndims * n != len(dims):
         raise ValueError("a version-3 footer needs the same tensors, of the same dims, in every slice")
-    header = _HEADER.pack(FOOTER_MAGIC, FORMAT_VERSION, 0, dp, cp, n, len(trows), len(dims), len(meta))
+    header = _HEADER.pack(FOOTER_MAGIC, version, 0, dp, cp, n, len(trows), len(dims), len(meta))
     records = build_records(srows, trows, np.asarray(dims, dtype=_DIM), tensors=tensors, ndims=ndims,
                             footer_offset=footer_offset, meta_crc=crc32c_of(meta), key=key)
     body = b"".join([header, records, meta, bytes(-len(meta) % 8)])
-    return body + _TRAILER.pack(len(body), crc32c_of(body), FORMAT_VERSION, TRAILER_MAGIC)
+    return body + _TRAILER.pack(len(body), crc32c_of(body), version, TRAILER_MAGIC)
 
 
 # --- parsing -----------------------------------------------------------------
 
 
-_Meta = tuple[list[str], dict[str, Any] | None, dict[str, Any], dict[str, Any], tuple[str, ...]]
+_Meta = tuple[list[str], dict[str, Any] | None, dict[str, Any], dict[str, Any], tuple[str, ...], tuple[Codec, ...]]
 
 
 @functools.lru_cache(maxsize=256)
 def _parse_meta(raw: bytes, version: int) -> _Meta | str:
-    """The footer's meta JSON, validated: (names, layout, schema, metadata, ragged), or what is wrong with it.
+    """The footer's meta JSON, validated: (names, layout, schema, metadata, ragged, codecs), or what is wrong with it.
 
     Consecutive TGBs of one stream carry the same meta bytes, so it is
     decoded once per distinct value, not once per TGB (the parsed dicts are
@@ -198,7 +207,10 @@ def _parse_meta(raw: bytes, version: int) -> _Meta | str:
         return "footer ragged keys are not names of the object with their offsets"
     if ragged and version < 2:
         return f"footer of format version {version} names ragged keys (they need version 2)"
-    return names, layout, schema, metadata, tuple(ragged)
+    codecs = codec_table(meta.get("codecs"), version)
+    if isinstance(codecs, str):
+        return codecs
+    return names, layout, schema, metadata, tuple(ragged), codecs
 
 
 def _v3_tables(
@@ -279,7 +291,7 @@ def parse_footer(
         raise CorruptObject(f"{where}: unknown footer version {version} (this reader knows {list(FORMAT_VERSIONS)})")
     if version != trailer_version:  # the writer writes one version in both: a footer judged by the wrong rules
         raise CorruptObject(f"{where}: footer header says format version {version}, its trailer {trailer_version}")
-    if version == 3:
+    if version >= 3:
         srows, trows, dims, meta_raw = _v3_tables(body, where, nslices, ntensors, ndims, meta_len, length)
     else:
         meta_end = _HEADER.size + meta_len
@@ -301,8 +313,9 @@ def parse_footer(
     parsed = _parse_meta(meta_raw, version)
     if isinstance(parsed, str):
         raise CorruptObject(f"{where}: {parsed}")
-    names, layout, schema, metadata, ragged = parsed
-    check_tables(where, srows, trows, dims, names, cp, footer_offset, align=V3_SLICE_ALIGN if version == 3 else SLICE_ALIGN)
+    names, layout, schema, metadata, ragged, codecs = parsed
+    align = V3_SLICE_ALIGN if version >= 3 else SLICE_ALIGN
+    check_tables(where, srows, trows, dims, names, cp, footer_offset, align=align)
     footer = Footer(
         key=key,
         size=size,
@@ -320,6 +333,7 @@ def parse_footer(
         ragged=ragged,
         contract=contract,
         version=version,
+        codecs=codecs,
     )
     if contract is not None:
         problem = contract.footer_problem(footer)
@@ -347,10 +361,11 @@ def footer_from_records(
     meta_crcs = {int(r["tail"]["meta_crc"][0]) for r in recs}
     if len(meta_crcs) != 1:
         raise CorruptObject(f"{where}: slice records of one TGB name different footer metas")
-    parsed = _parse_meta(meta_bytes(meta, meta_crc=meta_crcs.pop(), where=where), FORMAT_VERSION)
+    parsed = _parse_meta(meta_bytes(meta, meta_crc=meta_crcs.pop(), where=where), CODEC_VERSION)
     if isinstance(parsed, str):
         raise CorruptObject(f"{where}: {parsed}")
-    names, layout, schema, metadata, ragged = parsed
+    names, layout, schema, metadata, ragged, codecs = parsed
+    version = CODEC_VERSION if codecs else FORMAT_VERSION  # no trailer is read here: the meta says which
     tensors = int(recs[0]["slice"]["count"][0])
     ndims = len(recs[0]["dims"][0])
     if any(int(r["slice"]["count"][0]) != tensors or len(r["dims"][0]) != ndims for r in recs):
@@ -365,7 +380,7 @@ def footer_from_records(
     footer = Footer(key=key, size=size, footer_offset=footer_offset, footer_length=size - footer_offset - TRAILER_SIZE,
                     dp=dp, cp=cp, names=tuple(names), layout=layout, schema=schema, metadata=metadata, slices=srows,
                     tensors=trows, dims=dims, ragged=ragged, contract=contract, indices=tuple(held),
-                    version=FORMAT_VERSION)
+                    version=version, codecs=codecs)
     if contract is not None:
         problem = contract.footer_problem(footer)
         if problem is not None:

@@ -9,6 +9,7 @@ agreement is checked then.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,10 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject, SchemaMismatch
+from torch_tgb.format._codecs import Codec
 from torch_tgb.format._contract import Contract
 from torch_tgb.format._dtypes import DType, dtype_by_code
+from torch_tgb.format._spec import TENSOR_ALIGN
 from torch_tgb.layout import Layout, offsets_key
 
 __all__ = ["Footer", "PlanRow", "RaggedCheck", "SliceInfo", "TensorInfo", "ragged_checks"]
@@ -29,7 +32,11 @@ PlanRow = tuple[str, "np.dtype[Any]", int, int, tuple[int, ...], "torch.dtype | 
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor of one slice; ``offset`` is absolute within the object."""
+    """One tensor of one slice; ``offset`` is absolute within the object.
+
+    ``offset``, ``length`` and ``crc32c`` are those of the stored bytes; ``codec``: how they are compressed
+    (None: stored as they are, ``length == nbytes``; format version 4, ``_codecs.py``).
+    """
 
     name: str
     dtype: str
@@ -38,6 +45,12 @@ class TensorInfo:
     length: int
     crc32c: int
     _dt: DType = field(repr=False, compare=False)
+    codec: Codec | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensor as read (its shape's): ``length`` unless it is stored compressed."""
+        return self.length if self.codec is None else math.prod(self.shape) * self._dt.itemsize
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,26 @@ class SliceInfo:
     @property
     def length(self) -> int:
         return self.end - self.start
+
+    @property
+    def coded(self) -> bool:
+        """Whether a tensor of the slice is stored compressed (reading it decodes into a fresh buffer)."""
+        return any(t.codec is not None for t in self.tensors)
+
+    @property
+    def decoded(self) -> SliceInfo:
+        """The slice as a plain read of its decoded bytes lays it out: tensors from offset 0, each on
+        ``TENSOR_ALIGN``, none compressed (their CRCs are the stored bytes', checked before decoding)."""
+        plain = self.__dict__.get("_decoded")
+        if plain is None:
+            tensors, pos = [], 0
+            for t in self.tensors:
+                pos += -pos % TENSOR_ALIGN
+                tensors.append(TensorInfo(t.name, t.dtype, t.shape, pos, t.nbytes, t.crc32c, t._dt))
+                pos += t.nbytes
+            plain = SliceInfo(self.dp, self.cp, 0, pos, tuple(tensors), self.ragged)
+            object.__setattr__(self, "_decoded", plain)
+        return plain
 
     def select(self, names: frozenset[str]) -> SliceInfo:
         """This slice with only the tensors named in ``names`` (in slice order), spanning just them.
@@ -84,7 +117,7 @@ class SliceInfo:
                 (
                     t.name,
                     t._dt.numpy_dtype,
-                    t.length // t._dt.itemsize,
+                    t.nbytes // t._dt.itemsize,
                     t.offset,
                     t.shape,
                     t._dt.torch_dtype if t._dt.needs_view else None,
@@ -172,12 +205,16 @@ class Footer:
         contract: Contract | None = None,
         indices: tuple[int, ...] | None = None,
         version: int = 1,
+        codecs: tuple[Codec, ...] = (),
     ) -> None:
         """``indices``: the slices the tables hold (their (dp, cp) indices, in table order) when they hold only
-        some (a reader that read its own slices' version-3 records); ``None``: every slice, in order."""
+        some (a reader that read its own slices' version-3 records); ``None``: every slice, in order.
+        ``codecs``: the footer's codec table (version 4): a tensor row's codec number ``k > 0`` is ``codecs[k - 1]``."""
         self.key = key
-        #: the TGB format version of the footer (3: its tables are slice records, ``_records.py``)
+        #: the TGB format version of the footer (3: its tables are slice records, ``_records.py``; 4: the same,
+        #: with tensors stored compressed, ``_codecs.py``)
         self.version = version
+        self.codecs = codecs
         self.size = size
         self.footer_offset = footer_offset
         self.footer_length = footer_length
@@ -258,7 +295,7 @@ class Footer:
         where = f"object {self.key!r}, slice (dp={dp}, cp={cp})"
         infos = []
         for t in self._tensors[first : first + count].tolist():
-            name_id, code, ndim, _pad, dims_at, crc, offset, length = t
+            name_id, code, ndim, codec_no, dims_at, crc, offset, length = t
             name = self.names[name_id]
             dt = dtype_by_code(code)
             if dt is None:  # checked vectorised at parse; kept for clarity
@@ -267,17 +304,31 @@ class Footer:
             numel = 1
             for d in shape:
                 numel *= d
-            if numel * dt.itemsize != length:
+            # versions 1-3 wrote 0 where version 4 numbers the codec: read as they always were
+            codec = self._codec(codec_no, where, name) if codec_no and self.codecs else None
+            if codec is None and numel * dt.itemsize != length:
                 raise CorruptObject(
                     f"{where}, tensor {name!r}: shape {shape} of {dt.name} needs "
                     f"{numel * dt.itemsize} bytes, footer says {length}"
                 )
-            infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt))
+            if codec is not None:
+                problem = codec.size_problem(length, numel * dt.itemsize) or codec.problem(
+                    np.dtype(dt.numpy_dtype), shape[1:])
+                if problem is not None or not shape:
+                    raise CorruptObject(f"{where}, tensor {name!r} ({codec.spec}): {problem or 'a 0-dim tensor'}")
+            infos.append(TensorInfo(name, dt.name, shape, offset, length, crc, dt, codec))
         if self.contract is not None:
             problem = self.contract.slice_problem(cp, infos)
             if problem is not None:
                 raise CorruptObject(f"{where}: {problem}")
         return SliceInfo(dp, cp, start, end, tuple(infos), self.ragged)
+
+    def _codec(self, number: int, where: str, name: str) -> Codec:
+        """Codec number ``number`` (from 1) of the footer's table, or :class:`CorruptObject`."""
+        if number > len(self.codecs):
+            raise CorruptObject(f"{where}, tensor {name!r}: codec #{number}, but the footer names "
+                                f"{len(self.codecs)} codec(s)")
+        return self.codecs[number - 1]
 
     def __repr__(self) -> str:
         return (

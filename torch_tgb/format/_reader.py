@@ -16,17 +16,15 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import google_crc32c
-import numpy as np
 import torch
 
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._contract import Contract
-from torch_tgb.format._decode import ByteSource, check_ragged_slice, crc_mismatch, decode_slice, writable
-from torch_tgb.format._dtypes import CHECK, WIDEN, IntegerCast, dtype_of_tensor
+from torch_tgb.format._decode import ByteSource, decode_slice, writable
 from torch_tgb.format._footer import TRAILER_SIZE, parse_footer, parse_trailer
 from torch_tgb.format._footer_view import Footer, SliceInfo
 from torch_tgb.format._run import parse_footer_run
+from torch_tgb.format._slice_run import SliceRun
 from torch_tgb.storage.local import open_regular
 
 if TYPE_CHECKING:
@@ -195,6 +193,14 @@ class SliceReader:
                 self._maps.pop(next(iter(self._maps)))
         return mm
 
+    def mapping(self, key: str, size: int) -> mmap.mmap | bytearray | None:
+        """The open mapping (or whole-read buffer) of local object ``key`` of ``size`` bytes; None: not mapped."""
+        return self._mapping(key, size)
+
+    def share_verified(self, verified: dict[tuple[str, int], None]) -> None:
+        """Remember CRC-checked ranges in ``verified``, shared by readers of the same immutable objects."""
+        self._verified = verified
+
     def view(self, key: str, start: int, end: int) -> memoryview | None:
         """Bytes ``[start, end)`` of a mapped local object, or None (remote, or ``mode="copy"``)."""
         mm = self._maps.get(key, _MISSING)
@@ -292,7 +298,8 @@ class SliceReader:
         batch would write into it).
         """
         check = self._check(key, slice_info, self.verify)
-        out = self.decode(key, writable(data), slice_info, verify=check)
+        # a coded slice decodes into a fresh buffer: its fetched bytes are only read
+        out = self.decode(key, data if slice_info.coded else writable(data), slice_info, verify=check)
         if check and self.verify == "first":
             self._mark(key, slice_info)
         return out
@@ -319,90 +326,6 @@ class SliceReader:
         """Drop the mapping of ``key`` (e.g. before the object is deleted)."""
         with self._lock:
             self._maps.pop(key, None)
-
-
-class SliceRun:
-    """One slice of each TGB of a run in one mapped object: ``read(i)`` gives TGB ``i``'s tensors.
-
-    Built by :meth:`SliceReader.run`. The decode plan is the first TGB's;
-    TGB ``i``'s tensors lie ``shifts[i]`` bytes further and carry
-    ``crcs[i]``, so a read is one view per tensor and a CRC under the reader's
-    verify policy.
-    """
-
-    __slots__ = ("_always", "_first", "_never", "_plan", "_ragged", "_reader", "buffer", "crcs", "info", "key", "shifts")
-
-    def __init__(
-        self, reader: SliceReader, key: str, buffer: ByteSource, info: SliceInfo, shifts: list[int],
-        crcs: list[tuple[int, ...]],
-    ) -> None:
-        self._reader = reader
-        self.key = key
-        self.buffer = buffer
-        self.info = info
-        self.shifts = shifts
-        self.crcs = crcs
-        self._always = reader.verify == "always"
-        self._first = reader.verify == "first"
-        self._never = not (self._always or self._first)
-        self._ragged = bool(info.ragged)
-        # (name, stored dtype, count, offset, shape, torch view, torch cast, numpy cast): cast_with sets the casts
-        self._plan: tuple[tuple[str, np.dtype, int, int, tuple[int, ...], torch.dtype | None, torch.dtype | None,
-                                np.dtype | None], ...] = tuple(
-            (name, np_dtype, count, offset, shape, view, None, None)
-            for name, np_dtype, count, offset, shape, view, _crc in info.decode_plan)
-
-    def cast_with(self, cast: IntegerCast) -> bool:
-        """Cast each tensor as it is read, by ``cast``'s rules (the run path's single slice: no second pass).
-
-        False, and nothing changes, where a tensor's cast narrows (it must look
-        at the values: the caller casts the step as a whole).
-        """
-        targets = []
-        for row, tensor in zip(self._plan, self.info.tensors):
-            rule = cast.rule(row[0], tensor._dt.torch_dtype)
-            if rule == CHECK:
-                return False
-            targets.append(cast.dtype if rule == WIDEN else None)
-        self._plan = tuple((*row[:6], target, _numpy_twin(target) if row[5] is None else None)
-                           for row, target in zip(self._plan, targets))
-        return True
-
-    def __len__(self) -> int:
-        return len(self.shifts)
-
-    def read(self, i: int) -> dict[str, torch.Tensor]:
-        """TGB ``i``'s tensors of this slice (views of the mapping, unless :meth:`cast_with` casts them)."""
-        d = self.shifts[i]
-        start = self.info.start + d
-        check = self._always or (self._first and (self.key, start) not in self._reader._verified)
-        crcs = self.crcs[i]
-        buffer = self.buffer
-        out = {}
-        j = 0
-        for name, np_dtype, count, offset, shape, view, cast, np_cast in self._plan:
-            arr = np.frombuffer(buffer, dtype=np_dtype, count=count, offset=offset + d)
-            if check and google_crc32c.value(arr) != crcs[j]:
-                raise crc_mismatch(self.key, self.info, name, crcs[j])
-            j += 1
-            if np_cast is not None:  # numpy's cast copy is cheaper per call than torch's .to
-                out[name] = torch.from_numpy(arr.astype(np_cast).reshape(shape))
-                continue
-            tensor = torch.from_numpy(arr.reshape(shape))  # a numpy reshape is cheaper than Tensor.view
-            if view is not None:
-                tensor = tensor.view(view)
-            out[name] = tensor if cast is None else tensor.to(cast)
-        if self._ragged and (check or self._never):  # a verified range was checked when it was verified
-            check_ragged_slice(out, self.info, self.key)
-        if check and self._first:
-            self._reader._mark_range(self.key, start)
-        return out
-
-
-def _numpy_twin(dtype: torch.dtype | None) -> np.dtype | None:
-    """The numpy dtype of torch ``dtype`` from the format's dtype table (None: no dtype, or only a stand-in)."""
-    known = None if dtype is None else dtype_of_tensor(dtype)
-    return None if known is None or known.needs_view else known.numpy_dtype
 
 
 def read_slice(

@@ -85,6 +85,7 @@ class FooterRun:
             key=f.key, size=f.size + d, footer_offset=f.footer_offset + d, footer_length=f.footer_length,
             dp=f.dp, cp=f.cp, names=f.names, layout=f.layout, schema=f.schema, metadata=f.metadata,
             slices=slices, tensors=tensors, dims=f._dims, ragged=f.ragged, contract=f.contract, version=f.version,
+            codecs=f.codecs,
         )
 
     def slice_run(
@@ -103,7 +104,7 @@ class FooterRun:
         info, crcs = self.slice_run(dp, cp)
         d = self.shifts[i]
         tensors = tuple(
-            TensorInfo(t.name, t.dtype, t.shape, t.offset + d, t.length, crc, t._dt)
+            TensorInfo(t.name, t.dtype, t.shape, t.offset + d, t.length, crc, t._dt, t.codec)
             for t, crc in zip(info.tensors, crcs[i])
         )
         return SliceInfo(info.dp, info.cp, info.start + d, info.end + d, tensors, info.ragged)
@@ -136,7 +137,7 @@ def parse_footer_run(
     # candidates: the same footer length, a positive shift that keeps slices aligned, inside the buffer
     table = np.asarray(tgbs[1:], dtype=np.int64)
     d = table[:, 0] - fo0
-    align = V3_SLICE_ALIGN if first.version == 3 else SLICE_ALIGN
+    align = V3_SLICE_ALIGN if first.version >= 3 else SLICE_ALIGN
     fits = (d > 0) & (d % align == 0) & (table[:, 1] - table[:, 0] == span) & (table[:, 1] <= len(view))
     count = int(np.argmin(fits)) if not fits.all() else len(fits)
     if count == 0:
@@ -157,7 +158,7 @@ def _table_words(first: Footer, body: int) -> tuple[int, int, np.ndarray, np.nda
     version 3: the records follow the 32-byte header (``_records.py``).
     """
     nslice, ntensor, ndim = len(first._slices), len(first._tensors), len(first._dims)
-    if first.version == 3:
+    if first.version >= 3:
         per_t, per_d = ntensor // nslice, ndim // nslice
         row = _SLICE_WORDS + per_t * _TENSOR_WORDS + per_d + 1  # + the tail word: crc | meta_crc
         start, end = 32, 32 + nslice * row * 8

@@ -18,7 +18,7 @@ from torch_tgb.errors import SchemaMismatch
 from torch_tgb.format._dtypes import dtype_of_tensor
 from torch_tgb.layout import Layout, RaggedRows
 
-__all__ = ["check_schema", "ragged_keys", "schema_fingerprint", "schema_of"]
+__all__ = ["check_schema", "coded_keys", "ragged_keys", "schema_fingerprint", "schema_of"]
 
 
 def schema_of(batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> dict[str, dict[str, Any]]:
@@ -49,6 +49,16 @@ def schema_of(batch: Mapping[str, torch.Tensor | Sequence[torch.Tensor]]) -> dic
 def ragged_keys(schema: Mapping[str, Any]) -> tuple[str, ...]:
     """The ragged keys of a schema, sorted."""
     return tuple(sorted(name for name, spec in schema.items() if isinstance(spec, Mapping) and spec.get("ragged")))
+
+
+def coded_keys(schema: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The keys a schema says are stored compressed (``"codec"``: the spec its first producer chose), sorted.
+
+    A hint, written into ``dataset.json`` when the namespace is created: every footer says itself
+    how each of its tensors is stored, and readers decode by the footer, never by this.
+    """
+    specs = (schema or {}).items()
+    return tuple(sorted(name for name, spec in specs if isinstance(spec, Mapping) and spec.get("codec")))
 
 
 def check_schema(schema: Mapping[str, Any], expected: Mapping[str, Any], *, where: str = "") -> None:

@@ -9,6 +9,7 @@ import numpy as np
 from torch_tgb.format._dtypes import dtype_by_code
 
 __all__ = [
+    "CODEC_VERSION",
     "FOOTER_MAGIC",
     "FORMAT_VERSION",
     "FORMAT_VERSIONS",
@@ -25,13 +26,16 @@ __all__ = [
     "TRAILER_SIZE",
 ]
 
-#: the newest format version this code reads and writes. Version 2 adds ragged keys (meta ``"ragged"``);
-#: version 3 lays the footer's tables out as one fixed-width record per slice, right after the header, each
-#: with its own CRC32C (a rank reads its own record, not the whole footer: ``_records.py``), and aligns
-#: slices to 64 bytes unless they are large (``SLICE_ALIGN`` then). Older readers refuse a version they do
-#: not know, with the version in the message.
+#: the format version this code writes (objects without compressed tensors). Version 2 adds ragged keys
+#: (meta ``"ragged"``); version 3 lays the footer's tables out as one fixed-width record per slice, right after
+#: the header, each with its own CRC32C (a rank reads its own record, not the whole footer: ``_records.py``),
+#: and aligns slices to 64 bytes unless they are large (``SLICE_ALIGN`` then). Version 4
+#: (:data:`CODEC_VERSION`) is version 3 with tensors stored compressed (``_codecs.py``): the meta names the
+#: codecs, a tensor row's ``pad`` field numbers its codec; a writer marks an object 4 only when its
+#: producer chose codecs. Older readers refuse a version they do not know, with the version in the message.
 FORMAT_VERSION = 3
-FORMAT_VERSIONS = (1, 2, 3)
+CODEC_VERSION = 4
+FORMAT_VERSIONS = (1, 2, 3, 4)
 #: PNG-style magic: a high byte and CR/LF/^Z catch text-mode mangling
 TRAILER_MAGIC = b"\x89TGB\r\n\x1a\n"
 FOOTER_MAGIC = b"TGBF"

@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from torch_tgb.errors import LayoutError, SchemaMismatch
+from torch_tgb.format._codecs import Codec, parse_codec
 from torch_tgb.format._crc import crc32c_of
 from torch_tgb.format._dtypes import DType, dtype_of_tensor
 from torch_tgb.format._footer import SLICE_ALIGN, TENSOR_ALIGN, TRAILER_SIZE, encode_footer
@@ -29,7 +31,7 @@ from torch_tgb.layout import Layout, SliceData, offsets_key
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore
 
-__all__ = ["SliceData", "TGBObject", "encode_batch", "encode_tgb", "write_tgb"]
+__all__ = ["SliceData", "TGBObject", "check_codecs", "encode_batch", "encode_tgb", "write_tgb"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ def encode_tgb(
     base: int = 0,
     format_version: int = FORMAT_VERSION,
     key: str = "",
+    codecs: Mapping[str, Codec | str] | None = None,
 ) -> tuple[list[memoryview | bytes], TGBObject]:
     """Encode ``slices`` into the buffers of one object (concatenate them to write).
 
@@ -130,6 +133,10 @@ def encode_tgb(
     pages, the whole footer one table; 2 when there are ragged keys).
     ``key``: the object's key in its namespace, which version 3's slice
     records are bound to (a reader checks them against the key it reads).
+    ``codecs``: tensor name -> codec (a :class:`~torch_tgb.format._codecs.Codec`
+    or its spec, e.g. ``"zstd+delta:3x14x14"``): those tensors are stored
+    compressed where that saves bytes (else as they are), and the object is
+    marked version 4 (``CODEC_VERSION``), which older readers refuse.
     """
     legacy = format_version in (1, 2)
     if not legacy and format_version != FORMAT_VERSION:
@@ -156,6 +163,7 @@ def encode_tgb(
         schema = {n: {"dtype": _dtype(t).name, **({"ragged": True} if n in ragged else {})}
                   for n, t in slices[0].tensors.items() if n not in offsets}
 
+    coded = check_codecs(slices[0], codecs or {}, legacy)
     buffers: list[memoryview | bytes] = []
     table = []
     pos = base
@@ -170,11 +178,17 @@ def encode_tgb(
             if pos % TENSOR_ALIGN:
                 buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
                 pos += _pad(pos, TENSOR_ALIGN)
-            data = _tensor_bytes(t)
+            data: memoryview | bytes = _tensor_bytes(t)
             dt = _dtype(t)
-            entries.append(TensorInfo(name, dt.name, tuple(t.shape), pos, data.nbytes, crc32c_of(data), dt))
+            codec = coded.get(name)
+            if codec is not None:
+                stored = codec.encode(np.frombuffer(data, dtype=dt.numpy_dtype).reshape(tuple(t.shape)))
+                # stored as it is where the codec saves nothing (noise, tiny tensors): never more bytes at rest
+                codec = codec if len(stored) < len(data) else None
+                data = stored if codec is not None else data
+            entries.append(TensorInfo(name, dt.name, tuple(t.shape), pos, len(data), crc32c_of(data), dt, codec))
             buffers.append(data)
-            pos += data.nbytes
+            pos += len(data)
         table.append((s.dp, s.cp, start, pos, entries))
     if pos % TENSOR_ALIGN:
         buffers.append(bytes(_pad(pos, TENSOR_ALIGN)))
@@ -182,11 +196,14 @@ def encode_tgb(
     footer = encode_footer(
         dp=dp, cp=cp, slices=table, layout=layout_json, schema=dict(schema), metadata=dict(metadata or {}),
         ragged=ragged, footer_offset=None if legacy else pos, key=key,
+        codecs=sorted({c.spec for c in coded.values()}),
     )
     buffers.append(footer)
     size = pos + len(footer)
     width = 0 if legacy else record_width(len(table[0][4]), sum(len(t.shape) for t in table[0][4]))
     return buffers, TGBObject(None, size, pos, len(footer) - TRAILER_SIZE, base, width)
+
+
 
 
 def encode_batch(
@@ -196,10 +213,14 @@ def encode_batch(
     base: int = 0,
     key: str = "",
     metadata: Mapping[str, Any] | None = None,
+    codecs: Mapping[str, Codec] | None = None,
 ) -> tuple[list[memoryview | bytes], TGBObject]:
     """``encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata)``, without a Python object per slice
     when every tensor is dense (``_grid.py``: producer CPU per TGB nearly independent of dp x cp). Unlike
-    :func:`encode_tgb` the payload is copied: ``batch`` may change once this returns."""
+    :func:`encode_tgb` the payload is copied: ``batch`` may change once this returns. With ``codecs`` (format
+    version 4) the slices are cut and encoded by :func:`encode_tgb`, which copies what it compresses only."""
+    if codecs:
+        return encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata, codecs=codecs)
     dense = {k: t for k, t in batch.items() if isinstance(t, torch.Tensor)}
     grid = encode_grid(dense, layout, base=base, key=key, metadata=metadata, dtype_of=_dtype) \
         if len(dense) == len(batch) else None
@@ -209,6 +230,34 @@ def encode_batch(
     footer = len(buffers[-1])
     size = base + sum(len(b) for b in buffers)
     return buffers, TGBObject(None, size, size - footer, footer - TRAILER_SIZE, base, width)
+
+
+def check_codecs(first: SliceData, codecs: Mapping[str, Codec | str], legacy: bool = False) -> dict[str, Codec]:
+    """``codecs`` (tensor name -> codec or spec) parsed and checked against the tensors of a slice.
+
+    :class:`SchemaMismatch` naming the key: a spec that does not parse, a name the slice does not hold, a
+    tensor the codec cannot store (a delta block of another size, a float under a delta filter).
+    """
+    out = {}
+    for name, codec in codecs.items():
+        try:
+            parsed = codec if isinstance(codec, Codec) else parse_codec(codec)
+        except ValueError as e:
+            raise SchemaMismatch(f"tensor {name!r}: {e}") from e
+        t = first.tensors.get(name)
+        if t is None:
+            raise SchemaMismatch(f"codec {parsed.spec!r} is given for {name!r}, which the batch does not hold "
+                                 f"(it holds {sorted(first.tensors)})")
+        if legacy:
+            raise ValueError(f"tensor {name!r}: codecs need format version {FORMAT_VERSION} (format version 4 objects)")
+        problem = "a tensor needs a dim 0 to be coded" if t.dim() < 1 else parsed.problem(
+            np.dtype(_dtype(t).numpy_dtype), tuple(t.shape[1:]))
+        if parsed.delta and (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool):
+            problem = f"the delta filter needs an integer dtype, not {t.dtype}"
+        if problem is not None:
+            raise SchemaMismatch(f"tensor {name!r} ({parsed.spec}): {problem}")
+        out[name] = parsed
+    return out
 
 
 def slice_alignment(slices: Sequence[SliceData]) -> int:
@@ -228,9 +277,10 @@ def write_tgb(
     schema: Mapping[str, Any] | None = None,
     metadata: Mapping[str, Any] | None = None,
     format_version: int = FORMAT_VERSION,
+    codecs: Mapping[str, Codec | str] | None = None,
 ) -> TGBObject:
-    """Encode ``slices`` and write them as object ``key`` with one ``put``."""
+    """Encode ``slices`` and write them as object ``key`` with one ``put`` (``codecs``: see :func:`encode_tgb`)."""
     buffers, obj = encode_tgb(slices, layout=layout, schema=schema, metadata=metadata, format_version=format_version,
-                              key=key)
+                              key=key, codecs=codecs)
     store.put(key, b"".join(buffers))
     return TGBObject(key, obj.size, obj.footer_offset, obj.footer_length, slice_record=obj.slice_record)

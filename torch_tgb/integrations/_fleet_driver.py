@@ -20,6 +20,7 @@ from torch_tgb.errors import FleetError
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
 from torch_tgb.integrations._fleet_types import FleetConfig, ShardOutcome
 from torch_tgb.integrations._ray_pool import Worker, WorkerPool
+from torch_tgb.integrations._scaler import Autoscaler
 from torch_tgb.integrations._shards import ShardBoard
 
 __all__ = ["FleetDriver"]
@@ -38,7 +39,7 @@ class FleetDriver:
 
     def __init__(
         self, ray: ModuleType, pool: WorkerPool, board: ShardBoard, tally: ShardTally, monitor: FleetMonitor,
-        config: FleetConfig, *, ns: str, prefix: str, max_restarts: int,
+        config: FleetConfig, *, ns: str, prefix: str, max_restarts: int, scaler: Autoscaler | None = None,
     ) -> None:
         self._ray = ray
         self._pool = pool
@@ -49,6 +50,7 @@ class FleetDriver:
         self.ns = ns
         self.prefix = prefix
         self.max_restarts = max_restarts
+        self.scaler = scaler
         self._abandoned: list[Worker] = []
 
     def run(self, stop: threading.Event) -> None:
@@ -57,6 +59,8 @@ class FleetDriver:
             if stop.is_set():
                 raise FleetError(f"{self.ns}: fleet {self.prefix!r} stopped with "
                                  f"{self._board.count - self._board.done} shards unfinished")
+            if self.scaler is not None:
+                self.scaler.tick()  # autoscaling: the pool's target from this round's signals
             for busy in self._pool.apply_scale():
                 self._release(busy, reason="removed by scale()")
             self._assign()

@@ -67,6 +67,11 @@ class ShardTally:
             if self._shards[shard].live is not None:
                 self._shards[shard].live = dict(snap)
 
+    def live_snapshots(self) -> list[dict[str, float]]:
+        """The last progress report of every running attempt (an autoscaler's per-shard signals)."""
+        with self._lock:
+            return [dict(s.live) for s in self._shards if s.live]
+
     def _fold(self, shard: int, counters: dict[str, float] | None) -> None:
         s, total = self._shards[shard], self._totals[shard]
         for key in _COUNTERS:

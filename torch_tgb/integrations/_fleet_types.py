@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from torch_tgb.integrations._autoscale import AutoscalePolicy
+
+if TYPE_CHECKING:
+    from torch_tgb.integrations._partition import PartitionPlan
+    from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
 
 __all__ = ["FleetConfig", "FleetReport", "ShardOutcome", "ShardStats"]
 
@@ -25,6 +33,15 @@ class FleetConfig:
     ``connect_timeout_s``: the check that a Ray address is reachable.
     ``metrics_port``: serve per-producer gauges for Prometheus on
     127.0.0.1:PORT while running (0: a free port; needs prometheus_client).
+
+    **Autoscaling** (``integrations/_autoscale.py``, docs/operations.md):
+    ``autoscale=(min, max)`` (or an ``AutoscalePolicy`` with its thresholds)
+    lets the driver grow and shrink the pool every ``autoscale_interval_s``
+    from the trainer's stall and step (``ControlChannel.report_trainer``,
+    ignored once older than ``trainer_stale_s``), the producers' lead,
+    ``max_lag`` pauses and the mixture ahead; ``num_producers`` is where it
+    starts. ``sources``: each source's memory in bytes (file access states)
+    and ``pod_memory_bytes`` a worker's, for the source partition in the report.
     """
 
     poll_interval_s: float = 0.5
@@ -34,8 +51,29 @@ class FleetConfig:
     drain_timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
     metrics_port: int | None = None
+    autoscale: tuple[int, int] | AutoscalePolicy | None = None
+    autoscale_interval_s: float = 2.0
+    trainer_stale_s: float = 30.0
+    sources: Mapping[str, int] | None = None
+    pod_memory_bytes: int = 8 << 30
+
+    @property
+    def policy(self) -> AutoscalePolicy | None:
+        """The autoscaling policy (None: the pool keeps the size it is given)."""
+        if self.autoscale is None or isinstance(self.autoscale, AutoscalePolicy):
+            return self.autoscale
+        low, high = self.autoscale
+        return AutoscalePolicy(low, high)
 
     def __post_init__(self) -> None:
+        if self.autoscale is not None and not isinstance(self.autoscale, AutoscalePolicy):
+            try:
+                low, high = self.autoscale
+            except (TypeError, ValueError):
+                raise ValueError(f"autoscale={self.autoscale!r} must be (min, max) or an AutoscalePolicy") from None
+            AutoscalePolicy(low, high)  # raises on bad bounds
+        if self.autoscale_interval_s <= 0 or self.trainer_stale_s <= 0 or self.pod_memory_bytes < 1:
+            raise ValueError("autoscale_interval_s, trainer_stale_s and pod_memory_bytes must be > 0")
         if self.max_shard_attempts < 1:
             raise ValueError(f"max_shard_attempts={self.max_shard_attempts} must be >= 1")
         for name in ("poll_interval_s", "log_interval_s", "drain_timeout_s", "connect_timeout_s"):
@@ -124,6 +162,10 @@ class FleetReport:
     fenced: int
     reassigned: int
     sealed: bool
+    #: autoscaling: every change of the pool's size, every round's signals, the source partition (seed 004 §5.1)
+    autoscale: tuple[AutoscaleEvent, ...] = ()
+    timeline: tuple[TimelinePoint, ...] = ()
+    partition: PartitionPlan | None = None
 
     @property
     def bytes(self) -> int:
@@ -150,5 +192,13 @@ class FleetReport:
             f"{self.ns}: {self.steps} steps from {self.num_shards} shards on {self.workers} workers in "
             f"{self.elapsed_s:.1f} s ({self.mb_per_s:.1f} MB/s, commit success {self.commit_success_rate:.0%}, "
             f"{self.worker_deaths} worker deaths, {self.fenced} fenced, {self.reassigned} reassigned"
+            f"{f', {len(self.autoscale)} autoscale changes' if self.autoscale else ''}"
             f"{', sealed' if self.sealed else ''})"
         )
+
+    def scaling(self) -> str:
+        """An autoscaled fleet's story: each change of the pool and why, then the source partition ('' if none)."""
+        lines = [f"{e.t:8.1f} s  {e.before} -> {e.after} actors: {e.reason}" for e in self.autoscale]
+        if self.partition is not None:
+            lines.append(self.partition.summary())
+        return "\n".join(lines)

@@ -11,7 +11,10 @@ claim whichever shard waits. The driver thread owns all the state:
   their shards;
 - a shard that shows no progress for ``stall_timeout_s`` goes to a fresh
   worker; the stalled attempt is awaited (``drain_timeout_s``) and, if it comes
-  back, is fenced by its replacement's epoch bump.
+  back, is fenced by its replacement's epoch bump;
+- with ``FleetConfig(autoscale=(min, max))`` an :class:`~torch_tgb.integrations._scaler.Autoscaler`
+  sets the pool's size every round from the trainer's stall, the lead, ``max_lag``
+  pauses and the mixture ahead (``_autoscale.py``: the pure policy).
 
 Whoever runs a shard, it resumes at its last commit, so none of this loses or
 duplicates a TGB (docs/protocol.md, exactly-once and fencing).
@@ -32,11 +35,13 @@ from torch_tgb.integrations._fleet_driver import FleetDriver
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardStats
 from torch_tgb.integrations._ray_connect import connect
+from torch_tgb.integrations._partition import PartitionPlan
 from torch_tgb.integrations._ray_pool import ActorClass, ShardActor, WorkerPool
+from torch_tgb.integrations._scaler import Autoscaler
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import JobSpec, Manifest, ManifestState, seal_namespace
+from torch_tgb.manifest import ControlChannel, JobSpec, Manifest, ManifestState, seal_namespace
 from torch_tgb.producer import ProduceOptions, ProducerConfig, ProduceSettings
 from torch_tgb.storage import ObjectStore, open_store
 
@@ -133,7 +138,11 @@ class Fleet:
         self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
         self.max_restarts = max_restarts
         self._board = ShardBoard(prefix=prefix, count=num_shards)
-        self._target = num_producers
+        policy = self.config.policy
+        # autoscaling starts from num_producers, inside the policy's bounds (and the shards there are)
+        self._target = num_producers if policy is None else min(max(num_producers, policy.bounds(num_shards)[0]),
+                                                                  policy.bounds(num_shards)[1])
+        self._scaler: Autoscaler | None = None
         self._pool: WorkerPool | None = None
         self._driver: FleetDriver | None = None
         self._tally = ShardTally(self._board)
@@ -178,8 +187,16 @@ class Fleet:
             remote_cls: ActorClass = ray.remote(ShardWorker).options(**self._actor_options)
             self._pool = WorkerPool(ray, remote_cls, self._spec, prefix=self.prefix, target=self._target,
                                     retry_s=self.config.poll_interval_s)
+            policy = self.config.policy
+            if policy is not None:
+                c = self.config
+                self._scaler = Autoscaler(policy, self._pool, self._tally, shards=self.num_shards, manifest=manifest,
+                                          channel=ControlChannel(store), interval_s=c.autoscale_interval_s,
+                                          stale_s=c.trainer_stale_s, sources=c.sources,
+                                          pod_memory_bytes=c.pod_memory_bytes)
             self._driver = FleetDriver(ray, self._pool, self._board, self._tally, self._monitor, self.config,
-                                       ns=self.ns, prefix=self.prefix, max_restarts=self.max_restarts)
+                                       ns=self.ns, prefix=self.prefix, max_restarts=self.max_restarts,
+                                       scaler=self._scaler)
         except BaseException:
             if self._store is not None:
                 self._store.close()
@@ -215,7 +232,12 @@ class Fleet:
 
     @property
     def num_producers(self) -> int:
-        return self._target
+        """The actors wanted now (an autoscaling fleet's current target)."""
+        return self._pool.target if self._pool is not None else self._target
+
+    def partition(self) -> PartitionPlan | None:
+        """An autoscaling fleet's source partition (seed 004 §5.1) from what its shards measured so far."""
+        return self._scaler.partition() if self._scaler is not None else None
 
     def actors(self, *, running: bool = False) -> list[ShardActor]:
         """Handles of the live actors (only those running a shard with ``running=True``); for ``ray.kill`` in tests."""
@@ -263,6 +285,9 @@ class Fleet:
             self._driver.run(self._stop)
             sealed = self._sealed()
             self._report = self._monitor.report(workers=len(self._pool.workers), sealed=sealed)
+            if self._scaler is not None:
+                self._report = replace(self._report, autoscale=tuple(self._scaler.events),
+                                       timeline=tuple(self._scaler.timeline), partition=self._scaler.partition())
             log.info("fleet %s", self._report.summary())
         except BaseException as e:  # noqa: BLE001 - handed to wait()
             self._error = e

@@ -11,14 +11,15 @@ second actor thread) from two meters: the batches it pulls from the pipeline
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torchdata.nodes import BaseNode
 
@@ -26,6 +27,10 @@ from torch_tgb.errors import FencedError
 from torch_tgb.integrations._fleet_types import ShardOutcome
 from torch_tgb.layout import Layout
 from torch_tgb.producer import ProduceOptions, produce
+from torch_tgb.producer.config import ProducerConfig
+
+if TYPE_CHECKING:
+    from torch_tgb.producer import Producer
 
 __all__ = ["MeteredNode", "ShardMeter", "ShardWorker", "WorkerSpec"]
 
@@ -51,6 +56,12 @@ class ShardMeter:
         self.commit_successes = 0
         self.visibility_lag_sum_s = 0.0
         self.visibility_lag_max_s = 0.0
+        # what an autoscaling driver reads (integrations/_scaler.py): the producer (paused by max_lag?),
+        # seconds per batch in the pipeline (EMA), and the pipeline's Mix (costs, weights, step)
+        self.producer: Producer | None = None
+        self.batch_s = 0.0
+        self.batches = 0
+        self.mix: Any = None
 
     def __call__(self, point: str) -> None:
         now = time.monotonic()
@@ -73,6 +84,41 @@ class ShardMeter:
         with self._lock:
             self.bytes += n
 
+    def add_batch(self, seconds: float) -> None:
+        """One batch took ``seconds`` in the pipeline (EMA weight 0.2 after the first)."""
+        with self._lock:
+            self.batch_s = seconds if not self.batches else self.batch_s + 0.2 * (seconds - self.batch_s)
+            self.batches += 1
+
+    @contextlib.contextmanager
+    def watching(self, producer: Producer) -> Iterator[None]:
+        """``ProduceOptions(watch=)``: the shard's producer, for its ``paused`` flag, while it runs."""
+        self.producer = producer
+        try:
+            yield
+        finally:
+            self.producer = None
+
+    def _scaling(self) -> dict[str, float]:
+        """The signals an autoscaling driver reads (not counters: not folded over attempts)."""
+        out: dict[str, float] = {"batch_s": self.batch_s}
+        producer = self.producer
+        if producer is not None:
+            out["paused"] = 1.0 if producer.paused else 0.0
+        mix = self.mix
+        if mix is not None:
+            try:
+                stats = mix.stats()  # read from the progress thread while the pipeline draws
+            except RuntimeError:  # its window changed under us: next report
+                return out
+            out["mix_step"] = float(stats.step)
+            out["docs_per_batch"] = stats.documents / self.batches if self.batches else 0.0
+            out.update({f"cost:{k}": float(v) for k, v in stats.cost.items()})
+            out.update({f"weight:{k}": float(v) for k, v in stats.target.items()})
+            if not stats.control_version:  # steered: the records ahead are the driver's to read
+                out.update(_schedule_ahead(mix, stats.step + SCHEDULE_LOOKAHEAD))
+        return out
+
     def snapshot(self) -> dict[str, float]:
         with self._lock:
             written = len(self._written_at)
@@ -85,10 +131,26 @@ class ShardMeter:
                 "committed_writes": self._committed_writes,
                 "visibility_lag_sum_s": self.visibility_lag_sum_s,
                 "visibility_lag_max_s": self.visibility_lag_max_s,
+                **self._scaling(),
             }
 
 
 T = TypeVar("T")
+
+
+#: how many Mix steps ahead a worker reports its schedule's weights (mixture-driven autoscaling)
+SCHEDULE_LOOKAHEAD = 64
+
+
+def _schedule_ahead(mix: Any, step: int) -> dict[str, float]:
+    """``ahead:<source>``: the Mix schedule's normalised weights at ``step`` (none if it has no valid ones)."""
+    schedule = getattr(mix, "schedule", None)
+    try:
+        weights = {str(k): float(v) for k, v in schedule(step).items()} if callable(schedule) else {}
+    except Exception:  # noqa: BLE001 - a measurement: the pipeline itself reports a bad schedule by name
+        return {}
+    total = sum(max(v, 0.0) for v in weights.values())
+    return {f"ahead:{k}": max(v, 0.0) / total for k, v in weights.items()} if total > 0 else {}
 
 
 class MeteredNode(BaseNode[T]):
@@ -103,18 +165,26 @@ class MeteredNode(BaseNode[T]):
         super().__init__()
         self.source = source
         self.meter = meter
+        meter.mix = getattr(source, "mix", None)
 
     @property
     def layout(self) -> Layout | None:
         """The source's own layout (``GlobalBatches.layout``), which ``produce`` takes when it cuts token rows."""
         return getattr(self.source, "layout", None)
 
+    @property
+    def mix(self) -> Any:
+        """The source's ``Mix`` (None: none): ``produce`` records its control version, the meter its stats."""
+        return getattr(self.source, "mix", None)
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(initial_state)
 
     def next(self) -> T:
+        started = time.perf_counter()
         item = next(self.source)
+        self.meter.add_batch(time.perf_counter() - started)
         if isinstance(item, Mapping):
             self.meter.add_bytes(sum(_nbytes(v) for v in item.values()))
         return item
@@ -172,7 +242,8 @@ class ShardWorker:
         rather than as an exception, so the driver can name the shard.
         """
         spec = self.spec
-        base = spec.options.config
+        # a fleet streams to trainers: one object per batch, visible at once (and metered per object), unless given
+        base = spec.options.config or ProducerConfig()
         meter = ShardMeter(base.crash_hook)
         started = time.monotonic()
         self._meter, self._shard = meter, shard
@@ -204,8 +275,8 @@ class ShardWorker:
                     spec.ns, MeteredNode(pipeline, meter), producer_id=producer_id, layout=spec.layout,
                     shard=None if spec.job is None else (shard, count), job=spec.job or "fleet",
                     storage_options=spec.storage_options,
-                    options=replace(spec.options, seal=None if sealing else False, progress=False, watch=None,
-                                    config=replace(base, crash_hook=meter)),
+                    options=replace(spec.options, seal=None if sealing else False, progress=False,
+                                    watch=meter.watching, config=replace(base, crash_hook=meter)),
                 )
             except FencedError as e:
                 return outcome("fenced", e)

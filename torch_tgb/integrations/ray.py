@@ -10,7 +10,10 @@ which worker runs it or how many workers there are:
 - a killed actor's shard resumes on a restarted or another actor at its last
   commit; a stalled one that comes back is fenced by the producer epoch;
 - ``Fleet.scale(n)`` grows or shrinks the pool while it runs, and a rerun
-  with another ``num_producers`` continues where the last run stopped.
+  with another ``num_producers`` continues where the last run stopped;
+- ``FleetConfig(autoscale=(min, max))`` lets the fleet size itself from the
+  trainer's stall, the producers' lead, ``max_lag`` pauses and the mixture
+  ahead (:class:`AutoscalePolicy`; ``FleetReport.autoscale``/``timeline``/``partition``).
 
 See docs/operations.md, "Producer fleets on Ray". Needs the ``ray`` extra.
 """
@@ -29,20 +32,31 @@ from typing import Any
 
 from typing_extensions import Required, Unpack
 
+from torch_tgb.integrations._autoscale import AutoscalePolicy, Decision, FleetSignals
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome, ShardStats
 from torch_tgb.integrations._ray_fleet import Fleet
+from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partition_sources
+from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
 from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
 from torch_tgb.layout import Layout
 from torch_tgb.producer import ProduceOptions, ProduceSettings
 
 __all__ = [
+    "AutoscaleEvent",
+    "AutoscalePolicy",
+    "Decision",
     "Fleet",
     "FleetConfig",
     "FleetReport",
     "FleetSettings",
+    "FleetSignals",
+    "PartitionPlan",
     "ShardOutcome",
     "ShardStats",
+    "SourceSpec",
+    "TimelinePoint",
     "parse_shard_producer_id",
+    "partition_sources",
     "produce_on_ray",
     "shard_producer_id",
 ]

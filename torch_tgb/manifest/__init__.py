@@ -4,6 +4,7 @@ See ``docs/protocol.md`` for the on-storage specification.
 """
 
 from torch_tgb.manifest.commit import AttemptResult, Committer, unfinished
+from torch_tgb.manifest.control import ControlChannel, MixRecord, TrainerStatus
 from torch_tgb.manifest.seal import seal_namespace
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
 from torch_tgb.manifest.keys import (
@@ -38,13 +39,16 @@ __all__ = [
     "SNAPSHOT_PREFIX",
     "AttemptResult",
     "Committer",
+    "ControlChannel",
     "DatasetInfo",
     "GCBoundary",
     "JobSpec",
     "Manifest",
     "ManifestState",
+    "MixRecord",
     "ProducerState",
     "TGBEntry",
+    "TrainerStatus",
     "Version",
     "boundary_key",
     "seal_namespace",

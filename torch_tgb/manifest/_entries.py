@@ -12,9 +12,11 @@ Format 2 writes the same columns as JSON::
     "entries": {"keys": [k0, k1, ...], "pids": [p0, ...],
                 "key": [i, ...], "pid": [j, ...], "offset": [...], "start": [...], "size": [...],
                 "footer_offset": [...], "footer_length": [...], "object_size": [...],
-                "samples": [...], "tokens": [...], "slice_record": [...]}
+                "samples": [...], "tokens": [...], "slice_record": [...], "control": [...]}
 
-(``object_size`` 0: the object is exactly ``size`` bytes). Every column is
+(``object_size`` 0: the object is exactly ``size`` bytes; ``slice_record`` and
+``control`` may be absent, all 0, and ``control`` is written only when an
+entry of the version has one). Every column is
 checked on parse: integers, non-negative, of equal length, indices in
 range, and each entry's byte ranges as :meth:`TGBEntry.validate` checks
 them, vectorised.
@@ -35,8 +37,11 @@ __all__ = ["EntryTable"]
 
 #: the numeric columns, in the order of the table's array
 COLUMNS = ("offset", "start", "size", "footer_offset", "footer_length", "object_size", "samples", "tokens",
-           "slice_record")
-_OFFSET, _START, _SIZE, _FOOTER_OFFSET, _FOOTER_LENGTH, _OBJECT_SIZE, _SAMPLES, _TOKENS, _RECORD = range(len(COLUMNS))
+           "slice_record", "control")
+#: columns a version may leave out (all 0): written by later writers only
+OPTIONAL = ("slice_record", "control")
+_OFFSET, _START, _SIZE, _FOOTER_OFFSET, _FOOTER_LENGTH, _OBJECT_SIZE, _SAMPLES, _TOKENS, _RECORD, _CONTROL = \
+    range(len(COLUMNS))
 _INT64_MAX = (1 << 63) - 1
 _new = object.__new__
 
@@ -67,7 +72,7 @@ class EntryTable(Sequence[TGBEntry]):
         key = np.fromiter((keys.setdefault(e.key, len(keys)) for e in entries), dtype=np.int32, count=n)
         pid = np.fromiter((pids.setdefault(e.producer, len(pids)) for e in entries), dtype=np.int32, count=n)
         numbers = np.array([(e.offset, e.start, e.size, e.footer_offset, e.footer_length, e.object_size or 0,
-                             e.samples, e.tokens, e.slice_record) for e in entries],
+                             e.samples, e.tokens, e.slice_record, e.control) for e in entries],
                            dtype=np.int64).reshape(n, len(COLUMNS))
         return cls(list(keys), list(pids), key, pid, numbers)
 
@@ -109,13 +114,13 @@ class EntryTable(Sequence[TGBEntry]):
         return f"EntryTable({len(self)} entries, {len(self._keys)} objects)"
 
     def _entry(self, i: int) -> TGBEntry:
-        offset, start, size, footer_offset, footer_length, object_size, samples, tokens, record = \
+        offset, start, size, footer_offset, footer_length, object_size, samples, tokens, record, control = \
             self._numbers[i].tolist()
         entry = _new(TGBEntry)
         entry.__dict__.update(
             key=self._keys[self._key[i]], size=size, footer_offset=footer_offset, footer_length=footer_length,
             producer=self._pids[self._pid[i]], offset=offset, samples=samples, tokens=tokens, start=start,
-            object_size=object_size or None, slice_record=record,
+            object_size=object_size or None, slice_record=record, control=control,
         )
         return cast(TGBEntry, entry)
 
@@ -140,6 +145,8 @@ class EntryTable(Sequence[TGBEntry]):
         out: dict[str, Any] = {"keys": list(self._keys), "pids": list(self._pids),
                                "key": self._key.tolist(), "pid": self._pid.tolist()}
         for c, name in enumerate(COLUMNS):
+            if name == "control" and not self._numbers[:, c].any():
+                continue  # no control record shaped these TGBs: the version reads as older writers wrote it
             out[name] = self._numbers[:, c].tolist()
         return out
 
@@ -153,9 +160,10 @@ class EntryTable(Sequence[TGBEntry]):
         key = _ints(f.array("key"), "key", what)
         pid = _ints(f.array("pid"), "pid", what)
         n = len(key)
-        columns = [_ints(f.array(name), name, what) for name in COLUMNS[:-1]]
-        records = f.optional_array("slice_record")
-        columns.append(_ints(records, "slice_record", what) if records is not None else np.zeros(len(key), np.int64))
+        columns = [_ints(f.array(name), name, what) for name in COLUMNS if name not in OPTIONAL]
+        for name in OPTIONAL:
+            values = f.optional_array(name)
+            columns.append(_ints(values, name, what) if values is not None else np.zeros(len(key), np.int64))
         f.done()
         if len(pid) != n or any(len(c) != n for c in columns):
             raise ManifestError(f"{what}: entries' columns differ in length")

@@ -56,6 +56,9 @@ class TGBEntry:
     #: the width of the TGB's version-3 slice records (0: an older footer, read whole): a rank reads its own
     #: slice's record at ``footer_offset + 32 + index * slice_record`` (``format/_records.py``)
     slice_record: int = 0
+    #: the version of the control record in force when the TGB was made (0: none, the mixture's own schedule;
+    #: ``manifest/control.py``): which record shaped it, for audits and replays
+    control: int = 0
 
     @property
     def length(self) -> int:
@@ -84,6 +87,8 @@ class TGBEntry:
             out["object_size"] = self.object_size
         if self.slice_record:
             out["slice_record"] = self.slice_record
+        if self.control:
+            out["control"] = self.control
         return out
 
     @classmethod
@@ -131,6 +136,7 @@ class TGBEntry:
             start=f.integer("start", default=0),
             object_size=f.integer("object_size", default=0) or None,  # no object has 0 bytes
             slice_record=f.integer("slice_record", default=0),
+            control=f.integer("control", default=0),
         )
         f.done()
         return entry

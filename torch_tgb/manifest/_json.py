@@ -145,6 +145,10 @@ class Fields:
             return None
         return self.mapping(name)
 
+    def has(self, name: str) -> bool:
+        """Whether the object has field ``name`` (objects of two kinds that share a key space)."""
+        return name in self._obj
+
     def done(self) -> None:
         extra = sorted(set(self._obj) - self._seen)
         if extra:

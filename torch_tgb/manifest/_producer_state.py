@@ -13,7 +13,8 @@ from torch_tgb.manifest._checks import validate_producer_id
 from torch_tgb.manifest._json import Fields
 from torch_tgb.manifest._table import check_ref
 
-__all__ = ["FORMAT", "FORMAT2", "TOKEN", "INLINE_STATE_BYTES", "PRODUCER_STATUSES", "ProducerState", "producers_from_json"]
+__all__ = ["FORMAT", "FORMAT2", "TOKEN", "INLINE_STATE_BYTES", "PRODUCER_STATUSES", "ProducerState", "check_skipped",
+           "producers_from_json"]
 
 #: a pipeline state up to this many bytes of JSON is kept in its producer's bucket; a larger one in its own object
 INLINE_STATE_BYTES = 4096
@@ -57,6 +58,8 @@ class ProducerState:
     token: str | None = None
     #: the version that last changed this producer (format 2)
     at: int | None = None
+    #: samples its pipeline dropped up to ``next_offset``, by reason (``produce()``; format 2 records, not deltas)
+    skipped: Mapping[str, int] | None = None
 
     def to_json(self, *, pipeline: bool = True) -> dict[str, Any]:
         """The JSON object; ``pipeline=False`` leaves out the pipeline state and token (a format-2 version's delta)."""
@@ -72,6 +75,8 @@ class ProducerState:
                 out["token"] = self.token
             if self.at is not None:
                 out["at"] = self.at
+            if self.skipped:
+                out["skipped"] = dict(self.skipped)
         return out
 
     @property
@@ -92,7 +97,10 @@ class ProducerState:
         ref = f.string("state_ref", default="")
         token = f.string("token", default="")
         at = f.integer("at", default=0)
+        skipped = f.optional_mapping("skipped")
         f.done()
+        if skipped is not None:
+            object.__setattr__(state, "skipped", check_skipped(skipped, what=what, error=ManifestError))
         if at:
             object.__setattr__(state, "at", at)
         if state.status not in PRODUCER_STATUSES:
@@ -105,6 +113,22 @@ class ProducerState:
             object.__setattr__(state, "state_ref", check_ref(ref, what=what) if ref else None)
             object.__setattr__(state, "token", token or None)
         return state
+
+
+def check_skipped(skipped: object, *, what: str, error: type[Exception] = ValueError) -> dict[str, int]:
+    """``skipped`` as a sorted ``{reason: count}`` of non-negative integer counts; ``error`` names what is wrong."""
+    if not isinstance(skipped, Mapping):
+        raise error(f"{what}: skipped must be a mapping of reason to count, got {type(skipped).__name__}")
+    out = {}
+    for reason, n in skipped.items():
+        if not isinstance(reason, str) or not reason or len(reason) > 64:
+            raise error(f"{what}: a skip reason must be a string of 1-64 characters, got {reason!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise error(f"{what}: skipped[{reason!r}] must be a non-negative integer, got {n!r}")
+        out[reason] = n
+    if len(out) > 256:
+        raise error(f"{what}: {len(out)} skip reasons (at most 256)")
+    return dict(sorted(out.items()))
 
 
 def producers_from_json(obj: Mapping[str, Any], *, what: str) -> dict[str, ProducerState]:

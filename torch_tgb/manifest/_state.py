@@ -2,8 +2,11 @@
 
 ``fold(state, version)`` is the one place that decides whether version v+1
 may follow version v: steps add up, epochs never go back, a producer's
-offsets continue where its state said, nothing follows a seal, and in a
-namespace of declared shards the job's rules hold (:func:`check_job`).
+offsets continue where its state said, nothing follows a seal but a
+replacement version, and in a namespace of declared shards the job's rules
+hold (:func:`check_job`). A replacement version (``_replaced.py``) is the
+only one that changes the replacements in effect: format 2, no entries, no
+producer, the seal as it was; every other version carries them unchanged.
 Readers, snapshot writers and the committer all fold through it, so they
 agree.
 
@@ -25,7 +28,7 @@ from torch_tgb.manifest.jobs import SEALER_ID, JobSpec, describe_missing, missin
 from torch_tgb.manifest._producers import ProducerTable
 from torch_tgb.manifest.records import ManifestState, ProducerState, Version
 
-__all__ = ["check_job", "fold", "state_of"]
+__all__ = ["check_job", "check_replacements", "fold", "state_of"]
 
 
 def fold(state: ManifestState, version: Version, *, where: str = "") -> ManifestState:
@@ -33,7 +36,8 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
     what = f"{where}manifest version={version.number}"
     if version.number != state.version + 1:
         raise ManifestError(f"{what}: cannot follow version={state.version}")
-    if state.sealed:
+    replaces = check_replacements(state, version, what=what)
+    if state.sealed and not replaces:
         raise ManifestError(f"{what}: follows version={state.version}, which sealed the namespace")
     if version.first_step != state.num_steps:
         raise ManifestError(
@@ -72,9 +76,25 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         # The pipeline state belongs to next_offset: a version that appends replaces it,
         # one that does not (epoch bump, seal) keeps it unless it restates it.
         kept = new.state if (pid in expected or new.state is not None or old is None) else old.state
-        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status)
+        skipped = new.skipped if new.skipped is not None or old is None else old.skipped
+        producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status,
+                                       skipped=skipped)
     job = check_job(state, version, producers, what=what)
     return ManifestState(version.number, version.stop_step, version.sealed, producers, job)
+
+
+def check_replacements(state: ManifestState, version: Version, *, what: str) -> bool:
+    """Whether ``version`` is a replacement version; :class:`ManifestError` if it breaks their rules."""
+    if version.replaced == state.replaced:
+        return False
+    if version.replaced is None:
+        raise ManifestError(f"{what}: drops the replacements in effect since version={state.replaced.version}"  # type: ignore[union-attr]
+                            " (written by a torch_tgb that does not know replacement entries: upgrade it)")
+    if (version.table is None or len(version.entries) or version.producers or version.sealed != state.sealed
+            or version.replaced.version != version.number or version.job != state.job):
+        raise ManifestError(f"{what}: changes the replacements in effect, so it must be a replacement version "
+                            "(format 2, no entries, no producer, the seal and job as they were, its own number)")
+    return True
 
 
 def check_job(state: ManifestState, version: Version, after: Mapping[str, ProducerState], *, what: str) -> JobSpec | None:
@@ -123,7 +143,7 @@ def _fold_table(state: ManifestState, version: Version, *, what: str) -> Manifes
     if state.job is not None and version.job != state.job:
         raise ManifestError(f"{what}: carries {'no job' if version.job is None else version.job.describe()}, but the "
                             f"namespace declares {state.job.describe()}")
-    if job is not None:
+    if job is not None and version.replaced == state.replaced:  # a replacement version changes no mark
         complete = table.declared_done >= job.size
         if complete and not version.sealed:
             raise ManifestError(f"{what}: every declared producer of {job.describe()} is done, but the version "
@@ -135,7 +155,8 @@ def _fold_table(state: ManifestState, version: Version, *, what: str) -> Manifes
             if pid != SEALER_ID and pid not in job:
                 raise ManifestError(f"{what}: producer {pid!r} is not one of the declared producers of "
                                     f"{job.describe()}")
-    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), job, table)
+    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), job, table,
+                         version.replaced)
 
 
 def state_of(version: Version) -> ManifestState:
@@ -143,4 +164,5 @@ def state_of(version: Version) -> ManifestState:
     table = version.table
     if table is None:
         raise ManifestError(f"manifest version={version.number} is format 1: its state is a fold of the log")
-    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), version.job, table)
+    return ManifestState(version.number, version.stop_step, version.sealed, ProducerTable(table), version.job, table,
+                         version.replaced)

@@ -293,7 +293,8 @@ class Committer:
             current = self.state
             target = (0 if current is None else current.epoch) + 1
             now = time.time()
-            mine = ProducerState(target, self.next_offset, now, status="open")
+            mine = ProducerState(target, self.next_offset, now, status="open",
+                                 skipped=None if current is None else current.skipped)
             declares = self.job if self.view.job is None else None  # the first producer declares the job
             candidate = self._candidate((), mine, pipeline=current, sealed=False, now=now, declares=declares)
             result = self._write(candidate, read_at=time.monotonic())
@@ -324,6 +325,7 @@ class Committer:
         state: Mapping[str, Any] | None = None,
         mark: str | None = None,
         refuse_open: bool = False,
+        skipped: Mapping[str, int] | None = None,
     ) -> AttemptResult:
         """One commit attempt of ``entries`` (consecutive offsets of this producer).
 
@@ -337,7 +339,9 @@ class Committer:
         shards, when no other producer is still open. ``seal=True`` seals
         unconditionally (one-producer writers, the operator's sealer); with
         ``refuse_open`` it raises :class:`ManifestError` instead while another
-        producer is unfinished (checked on the rebased view).
+        producer is unfinished (checked on the rebased view). ``skipped``: the
+        samples the pipeline dropped up to the last of ``entries``, by reason
+        (recorded with this producer; an attempt without it keeps the committed counts).
         """
         if self._fenced is not None:
             raise self._fenced
@@ -378,7 +382,9 @@ class Committer:
             seal = seal or done_seals(self.view, self.producer_id)
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
-        mine = ProducerState(self.epoch, next_offset, now, status=status)
+        kept = None if current is None else current.skipped
+        mine = ProducerState(self.epoch, next_offset, now, status=status,
+                             skipped=dict(skipped) if todo and skipped is not None else kept)
         pipeline: ProducerState | Mapping[str, Any] | None = state if todo else current
         candidate = self._candidate(tuple(todo), mine, pipeline=pipeline, sealed=seal, now=now)
         return self._write(candidate, read_at=read_at)
@@ -412,7 +418,7 @@ class Committer:
             table = table.with_bucket(index, written, before=None if before is None else before.status,
                                       after=full.status, declared=job is not None and self.producer_id in job)
         return Version(number, self._token, self.view.num_steps, entries, {self.producer_id: full.delta}, sealed,
-                       now, job, table)
+                       now, job, table, self.view.replaced)  # the replacements in effect, carried unchanged
 
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number

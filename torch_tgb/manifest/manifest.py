@@ -26,6 +26,7 @@ from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
 from torch_tgb.manifest._producers import ProducerTable, decode_bucket
 from torch_tgb.manifest._reads import Reclaimed
+from torch_tgb.manifest._replacing import ReplacementView
 from torch_tgb.manifest._search import collect_entries, probe_newest, search_step
 from torch_tgb.manifest._state import fold, state_of
 from torch_tgb.manifest._table import bucket_key, state_key
@@ -75,6 +76,8 @@ class Manifest(Maintenance):
         self._hint: int | None = None  # last hint read
         self._boundary_seen = GCBoundary()  # last boundary read
         self._state: ManifestState | None = None  # newest state folded
+        #: the replacement entries applied to the steps read (``_replacing.py``; pinned by a reader)
+        self.replacements = ReplacementView(store, where=self.where)
 
     @property
     def url(self) -> str:
@@ -386,9 +389,10 @@ class Manifest(Maintenance):
         return self.latest_version()
 
     def entry(self, step: int) -> TGBEntry:
-        """The TGB entry of ``step``."""
+        """The TGB entry of ``step`` (a replacement in effect applied: ``_replacing.py``)."""
         version = self.version_of_step(step)
-        return version.entries[step - version.first_step]
+        ref = self.replacements.ref(lambda: self.read_version(self.latest_version()).replaced)
+        return self.replacements.apply(ref, step, [version.entries[step - version.first_step]])[0]
 
     def entries(self, start_step: int, stop_step: int) -> list[TGBEntry]:
         """Entries of steps ``start_step .. stop_step - 1`` that are committed (may be fewer)."""
@@ -407,8 +411,10 @@ class Manifest(Maintenance):
         ahead = min(latest - version.number, stop_step - version.stop_step, _ENTRIES_AHEAD)
         if ahead > 1:
             self._fetch_concurrently(list(range(version.number + 1, version.number + 1 + ahead)))
-        return collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where,
-                               seen=lambda v: self._continuity.see(v, where=self.where))
+        found = collect_entries(version, start_step, stop_step, latest, self.read_version, where=self.where,
+                                seen=lambda v: self._continuity.see(v, where=self.where))
+        ref = self.replacements.ref(lambda: self.read_version(latest).replaced)  # one view for the whole range
+        return self.replacements.apply(ref, start_step, found)
 
     # --- GC boundary -------------------------------------------------------
 

@@ -17,7 +17,8 @@ from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._checks import MAX_STATE_BYTES, check_metadata, encode_producer_state, validate_producer_id
 from torch_tgb.manifest._entries import EntryTable
 from torch_tgb.manifest._entry import DATA_PREFIX, MAX_FOOTER_BYTES, TGBEntry
-from torch_tgb.manifest._json import MAX_DATASET_BYTES, Fields, dump_json, load_json
+from torch_tgb.manifest._dataset_info import DatasetInfo
+from torch_tgb.manifest._json import Fields, dump_json, load_json
 from torch_tgb.manifest._producer_state import (
     _FORMATS,
     FORMAT,
@@ -29,6 +30,7 @@ from torch_tgb.manifest._producer_state import (
     producers_from_json,
 )
 from torch_tgb.manifest._producers import ProducerTable
+from torch_tgb.manifest._replaced import ReplacedRef
 from torch_tgb.manifest._table import TableRef
 from torch_tgb.manifest.jobs import JobSpec
 
@@ -48,6 +50,7 @@ __all__ = [
     "JobSpec",
     "ManifestState",
     "ProducerState",
+    "ReplacedRef",
     "TGBEntry",
     "TableRef",
     "Version",
@@ -101,6 +104,8 @@ class Version:
     time: float = 0.0
     job: JobSpec | None = None
     table: TableRef | None = None
+    #: the replacements in effect (``_replaced.py``); format 2, from the first replacement version on
+    replaced: ReplacedRef | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, EntryTable):
@@ -132,6 +137,8 @@ class Version:
             out["job"] = self.job.to_json()
         if self.table is not None:
             out["table"] = self.table.to_json()
+        if self.replaced is not None:
+            out["replaced"] = self.replaced.to_json()
         return out
 
     def encode(self) -> bytes:
@@ -158,11 +165,13 @@ class Version:
         producers = producers_from_json(f.mapping("producers"), what=what)
         job = f.optional_mapping("job")
         table = f.optional_mapping("table")
-        if (fmt == FORMAT2) != (table is not None):
+        replaced = f.optional_mapping("replaced")
+        if (fmt == FORMAT2) != (table is not None) or (replaced is not None and table is None):
             raise ManifestError(f"{what}: format {fmt!r} {'needs' if table is None else 'has no'} a producers' table")
         version = cls(number, token, first_step, entries, producers, f.boolean("sealed"), f.number("time"),
                       None if job is None else JobSpec.from_json(job, what=what),
-                      None if table is None else TableRef.from_json(table, what=what))
+                      None if table is None else TableRef.from_json(table, what=what),
+                      None if replaced is None else ReplacedRef.from_json(replaced, what=what))
         f.done()
         if version.table is not None and any(s.state is not None or s.state_ref for s in producers.values()):
             raise ManifestError(f"{what}: a format-2 version carries no pipeline state")
@@ -208,6 +217,7 @@ class ManifestState:
     producers: Mapping[str, ProducerState]
     job: JobSpec | None = None
     table: TableRef | None = None
+    replaced: ReplacedRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -222,6 +232,8 @@ class ManifestState:
             out["table"] = self.table.to_json()
         if self.job is not None:
             out["job"] = self.job.to_json()
+        if self.replaced is not None:
+            out["replaced"] = self.replaced.to_json()
         return out
 
     def encode(self) -> bytes:
@@ -242,7 +254,9 @@ class ManifestState:
             state = cls(number, num_steps, sealed, producers_from_json(f.mapping("producers"), what=what), spec)
         else:
             table = TableRef.from_json(f.mapping("table"), what=what)
-            state = cls(number, num_steps, sealed, ProducerTable(table), spec, table)
+            replaced = f.optional_mapping("replaced")
+            state = cls(number, num_steps, sealed, ProducerTable(table), spec, table,
+                        None if replaced is None else ReplacedRef.from_json(replaced, what=what))
         f.done()
         return state
 
@@ -272,35 +286,3 @@ class GCBoundary:
         boundary = cls(f.integer("version"), f.integer("step"))
         f.done()
         return boundary
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """``_tgb/dataset.json``: written once, compared by every producer and consumer."""
-
-    layout: Mapping[str, Any]
-    schema: Mapping[str, Any]
-    metadata: Mapping[str, Any]
-    fingerprint: str
-    created_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "layout": dict(self.layout),
-            "schema": dict(self.schema),
-            "metadata": dict(self.metadata),
-            "fingerprint": self.fingerprint,
-            "created_at": self.created_at,
-        }
-
-    def encode(self) -> bytes:
-        return dump_json(self.to_json())
-
-    @classmethod
-    def decode(cls, data: bytes, *, what: str) -> DatasetInfo:
-        f = Fields(load_json(data, what=what, max_bytes=MAX_DATASET_BYTES), what=what)
-        _check_format(f)
-        info = cls(f.mapping("layout"), f.mapping("schema"), f.mapping("metadata"), f.string("fingerprint"), f.number("created_at"))
-        f.done()
-        return info

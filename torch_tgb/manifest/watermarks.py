@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from torch_tgb.cursor import cursor_of
+from torch_tgb.cursor import cursor_of, reader_states
 from torch_tgb.errors import InvalidKey, ManifestError, ObjectNotFound
 from torch_tgb.manifest._json import MAX_METADATA_BYTES, load_json
 from torch_tgb.manifest.manifest import Manifest
@@ -74,13 +74,20 @@ _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._=+@-]{0,199}$")
 
 @dataclass(frozen=True)
 class Watermark:
-    """The cursor saved in checkpoint ``checkpoint_id`` (TGB-step units)."""
+    """The cursor saved in checkpoint ``checkpoint_id`` (TGB-step units).
+
+    ``replaced``: the view version of the replacement entries its reader
+    applied (``tgb_source``, docs/provenance.md); ``-1`` when its state does
+    not say (an older reader): the Reclaimer then keeps every object an
+    excision superseded at or after its step.
+    """
 
     checkpoint_id: str
     step: int
     version: int
     sub_step: int = 0
     time: float = 0.0
+    replaced: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +97,7 @@ class Watermark:
             "version": self.version,
             "sub_step": self.sub_step,
             "time": self.time,
+            **({"replaced": self.replaced} if self.replaced >= 0 else {}),
         }
 
     @classmethod
@@ -103,8 +111,11 @@ class Watermark:
                 version=data["version"],
                 sub_step=data.get("sub_step", 0),
                 time=float(data["time"]),
+                replaced=data.get("replaced", -1),
             )
             validate_checkpoint_id(mark.checkpoint_id)
+            if isinstance(mark.replaced, bool) or not isinstance(mark.replaced, int) or mark.replaced < -1:
+                raise ValueError(f"replaced={mark.replaced!r} is not a version (or -1)")
             for name in ("step", "version", "sub_step"):
                 value = getattr(mark, name)
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -203,7 +214,7 @@ def record_watermark(
     position = cursor_of(state)
     if store.exists(_retired_key(checkpoint_id)):
         raise ManifestError(f"{store.url}: checkpoint_id={checkpoint_id!r} is retired; record it under a new id")
-    mark = Watermark(checkpoint_id, position.step, position.version, position.sub_step, time.time())
+    mark = Watermark(checkpoint_id, position.step, position.version, position.sub_step, time.time(), _view_of(state))
     key = _watermark_key(checkpoint_id)
     store.put(key, json.dumps(mark.to_json(), sort_keys=True).encode())
     reclaimed = _reclaimed_step(store)
@@ -214,6 +225,15 @@ def record_watermark(
             f"but steps below {reclaimed} are already reclaimed (no live checkpoint protected them)"
         )
     return mark
+
+
+def _view_of(state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> int:
+    """The oldest replacement view among the reader states of ``state`` (``tgb_source``); -1 if one does not say."""
+    views = []
+    for reader in reader_states(state):
+        source = reader.get("tgb_source")
+        views.append(int(source["replaced"]) if isinstance(source, Mapping) and "replaced" in source else -1)
+    return min(views, default=-1)
 
 
 def retire(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -55,8 +56,11 @@ class CommitLoop:
         max_lag: int | None,
         epoch: int,
         committed_offsets: int,
+        on_commit: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
+        #: called on the committer thread with each version that committed entries of this producer
+        self.on_commit = on_commit
         self.producer_id = producer_id
         self.policy = policy
         self.config = config
@@ -67,6 +71,7 @@ class CommitLoop:
         self._pending: list[TGBEntry] = []
         self._written_at: dict[int, float] = {}  # offset -> when its object was written (monotonic)
         self._states: dict[int, dict[str, Any]] = {}  # offset -> pipeline state after it (Producer.append)
+        self._skips: dict[int, dict[str, int]] = {}  # offset -> samples dropped up to it, by reason
         self._error: BaseException | None = None
         self._flushing = 0
         self._mark: str | None = None  # "closed" / "done": committed with the last entries on stop()
@@ -110,16 +115,20 @@ class CommitLoop:
         with self._cond:
             self._stats = replace(self._stats, skipped=self._stats.skipped + 1)
 
-    def add(self, entry: TGBEntry, size: int, state: dict[str, Any] | None = None) -> None:
+    def add(self, entry: TGBEntry, size: int, state: dict[str, Any] | None = None,
+            skipped: dict[str, int] | None = None) -> None:
         """Queue the entry of an object just written (``size`` bytes) for its commit.
 
-        ``state``: the pipeline state after this entry, committed with it.
+        ``state``: the pipeline state after this entry, committed with it;
+        ``skipped``: the samples dropped up to it, by reason (committed with it too).
         """
         with self._cond:
             self._pending.append(entry)
             self._written_at[entry.offset] = time.monotonic()
             if state is not None:
                 self._states[entry.offset] = state
+            if skipped is not None:
+                self._skips[entry.offset] = skipped
             self._appended += 1
             self._bytes_written += size
             self._cond.notify_all()
@@ -286,9 +295,10 @@ class CommitLoop:
             batch, mark = chosen
             with self._cond:
                 state = self._states.get(batch[-1].offset) if batch else None
+                skipped = self._skips.get(batch[-1].offset) if batch else None
             try:
                 self._verify_old_objects(batch)
-                result = self._committer.attempt(batch, state=state, mark=mark)
+                result = self._committer.attempt(batch, state=state, mark=mark, skipped=skipped)
             except TransientStorageError as e:
                 # The store is unwell beyond the retry wrapper's patience: nothing was
                 # committed that we do not know of (a landed write is recognised by its
@@ -308,6 +318,8 @@ class CommitLoop:
                     log.exception("%s: committer of %r failed", self.store.url, self.producer_id)
                 return
             transient = 0
+            if result.committed and batch and (result.wrote or result.recognised) and self.on_commit is not None:
+                self.on_commit(result.version)
             active = self._active_producers()
             if result.wrote:
                 self.policy.on_attempt(success=result.committed, window_s=result.window_s, active_producers=active)
@@ -318,6 +330,7 @@ class CommitLoop:
                 for offset in [o for o in self._written_at if o < committed]:
                     del self._written_at[offset]
                     self._states.pop(offset, None)
+                    self._skips.pop(offset, None)
                 if mark is not None and result.committed:
                     self._marked = True
                 self._sealed = self._committer.view.sealed

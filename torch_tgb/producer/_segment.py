@@ -89,6 +89,7 @@ class _Open:
     tokens: int
     footer: bytes  # bytes [footer_offset, size): the segment index repeats them
     slice_record: int = 0
+    control: int = 0
 
 
 @dataclass
@@ -131,9 +132,10 @@ class SegmentWriter:
         """TGBs encoded and not yet published (in the open segment, or in the one being published)."""
         return (len(self._open.tgbs) if self._open else 0) + (self._writing[1] if self._writing is not None else 0)
 
-    def add(self, encode: Encoder, *, offset: int, samples: int, tokens: int) -> list[TGBEntry]:
+    def add(self, encode: Encoder, *, offset: int, samples: int, tokens: int, control: int = 0) -> list[TGBEntry]:
         """Encode one TGB (``encode(base, key)``: its buffers at ``base`` of object ``key``) and write it; returns
-        the entries of a segment this call published (else ``[]``)."""
+        the entries of a segment this call published (else ``[]``). ``control``: the control version that
+        shaped it, recorded in its entry."""
         self._check_alive()
         if self._open is None:
             hint = 0 if self.segment_tgbs == 1 else self.segment_bytes
@@ -154,7 +156,7 @@ class SegmentWriter:
             raise error
         footer = bytes(buffers[-1])  # encode_tgb ends with the footer, bytes [footer_offset, size)
         segment.tgbs.append(_Open(offset, base, obj.size, obj.footer_offset, obj.footer_length, samples, tokens,
-                                  footer, obj.slice_record))
+                                  footer, obj.slice_record, control))
         if len(segment.tgbs) >= self.segment_tgbs or obj.size >= self.segment_bytes:
             if self.segment_tgbs == 1 or self.on_written is None:
                 return self.flush()
@@ -249,6 +251,7 @@ class SegmentWriter:
             raise
         return [
             TGBEntry(writer.key, t.size, t.footer_offset, t.footer_length, self.producer_id, t.offset, t.samples,
-                     t.tokens, start=t.start, object_size=None if single else total, slice_record=t.slice_record)
+                     t.tokens, start=t.start, object_size=None if single else total, slice_record=t.slice_record,
+                     control=t.control)
             for t in tgbs
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["BULK_SEGMENT_TGBS", "ProducerConfig"]
+__all__ = ["BULK_SEGMENT_TGBS", "RUN_SEGMENT_BYTES", "ProducerConfig", "run_config"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,22 @@ class ProducerConfig:
 
 #: a bulk writer's segment holds at most this many TGBs (its byte bound closes it first)
 BULK_SEGMENT_TGBS = 1 << 20
+
+
+#: segment bytes of a pipeline run's default config (``tgb.produce`` without ``rate``, ``tgb produce``)
+RUN_SEGMENT_BYTES = 64 << 20
+
+
+def run_config(config: ProducerConfig | None, *, rate: float | None) -> ProducerConfig:
+    """The config of a ``tgb.produce`` run: ``config`` if given, else what its pace calls for.
+
+    A run as fast as its pipeline goes writes ~64 MiB segments (:meth:`ProducerConfig.bulk`):
+    one object per TGB paid an object's create, ``fsync`` and rename per batch, about 2-3x
+    the run's time at the README's shape (64 x 2048 tokens, ``benchmarks/ingest.py``);
+    a segment's TGBs become visible together once it is written (at most ~64 MiB later, or at
+    the run's end). A paced stream (``rate=``) writes one object per batch, visible at once,
+    as the ``tgb produce`` command does with ``--rate``.
+    """
+    if config is not None:
+        return config
+    return ProducerConfig() if rate is not None else ProducerConfig.bulk(RUN_SEGMENT_BYTES)

@@ -10,6 +10,7 @@ producer's tuning (segments, pending bound, snapshots) is
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -35,7 +36,9 @@ class ProduceOptions:
     boundary. ``max_steps``: stop once this producer holds that many offsets.
     ``seal``: mark the producer (or its shard) done at the end, see
     ``tgb.produce``. ``config``: the producer's tuning (``segment_tgbs``,
-    ``segment_bytes``, ``max_pending``, ...). ``metadata``: recorded in
+    ``segment_bytes``, ``max_pending``, ...); ``None``: ~64 MiB segments, or one
+    object per batch for a paced stream (``rate=``), see :func:`~torch_tgb.producer.config.run_config`.
+    ``metadata``: recorded in
     ``dataset.json`` (every producer of a namespace passes the same).
 
     Progress: ``progress`` (a bar on a terminal; ``None``: only if stderr is
@@ -45,13 +48,19 @@ class ProduceOptions:
     ``rate``: at most that many batches per second (a stream's pace).
     ``watch(producer)``: a context manager held open around the run with the
     open :class:`Producer` (periodic stats logging, a metrics endpoint).
+    ``stop``: an event another thread (a SIGINT handler) sets to end the run
+    after the batch in hand: what was appended is committed, the producer is
+    closed (mark ``closed``, not left ``open``) and the report says
+    ``interrupted``.
+    ``codecs``: tensor name -> codec spec, those tensors stored compressed at
+    rest (``Producer(codecs=)``; e.g. ``{"pixel_values": "zstd:1+delta:3x14x14"}``).
     """
 
     commit_policy: str | CommitPolicy = "dac"
     max_lag: int | None = None
     max_steps: int | None = None
     seal: bool | None = None
-    config: ProducerConfig = field(default_factory=ProducerConfig)
+    config: ProducerConfig | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     progress: bool | None = None
     label: str | None = None
@@ -59,6 +68,8 @@ class ProduceOptions:
     on_append: Callable[[int], None] | None = None
     rate: float | None = None
     watch: Callable[[Producer], AbstractContextManager[object]] | None = None
+    stop: threading.Event | None = None
+    codecs: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and (
@@ -69,8 +80,8 @@ class ProduceOptions:
             raise ValueError(f"max_lag={self.max_lag} must be >= 1 or None")
         if self.rate is not None and not self.rate > 0:
             raise ValueError(f"rate={self.rate!r} must be > 0 batches per second, or None")
-        if not isinstance(self.config, ProducerConfig):
-            raise TypeError(f"config must be a ProducerConfig, got {type(self.config).__name__}")
+        if self.config is not None and not isinstance(self.config, ProducerConfig):
+            raise TypeError(f"config must be a ProducerConfig or None, got {type(self.config).__name__}")
 
     def with_settings(self, settings: Mapping[str, object]) -> ProduceOptions:
         """These options with ``settings`` (field name -> value) replacing fields; unknown names are a TypeError."""
@@ -85,7 +96,7 @@ class ProduceSettings(TypedDict, total=False):
     max_lag: int | None
     max_steps: int | None
     seal: bool | None
-    config: ProducerConfig
+    config: ProducerConfig | None
     metadata: Mapping[str, Any]
     progress: bool | None
     label: str | None
@@ -93,3 +104,5 @@ class ProduceSettings(TypedDict, total=False):
     on_append: Callable[[int], None] | None
     rate: float | None
     watch: Callable[[Producer], AbstractContextManager[object]] | None
+    stop: threading.Event | None
+    codecs: Mapping[str, str]

@@ -8,7 +8,10 @@ offset ``k`` also holds the state from which offset ``k + 1`` is produced
 the pipeline to the state committed with its ``resume_offset``: nothing is
 re-read from the start and nothing is produced twice. Offsets appended but
 not committed when a process died are produced again from that state (their
-objects stay invisible orphans for the Reclaimer).
+objects stay invisible orphans for the Reclaimer). A pipeline that says which
+control record shaped its last batch (its ``mix``'s ``control_version``:
+``Mix(control=)``, forwarded by ``Pack`` and ``GlobalBatches``) has it recorded
+in the batch's manifest entry.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torch_tgb.lineage.sources import register_sources, sources_of
 from torch_tgb.errors import ShardComplete, TGBError
 from torch_tgb.manifest import JobSpec
+from torch_tgb.producer._walk import pipeline_nodes, pipeline_skips
+from torch_tgb.producer.config import run_config
 from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.producer import Producer
 from torch_tgb.producer.stats import ProducerStats
@@ -53,6 +59,10 @@ class ProduceReport:
     ``max_steps`` being reached. ``already_complete``: the producer's shard of
     a declared job was done before this run, which did nothing (its offsets
     are ``0 .. end_offset - 1``). ``done``: this run marked the producer done.
+    ``skipped``: samples the pipeline's stages dropped, by reason (totals
+    since the producer's first run: the counters travel with the committed
+    state). ``interrupted``: the run ended early on ``options.stop``; the
+    producer was closed with what it had appended committed.
     """
 
     producer_id: str
@@ -67,6 +77,8 @@ class ProduceReport:
     stats: ProducerStats
     already_complete: bool = False
     done: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
 
     @property
     def batches_per_s(self) -> float:
@@ -119,8 +131,12 @@ def produce(
 
     Everything else is a :class:`~torch_tgb.producer.ProduceOptions` field
     (``commit_policy``, ``max_lag``, ``max_steps``, ``seal``, ``config``,
-    ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``),
-    given as ``options=`` or as keyword arguments.
+    ``metadata``, ``progress``, ``label``, ``expected_batches``, ``on_append``,
+    ``stop``, ``codecs``), given as ``options=`` or as keyword arguments. The report's
+    ``skipped`` counts the samples the pipeline's stages dropped, by reason;
+    a run with skips logs a warning naming them. The counts up to each offset
+    are committed with it in this producer's record of the manifest
+    (``tgb inspect`` shows them per producer and in total).
     """
     from torchdata.nodes import BaseNode
 
@@ -137,7 +153,8 @@ def produce(
     try:
         producer = Producer(
             ns, producer_id=producer_id, layout=layout, commit_policy=o.commit_policy, max_lag=o.max_lag,
-            storage_options=storage_options, metadata=o.metadata, config=o.config, job=spec,
+            storage_options=storage_options, metadata=o.metadata, config=run_config(o.config, rate=o.rate), job=spec,
+            codecs=o.codecs,
         )
     except ShardComplete as e:
         log.info("produce %s: %s", producer_id, e)
@@ -147,6 +164,9 @@ def produce(
             bytes_written=0, stats=ProducerStats(), already_complete=True, done=False,
         )
     with producer, (o.watch(producer) if o.watch is not None else contextlib.nullcontext()):
+        found = sources_of(pipeline)
+        if found:  # the sources the rows' provenance names, recorded once in the namespace
+            register_sources(producer.store, found)
         start = producer.resume_offset
         if start and producer.resume_state is None:
             raise TGBError(
@@ -163,18 +183,29 @@ def produce(
         with progress_bar(total=total, desc=o.label or f"produce {producer_id}", unit="batch", enabled=show) as bar:
             if max_steps is None or offset < max_steps:
                 pipeline.reset(producer.resume_state)
+            nodes = pipeline_nodes(pipeline)  # walked once: each append commits the skips counted so far
             interval = 1.0 / o.rate if o.rate else 0.0
             next_at = time.perf_counter()
             while max_steps is None or offset < max_steps:
+                if o.stop is not None and o.stop.is_set():
+                    break
                 try:
                     batch = next(pipeline)
                 except StopIteration:
                     exhausted = True
                     break
                 if interval:  # a stream's pace: at most `rate` batches per second
-                    time.sleep(max(0.0, next_at - time.perf_counter()))
+                    delay = max(0.0, next_at - time.perf_counter())
+                    if o.stop is None:
+                        time.sleep(delay)
+                    elif o.stop.wait(delay):
+                        break  # stopped while waiting: this batch is not appended (its state is not committed)
                     next_at = max(next_at + interval, time.perf_counter() - interval)
-                producer.append(batch, offset=offset, state=pipeline.state_dict())
+                # the control version that shaped the batch (Mix(control=), forwarded by Pack and GlobalBatches)
+                mix = getattr(pipeline, "mix", None)
+                control = 0 if mix is None else int(mix.control_version)
+                producer.append(batch, offset=offset, state=pipeline.state_dict(), control=control,
+                                skipped=pipeline_skips(pipeline, nodes=nodes))
                 if o.on_append is not None:
                     o.on_append(offset)
                 offset += 1
@@ -184,9 +215,10 @@ def produce(
                     log.info("produce %s: offset %d (%d this run, %.1f batch/s)", producer_id, offset,
                              offset - start, (offset - start) / (time.perf_counter() - started))
         producer.flush()
+        interrupted = not exhausted and o.stop is not None and o.stop.is_set()
         # a shard of a declared job is done when its pipeline is exhausted (unless the stream
-        # continues); without declared shards the caller says so with seal=True
-        done = (exhausted and seal is not False) if producer.job is not None else bool(seal)
+        # continues); without declared shards the caller says so with seal=True; never when stopped
+        done = (exhausted and seal is not False) if producer.job is not None else bool(seal) and not interrupted
         if done and offset == 0:
             log.warning(
                 "%s: producer %r is marked done with no batch written: its pipeline yielded nothing (an empty "
@@ -200,10 +232,13 @@ def produce(
     report = ProduceReport(
         producer_id=producer_id, start_offset=start, end_offset=offset, batches=offset - start, seconds=seconds,
         resumed=start > 0, exhausted=exhausted, sealed=sealed, bytes_written=stats.bytes_written, stats=stats,
-        done=done,
+        done=done, skipped=pipeline_skips(pipeline), interrupted=interrupted,
     )
     log.info("produce %s: offsets %d..%d (%d batches) in %.2f s%s", producer_id, start, offset - 1,
              report.batches, seconds, ", sealed" if sealed else ", done" if done else "")
+    if report.skipped:
+        log.warning("produce %s: %d samples skipped (%s): see the stages' stats() and on_error", producer_id,
+                    sum(report.skipped.values()), ", ".join(f"{k} {v}" for k, v in report.skipped.items()))
     return report
 
 

@@ -26,10 +26,21 @@ from typing import Any
 import torch
 
 from torch_tgb.errors import SchemaMismatch, TGBError
-from torch_tgb.format import TGBObject, check_schema, encode_batch, schema_fingerprint, schema_of
+from torch_tgb.format import (
+    Codec,
+    TGBObject,
+    check_codecs,
+    check_schema,
+    encode_batch,
+    parse_codec,
+    schema_fingerprint,
+    schema_of,
+)
 from torch_tgb.layout import Layout
+from torch_tgb.lineage.capture import LineageCapture
 from torch_tgb.manifest import Committer, DatasetInfo, JobSpec, Manifest, TGBEntry, validate_producer_id
 from torch_tgb.manifest.keys import object_name
+from torch_tgb.manifest._producer_state import check_skipped
 from torch_tgb.manifest.records import check_metadata, encode_producer_state
 from torch_tgb.manifest.watermarks import Retention, live_checkpoints
 from torch_tgb.producer._commit_loop import CommitLoop
@@ -42,6 +53,18 @@ from torch_tgb.storage import ObjectStore, ensure_conditional_writes, open_store
 __all__ = ["Producer", "object_key"]
 
 log = logging.getLogger(__name__)
+
+
+def _parse_codecs(codecs: Mapping[str, str | Codec] | None) -> dict[str, Codec]:
+    """``codecs`` parsed, their libraries imported now (``MissingExtra`` before anything is written)."""
+    out = {}
+    for name, spec in (codecs or {}).items():
+        try:
+            out[name] = spec if isinstance(spec, Codec) else parse_codec(spec)
+        except ValueError as e:
+            raise ValueError(f"codecs[{name!r}]: {e}") from e
+        out[name].backend.library()
+    return out
 
 
 def object_key(producer_id: str, epoch: int, offset: int) -> str:
@@ -59,6 +82,12 @@ class Producer:
     whose shard is already done :class:`~torch_tgb.errors.ShardComplete`,
     both before anything is written. A producer whose id belongs to the
     namespace's job follows its rules with or without ``job``.
+
+    ``codecs``: tensor name -> codec spec (``"zstd"``, ``"zstd:1+delta:3x14x14"``;
+    ``docs/multimodal.md``, *Compression at rest*): those tensors are stored
+    compressed (format version 4, which older readers refuse; needs the
+    ``compress`` extra). A producer that creates the namespace records its
+    choice in ``dataset.json``'s schema, so readers know to decode ahead.
     """
 
     def __init__(
@@ -74,8 +103,11 @@ class Producer:
         metadata: Mapping[str, Any] | None = None,
         config: ProducerConfig | None = None,
         job: JobSpec | None = None,
+        codecs: Mapping[str, str | Codec] | None = None,
     ) -> None:
         self.producer_id = validate_producer_id(producer_id)
+        self.codecs = _parse_codecs(codecs)
+        self._codecs_checked = not self.codecs
         if not isinstance(layout, Layout):
             raise TypeError(f"layout must be a torch_tgb.Layout, got {type(layout).__name__}")
         if max_lag is not None and max_lag < 1:
@@ -110,14 +142,18 @@ class Producer:
         self._next_offset = state.next_offset
         self._closed = False
         self._saved: dict[int, Any] = {}  # offset -> encoded append(state=) of a TGB not yet written
+        self._skips: dict[int, dict[str, int]] = {}  # offset -> append(skipped=) of a TGB not yet written
         self._segments = SegmentWriter(
             self.store, self.producer_id, lambda offset: object_key(self.producer_id, self.epoch, offset),
             segment_tgbs=self.config.segment_tgbs, segment_bytes=self.config.segment_bytes,
             on_written=self._queue if self.config.write_behind else None,
         )
+        #: the deltas of the lineage index, written as versions commit (``lineage/capture.py``)
+        self._lineage = LineageCapture(self.store, self.producer_id, dp=layout.dp)
         self._loop = CommitLoop(
             store=self.store, producer_id=self.producer_id, committer=self._committer, policy=self.policy,
             config=self.config, max_lag=max_lag, epoch=self.epoch, committed_offsets=self.resume_offset,
+            on_commit=self._committed,
         )
 
     def _remove_fenced_partials(self) -> None:
@@ -165,12 +201,17 @@ class Producer:
             self._dataset = stored
 
     def _ensure_dataset(self, schema: dict[str, Any]) -> DatasetInfo:
+        # the codecs chosen, as a hint to readers (a plain read path for a compressed namespace would decode
+        # on the trainer's thread); every footer says itself how its tensors are stored
+        schema = {name: {**spec, "codec": self.codecs[name].spec} if name in self.codecs else spec
+                  for name, spec in schema.items()}
         return self.manifest.ensure_dataset(self.layout, schema, self._metadata)
 
     # --- appending -----------------------------------------------------------
 
     def append(
-        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None
+        self, batch: Mapping[str, torch.Tensor], *, offset: int | None = None, state: Mapping[str, Any] | None = None,
+        skipped: Mapping[str, int] | None = None, control: int = 0,
     ) -> bool:
         """Write one global batch as offset ``offset`` (default: the next one); queue its commit.
 
@@ -182,6 +223,12 @@ class Producer:
         offset + 1 is produced), a JSON object of at most 32 KiB. It is committed
         in the same manifest version as the offset, and a restarted producer
         reads it back as :attr:`resume_state` (seed 000 §5.3).
+
+        ``skipped``: the samples the pipeline dropped up to this batch, by
+        reason (cumulative, as ``produce()`` counts them); committed with the
+        offset in this producer's record, where ``tgb inspect`` shows them.
+        ``control``: the version of the control record that shaped this batch
+        (``Mix(control=)``; 0: none), recorded in its manifest entry.
         """
         self._loop.raise_if_failed()
         if self._loop.closing:
@@ -199,7 +246,12 @@ class Producer:
                 f"{self.store.url}: producer {self.producer_id!r} expected offset={expected}, got {offset=} "
                 "(offsets are appended consecutively from resume_offset)"
             )
+        if isinstance(control, bool) or not isinstance(control, int) or control < 0:
+            raise ValueError(f"{self.store.url}: producer {self.producer_id!r} {offset=}: control={control!r} must be "
+                             "a control version (an int >= 0)")
         saved = None if state is None else encode_producer_state(state, producer_id=self.producer_id, offset=offset)
+        skips = None if skipped is None else check_skipped(
+            skipped, what=f"{self.store.url}: producer {self.producer_id!r} {offset=}")
         samples = self.layout.check_batch(batch)
         schema = schema_of(batch)
         if self._dataset is None:
@@ -216,12 +268,18 @@ class Producer:
         tokens = sum(int(batch[k].numel()) for k in self.layout.seq_keys[:1])
         if saved is not None:
             self._saved[offset] = saved  # committed with its entry, once the segment is written
-        layout = self.layout  # encoded into the segment as one copy, without a Python object per slice
+        if skips is not None:
+            self._skips[offset] = skips
+        if not self._codecs_checked:  # a key the batch lacks, a block of another size: refused before a write
+            check_codecs(self.layout.cut(batch)[0], self.codecs)
+            self._codecs_checked = True
+        self._lineage.add(offset, batch)
+        layout, codecs = self.layout, self.codecs  # encoded into the segment as one copy, no object per slice
 
         def encode(base: int, key: str) -> tuple[list[memoryview | bytes], TGBObject]:
-            return encode_batch(batch, layout, base=base, key=key)
+            return encode_batch(batch, layout, base=base, key=key, codecs=codecs)
 
-        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens))
+        self._queue(self._segments.add(encode, offset=offset, samples=samples, tokens=tokens, control=control))
         self._next_offset = offset + 1
         return True
 
@@ -231,7 +289,13 @@ class Producer:
             return
         self._hook("after_object_write")
         for entry in written:
-            self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None))
+            self._loop.add(entry, entry.length, self._saved.pop(entry.offset, None), self._skips.pop(entry.offset, None))
+
+    def _committed(self, number: int) -> None:
+        """On the committer thread: version ``number`` committed entries of ours; write its lineage delta."""
+        version = self.manifest.try_read_version(number)
+        if version is not None:
+            self._lineage.committed(version)
 
     def _hook(self, point: str) -> None:
         if self.config.crash_hook is not None:
@@ -271,6 +335,7 @@ class Producer:
         self._loop.stop("done" if seal else "closed")
         self._closed = True
         self._segments.close()
+        self._lineage.close()
         if self._owns_store:
             self.store.close()
         self._loop.raise_if_failed()

@@ -15,17 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import (
-    TOKEN_DTYPES,
-    Document,
-    ReadOptions,
-    Tokenizer,
-    UnitSource,
-    as_tokens,
-    require,
-    tokenize,
-)
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource, require
+from torch_tgb.sources._inputs import TOKEN_DTYPES, Tokenizer, as_tokens, tokenize
 from torch_tgb.sources._bulk import Taken, take_all_or_nothing
+from torch_tgb.transforms.provenance import doc_ids
 from torch_tgb.sources._read_ahead import ReadAhead, Tokens
 from torch_tgb.transforms.tokens import token_ids_problem
 
@@ -50,6 +43,8 @@ class ArrowOptions(ReadOptions, total=False):
 
 class ArrowSource(UnitSource):
     """A source whose units are read as Arrow record batches of a token or text column."""
+
+    RECORD_NAME, UNIT_NAME = "row", "row group"
 
     def __init__(
         self,
@@ -136,7 +131,12 @@ class ArrowSource(UnitSource):
     # --- the bulk path -------------------------------------------------------------------
 
     def take_tokens(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Up to ``limit`` next documents at once, as ``(flat tokens at their stored dtype, int64 offsets)``.
+        """:meth:`take_documents` without the documents' ids."""
+        taken = self.take_documents(limit)
+        return None if taken is None else (taken[0], taken[1])
+
+    def take_documents(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Up to ``limit`` next documents at once, as ``(flat tokens, int64 offsets, ids [n, 3])``.
 
         What ``limit`` calls of ``next()`` would yield, and the same state after
         it, read a record batch at a time without a tensor or a dict per
@@ -161,6 +161,7 @@ class ArrowSource(UnitSource):
         """:meth:`take_tokens`' walk: the documents' tokens and lengths, the position past them; None: a bad record."""
         flats: list[np.ndarray] = []
         lengths: list[np.ndarray] = []
+        ids: list[np.ndarray] = []
         need = limit
         while need > 0 and self._ensure_unit():
             chunk = self._bulk_chunk()
@@ -174,13 +175,20 @@ class ArrowSource(UnitSource):
             flat, lens = take
             flats.append(flat)
             lengths.append(lens)
+            unit = int(self._assignment()[self._pos])
+            ids.append(self._document_ids(unit, self._window_start, len(lens)))
             need -= len(lens)
             self._window_start += len(lens)
             length = self._unit_length(int(self._assignment()[self._pos]))
             if length is not None and self._window_start >= length:  # read through: point past it, as next() does
                 self._bulk = None
                 self._pos, self._window_start = self._pos + 1, 0
-        return flats, lengths
+        return flats, lengths, ids
+
+    def _document_ids(self, unit: int, first: int, count: int) -> np.ndarray:
+        """The ids of records ``first .. first + count - 1`` of walker unit ``unit`` (``[count, 3]``)."""
+        prov_unit, record, start = self._record_id(unit, first)
+        return doc_ids(self._unit_key(prov_unit), np.arange(record, record + count), start)
 
     def _bulk_chunk(self) -> _Bulk | None:
         """The bulk reader of the current unit at ``_window_start`` (opened if need be); None: a bad record."""

@@ -15,6 +15,15 @@ the stats counters. Restoring re-opens the one unit, skips to ``record``,
 re-reads and re-permutes the window and drops ``emitted`` documents: nothing
 before the unit is read again and no record is kept in the state.
 
+Provenance: every document carries its id under :data:`DOC_PROVENANCE`, the
+tuple ``(unit key, record, start)`` of ``transforms.provenance`` (the unit key
+holds the source's id and the unit's index in :meth:`UnitSource.provenance_info`).
+A subclass names its units for provenance (``_provenance_units``: a file, a
+shard) and maps its walker's records to them (``_record_id``) where the two
+differ (a Parquet row group is a range of its file's rows). ``name=`` names
+the source (``SOURCE`` of ``SOURCE:UNIT:RECORD``); a ``Mix`` names an unnamed
+source by its key.
+
 A subclass implements ``_records(unit, start)``: an iterator over the records
 of ``unit`` from index ``start`` on, each a document dict or a
 :class:`SourceError` for a record that could not be decoded (so that the
@@ -25,10 +34,9 @@ reading a unit itself (not a tar, truncated file) always raise.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from collections.abc import Iterator
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -36,23 +44,18 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb._lazy import require
 from torch_tgb.errors import SourceError, TGBError
+from torch_tgb.sources._work import SourceWork, epoch_records, measure_work
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
-from torch_tgb.transforms.tokens import token_ids_problem
-
-if TYPE_CHECKING:
-    pass
+from torch_tgb.transforms.provenance import DOC_PROVENANCE, SourceInfo, unit_key
 
 __all__ = [
+    "DOC_PROVENANCE",
     "Document",
     "OnError",
     "ReadOptions",
     "SourceStats",
-    "Tokenizer",
     "UnitSource",
-    "as_tokens",
-    "glob_matches",
     "require",
-    "tokenize",
 ]
 
 Document = dict[str, Any]
@@ -68,6 +71,7 @@ class ReadOptions(TypedDict, total=False):
     epochs: int | None  # epochs to read, None = forever; 1
     shuffle_buffer: int  # records per shuffle window, 0 = read order; 0
     on_error: OnError  # "raise" | "skip_and_count" for corrupt records; "raise"
+    name: str | None  # the source's name in provenance (SOURCE of SOURCE:UNIT:RECORD); None: from its files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +85,12 @@ class SourceStats:
 
 class UnitSource(BaseNode[Document]):
     """Base of the sources: yields documents ``{"tokens": 1-D int tensor, ...}`` of its shard."""
+
+    #: what :meth:`work` calls a record and a unit of this source
+    RECORD_NAME = "record"
+    UNIT_NAME = "unit"
+    #: the reason a skipped record is counted under in a produce report (``stats().skipped``)
+    SKIP_REASON = "bad_record"
 
     EPOCH_KEY = "epoch"
     UNIT_KEY = "unit"
@@ -98,6 +108,7 @@ class UnitSource(BaseNode[Document]):
         epochs: int | None = 1,
         shuffle_buffer: int = 0,
         on_error: OnError = "raise",
+        name: str | None = None,
     ) -> None:
         super().__init__()
         index, count = shard
@@ -114,9 +125,16 @@ class UnitSource(BaseNode[Document]):
         self.epochs = epochs
         self.shuffle_buffer = shuffle_buffer
         self.on_error = on_error
+        if name is not None:
+            SourceInfo(name, "check", ())  # refuse a bad name now
+        self._name = name
+        self._named_by: str | None = None  # a Mix's key, used when no name was given
+        self._info: SourceInfo | None = None
+        self._unit_keys: dict[int, int] = {}
         self._num_units = 0
         self._pid = os.getpid()
         self._inherited: list[Any] = []
+        self._work_cache: tuple[int, int | None, str] | None = None  # (epoch, its total, kind): see work()
         self._start(epoch)
 
     # --- what a subclass provides -------------------------------------------------
@@ -132,6 +150,68 @@ class UnitSource(BaseNode[Document]):
     def _unit_length(self, unit: int) -> int | None:
         """Records in ``unit`` when known without reading it (saves re-opening a finished unit)."""
         return None
+
+    def _unit_records(self, unit: int) -> int | None:
+        """Records in ``unit`` for :meth:`work`: ``_unit_length``, or a count a subclass may take at some cost."""
+        return self._unit_length(unit)
+
+    def _epoch_work(self) -> tuple[int | None, str]:
+        """(this shard's work in one epoch, its kind): records where every unit's count is known, else units.
+
+        A subclass may measure in tokens instead (``(tokens, "token")``).
+        """
+        return epoch_records(self)
+
+    def work(self) -> SourceWork:
+        """How far this source has read its shard, in its best-known unit (tokens, records or units)."""
+        return measure_work(self)
+    def _provenance_units(self) -> list[str]:
+        """The names of the units records belong to in provenance (default: the walker's units)."""
+        return [self._unit_name(u) for u in range(self._num_units)]
+
+    def _record_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        """``(provenance unit, record, start)`` of record ``index`` of walker unit ``unit`` (default: the same)."""
+        return unit, index, 0
+
+    def _default_name(self) -> str:
+        """The source's name when none was given: its file's (or first unit's) base name."""
+        first = self._unit_name(0) if self._num_units else type(self).__name__
+        base = os.path.basename(first.split(" ", 1)[0].rstrip("/")) or type(self).__name__
+        return "".join("_" if c == ":" or c.isspace() else c for c in base)
+
+    # --- provenance ------------------------------------------------------------------
+
+    @property
+    def provenance_name(self) -> str:
+        return self._name or self._named_by or self._default_name()
+
+    def name_for_provenance(self, name: str) -> None:
+        """Name this source ``name`` unless it was given one (what ``Mix`` does with its keys)."""
+        if self._name is None and self._named_by != name:
+            SourceInfo(name, "check", ())
+            self._named_by = name
+            self._info = None
+            self._unit_keys = {}
+
+    def provenance_info(self) -> SourceInfo:
+        """This source's name, kind and units, as provenance records name them (computed once)."""
+        if self._info is None:
+            self._info = SourceInfo(self.provenance_name, type(self).__name__, tuple(self._provenance_units()))
+        return self._info
+
+    def provenance_sources(self) -> list[SourceInfo]:
+        """The sources whose records this node's documents name (itself)."""
+        return [self.provenance_info()]
+
+    def _unit_key(self, unit: int) -> int:
+        key = self._unit_keys.get(unit)
+        if key is None:
+            key = self._unit_keys[unit] = unit_key(self.provenance_info().source_id, unit)
+        return key
+
+    def _document_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        prov_unit, record, start = self._record_id(unit, index)
+        return self._unit_key(prov_unit), record, start
 
     def _set_num_units(self, num_units: int, where: str) -> None:
         if num_units == 0:
@@ -281,6 +361,7 @@ class UnitSource(BaseNode[Document]):
                         raise item
                     self._skipped += 1
                 else:
+                    item[DOC_PROVENANCE] = self._document_id(unit, self._window_start + raw - 1)
                     docs.append(item)
         except TGBError:
             raise
@@ -320,7 +401,8 @@ class UnitSource(BaseNode[Document]):
         # Open files and generators do not travel (DataLoader workers): the copy re-opens the
         # unit and re-reads the current window, exactly as a restore from get_state() does.
         state = self.__dict__.copy()
-        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[])
+        state.update(_it=None, _window=[], _window_raw=0, _unit_done=False, _loaded=False, _order=None, _inherited=[],
+                     _work_cache=None)
         state["_skipped"] = self._skipped_before_window if self._loaded else self._skipped
         state.update({k: {} for k in state if k.endswith("_handles")})
         return state
@@ -328,79 +410,3 @@ class UnitSource(BaseNode[Document]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._pid = os.getpid()  # a copy (a spawned worker) opens its own files: nothing inherited
-
-
-def glob_matches(path: str, what: str) -> list[str] | None:
-    """The files a local glob pattern (``*``, ``?``, ``[...]``) matches, sorted; None where ``path`` is not one.
-
-    A URL, a path without those characters and an existing file (a name with a
-    bracket) are not patterns. A pattern that matches nothing is refused,
-    ``what`` naming the files it was for.
-    """
-    if "://" in path or not any(c in path for c in "*?[") or os.path.isfile(path):
-        return None
-    matched = sorted(glob.glob(path))
-    if not matched:
-        raise SourceError(f"{path}: no {what} matches the pattern")
-    return matched
-
-
-def as_tokens(values: Any, where: str) -> torch.Tensor | SourceError:
-    """A 1-D integer token tensor from an array-like, or the error saying why not.
-
-    uint16 widens to int32 and uint32 to int64 (torch has little support for
-    wide unsigned types); int32 and int64 stay as they are. Token ids must be
-    ``>= 0`` (``transforms.tokens.token_ids_problem``): a negative id is an
-    error for that record. Always a copy, so a document never pins a memory
-    map or an Arrow buffer.
-    """
-    array = np.asarray(values)
-    if array.ndim != 1:
-        return SourceError(f"{where}: tokens must be 1-D, got shape {array.shape}")
-    target = TOKEN_DTYPES.get(array.dtype.str.lstrip("<=|"))
-    if target is None:
-        return SourceError(f"{where}: wrong token dtype {array.dtype}; expected one of {sorted(TOKEN_DTYPES)}")
-    problem = token_ids_problem(array)  # the rule write_dataset applies too
-    if problem is not None:
-        return SourceError(f"{where}: {problem}")
-    return torch.from_numpy(array.astype(target, copy=True))
-
-
-# numpy dtype code of a token array -> the dtype of the yielded tensor
-TOKEN_DTYPES = {"u2": np.int32, "i4": np.int32, "u4": np.int64, "i8": np.int64}
-
-Tokenizer = Callable[[list[str]], list[list[int]]]
-
-
-def tokenize(texts: list[str], tokenizer: Tokenizer, where: Callable[[int], str]) -> list[torch.Tensor | SourceError]:
-    """Token tensors of ``texts`` with one batched call; a failing batch is retried text by text.
-
-    So a text the tokenizer rejects becomes an error for that record only
-    (``where(i)`` names it), and the others are still read.
-    """
-    try:
-        ids = tokenizer(texts)
-        if len(ids) != len(texts):
-            raise ValueError(f"the tokenizer returned {len(ids)} results for {len(texts)} texts")
-        return [_ids_tensor(x, where(i)) for i, x in enumerate(ids)]
-    except Exception:
-        if len(texts) == 1:
-            return [_tokenize_one(texts[0], tokenizer, where(0))]
-        return [_tokenize_one(text, tokenizer, where(i)) for i, text in enumerate(texts)]
-
-
-def _tokenize_one(text: str, tokenizer: Tokenizer, where: str) -> torch.Tensor | SourceError:
-    try:
-        ids = tokenizer([text])
-        if len(ids) != 1:
-            raise ValueError(f"the tokenizer returned {len(ids)} results for 1 text")
-        return _ids_tensor(ids[0], where)
-    except Exception as e:
-        return SourceError(f"{where}: the tokenizer failed: {e!r}")
-
-
-def _ids_tensor(ids: Any, where: str) -> torch.Tensor | SourceError:
-    try:
-        return as_tokens(np.asarray(ids, dtype=np.int64), where)
-    except (TypeError, ValueError, OverflowError) as e:
-        return SourceError(f"{where}: the tokenizer returned {type(ids).__name__}, not a list of ints: {e}")

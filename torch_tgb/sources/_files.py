@@ -18,6 +18,7 @@ class FileSource(UnitSource):
     """
 
     paths: list[str]
+    RECORD_NAME = UNIT_NAME = "file"
 
     def _record(self, path: str) -> Iterator[Document | SourceError]:
         """The file's one record (a document, or the error that makes it a bad record)."""

@@ -7,7 +7,7 @@ import os
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import Tokenizer, tokenize
+from torch_tgb.sources._inputs import Tokenizer, tokenize
 
 __all__ = ["sidecar_tokens"]
 

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import MediaError, SourceError
-from torch_tgb.sources._base import Document, ReadOptions, Tokenizer, UnitSource, require, tokenize
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource, require
+from torch_tgb.sources._inputs import Tokenizer, tokenize
 from torch_tgb.transforms.media import frames_at
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ __all__ = ["LeRobot"]
 
 class LeRobot(UnitSource):
     """Steps of LeRobot episodes with one frame per camera; units are episodes. See the module docstring."""
+
+    RECORD_NAME, UNIT_NAME = "step", "episode"
 
     def __init__(
         self,

@@ -23,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import glob_matches, require
+from torch_tgb.sources._base import require
+from torch_tgb.sources._inputs import glob_matches
 
 pq = require("pyarrow.parquet", "parquet")
 pa = require("pyarrow", "parquet")
@@ -143,6 +144,21 @@ class Parquet(ArrowSource):
 
     def _unit_length(self, unit: int) -> int:
         return self._units[unit][2]
+
+    def _provenance_units(self) -> list[str]:
+        return list(self.paths)  # a record is a row of its file
+
+    def _record_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        """Row ``index`` of a row group (a record batch) is row ``first row of the group + index`` of its file."""
+        firsts: list[int] | None = self.__dict__.get("_group_firsts")
+        if firsts is None:
+            firsts = []
+            seen: dict[int, int] = {}
+            for f, _, rows in self._units:
+                firsts.append(seen.get(f, 0))
+                seen[f] = seen.get(f, 0) + rows
+            self._group_firsts = firsts
+        return self._units[unit][0], firsts[unit] + index, 0
 
     def _batches(self, unit: int, start: int, batch_size: int) -> tuple[Iterator[Any], int]:
         f, group, rows = self._units[unit]

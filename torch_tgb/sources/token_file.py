@@ -40,9 +40,11 @@ import numpy.typing as npt
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import TOKEN_DTYPES, Document, ReadOptions, UnitSource, as_tokens
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource
+from torch_tgb.sources._inputs import TOKEN_DTYPES, as_tokens
 from torch_tgb.sources._bulk import Taken, take_all_or_nothing
 from torch_tgb.sources._token_reader import TokenReader
+from torch_tgb.transforms.provenance import doc_ids
 from torch_tgb.transforms.tokens import offsets_problem, token_ids_problem
 
 if TYPE_CHECKING:
@@ -134,8 +136,32 @@ class TokenFile(UnitSource):
     def _unit_name(self, unit: int) -> str:
         return f"{self.path} (documents {unit * self.docs_per_unit}..)"
 
+    def _provenance_units(self) -> list[str]:
+        return [self.path]  # one unit: the file; a record is a document of it
+
+    def _default_name(self) -> str:
+        return "tokens" if self._array is not None else (os.path.basename(self.path) or "tokens")
+
+    def _record_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        """Record ``index`` of walker unit ``unit`` is a document of the file (or a piece of one)."""
+        first = unit * self.docs_per_unit
+        if self.piece_tokens is None:
+            return 0, first + index, 0
+        for doc in range(first, min(first + self.docs_per_unit, self.num_docs)):
+            pieces = self._pieces(doc)
+            if index < pieces:
+                return 0, doc, index * self.piece_tokens
+            index -= pieces
+        raise IndexError(f"{self._unit_name(unit)}: no record {index}")
+
     def take_tokens(self, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Up to ``limit`` next documents at once, as ``(flat tokens at their stored dtype, int64 offsets)``.
+        """:meth:`take_documents` without the documents' ids."""
+        taken = self.take_documents(limit)
+        return None if taken is None else (taken[0], taken[1])
+
+    def take_documents(self, limit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Up to ``limit`` next documents at once, as ``(flat tokens at their stored dtype, int64 offsets, ids)``
+        (``ids``: ``[n, 3]``, ``transforms.provenance.doc_ids``).
 
         What ``limit`` calls of ``next()`` would yield, and the same state after
         it, without a tensor, a dict or a node call per document: the bulk path
@@ -154,9 +180,10 @@ class TokenFile(UnitSource):
         return take_all_or_nothing(self, lambda: self._take_spans(limit), self._tokens().dtype)
 
     def _take_spans(self, limit: int) -> Taken | None:
-        """:meth:`take_tokens`' walk: tokens and lengths read, the position past them; None: not for the bulk path."""
+        """:meth:`take_tokens`' walk: tokens, lengths and ids read, the position past them; None: not for the bulk path."""
         flats: list[np.ndarray] = []
         counts: list[np.ndarray] = []
+        ids: list[np.ndarray] = []
         need = limit
         while need > 0 and self._ensure_unit():  # across an epoch's end, as next() reads
             docs, units, pos, record = self._next_docs(need)
@@ -169,9 +196,10 @@ class TokenFile(UnitSource):
                 return None  # the per-document path names the document (and applies on_error)
             flats.append(flat)
             counts.append(stops - starts)
+            ids.append(doc_ids(self._unit_key(0), docs))
             self._pos, self._window_start = pos, record
             need -= len(docs)
-        return flats, counts
+        return flats, counts, ids
 
     def _next_docs(self, need: int) -> tuple[np.ndarray, int, int, int]:
         """The next documents of this epoch, at most ``need``: ``(documents, units touched, position, record after)``.
@@ -290,6 +318,21 @@ class TokenFile(UnitSource):
             return 1
         lo, hi = self._span(doc)
         return max(1, -(-(hi - lo) // self.piece_tokens))
+
+    RECORD_NAME = "document"
+
+    def _epoch_work(self) -> tuple[int | None, str]:
+        """The tokens of this shard's documents in one epoch (one vectorised sum over its units)."""
+        units = self._assignment().astype(np.int64)
+        if self.shard[1] == 1:
+            return len(self._tokens()), "token"
+        first = units * self.docs_per_unit
+        last = np.minimum(first + self.docs_per_unit, self.num_docs)
+        bounds = self._bounds()
+        if bounds is not None:
+            return int((np.asarray(bounds[last]) - np.asarray(bounds[first])).sum()), "token"
+        n = len(self._tokens())
+        return int((np.minimum(last * self.chunk_tokens, n) - np.minimum(first * self.chunk_tokens, n)).sum()), "token"
 
     def _unit_length(self, unit: int) -> int:
         first = unit * self.docs_per_unit

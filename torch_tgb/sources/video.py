@@ -22,7 +22,8 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from torch_tgb.errors import MediaError, SourceError
-from torch_tgb.sources._base import Document, ReadOptions, Tokenizer
+from torch_tgb.sources._base import Document, ReadOptions
+from torch_tgb.sources._inputs import Tokenizer
 from torch_tgb.sources._files import FileSource
 from torch_tgb.sources._sidecar import sidecar_tokens
 from torch_tgb.transforms.media import decode_video, frame_times

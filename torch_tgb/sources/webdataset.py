@@ -50,16 +50,9 @@ import numpy as np
 import torch
 
 from torch_tgb.errors import SourceError
-from torch_tgb.sources._base import (
-    Document,
-    ReadOptions,
-    Tokenizer,
-    UnitSource,
-    as_tokens,
-    glob_matches,
-    require,
-    tokenize,
-)
+from torch_tgb.sources._base import Document, ReadOptions, UnitSource, require
+from torch_tgb.sources._inputs import Tokenizer, as_tokens, glob_matches, tokenize
+from torch_tgb.sources._tar_count import count_samples, is_empty_tar
 from torch_tgb.transforms.audio import AUDIO_EXTS
 from torch_tgb.transforms.media import IMAGE_EXTS, OTHER_MEDIA_EXTS, VIDEO_EXTS, media_keys
 
@@ -75,8 +68,11 @@ class WebDataset(UnitSource):
     """Documents of the samples of WebDataset tar shards; units are shards.
 
     ``batch_size`` samples are decoded (and tokenized) together; ``**options``
-    are the ``ReadOptions`` every source takes.
+    are the ``ReadOptions`` every source takes. An empty tar (no members) is
+    one bad record (``on_error``), like any shard that yields nothing usable.
     """
+
+    RECORD_NAME, UNIT_NAME = "sample", "tar"
 
     def __init__(
         self,
@@ -113,6 +109,10 @@ class WebDataset(UnitSource):
     def _unit_name(self, unit: int) -> str:
         return self.urls[unit]
 
+    def _unit_records(self, unit: int) -> int | None:
+        # progress only: samples counted from a local shard's headers, unless there are many shards to walk
+        return count_samples(self.urls[unit]) if self.num_units <= COUNTED_SHARDS else None
+
     def _open(self, url: str) -> Any:
         if "://" in url:
             fsspec = require("fsspec", "webdataset")
@@ -122,6 +122,11 @@ class WebDataset(UnitSource):
     def _records(self, unit: int, start: int) -> Iterator[Document | SourceError]:
         url = self.urls[unit]
         with self._open(url) as stream:
+            if is_empty_tar(stream.read(tarfile.BLOCKSIZE)):  # a valid tar without members: one bad record
+                if start == 0:
+                    yield SourceError(f"{url}: an empty tar (no members)")
+                return
+            stream.seek(0)
             size = None if _check_tar(stream, url) else _known_size(stream)
             samples = wds_tar.group_by_keys(_members(stream, url, self.max_member_bytes, size))
             batch: list[tuple[int, dict[str, Any]]] = []
@@ -186,6 +191,9 @@ class WebDataset(UnitSource):
             else:
                 yield {"tokens": out, **{name: sample[name] for name in self.extra}}
 
+
+#: a WebDataset of at most this many shards counts their samples for progress (one header read per member)
+COUNTED_SHARDS = 256
 
 #: members yielded raw in a media sample
 MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS + AUDIO_EXTS

@@ -36,7 +36,7 @@ def set_entry_field(version: dict[str, Any], index: int, field: str, value: Any)
     """Set field ``field`` of entry ``index`` to ``value`` (a key or producer id only for that entry)."""
     entries = version["entries"]
     if isinstance(entries, list):
-        if field in ("start", "object_size", "slice_record") and not value:
+        if field in ("start", "object_size", "slice_record", "control") and not value:
             entries[index].pop(field, None)  # format 1 omits them when 0
         else:
             entries[index][field] = value
@@ -46,19 +46,23 @@ def set_entry_field(version: dict[str, Any], index: int, field: str, value: Any)
         entries[names].append(value)
         entries[column][index] = len(entries[names]) - 1
         return
+    if field not in entries:  # an optional column (all 0) the version does not write
+        if not value:
+            return
+        entries[field] = [0] * len(entries["offset"])
     entries[field][index] = value
 
 
 #: every field of an entry, as format 1 names them
 FIELDS = ("key", "size", "footer_offset", "footer_length", "producer", "offset", "samples", "tokens", "start",
-          "object_size", "slice_record")
+          "object_size", "slice_record", "control")
 
 
 def get_entry(version: dict[str, Any], index: int) -> dict[str, Any]:
     """Entry ``index`` as a format-1 object (every field; ``start``/``object_size`` 0 when absent)."""
     entries = version["entries"]
     if isinstance(entries, list):
-        return {"start": 0, "object_size": 0, "slice_record": 0, **entries[index]}
+        return {"start": 0, "object_size": 0, "slice_record": 0, "control": 0, **entries[index]}
     return {field: get_entry_field(version, index, field) for field in FIELDS}
 
 
@@ -75,5 +79,6 @@ def append_entry(version: dict[str, Any], entry: dict[str, Any]) -> None:
         entries.append(dict(entry))
         return
     for column in ("key", "pid", *(f for f in FIELDS if f not in ("key", "producer"))):
-        entries[column].append(0)
+        if column in entries:  # an optional column absent stays absent unless the entry sets it
+            entries[column].append(0)
     set_entry(version, len(entries["offset"]) - 1, entry)

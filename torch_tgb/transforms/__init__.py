@@ -10,12 +10,14 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``attention``: block-diagonal causal masks (dense for SDPA, ``BlockMask`` for flex_attention).
 - ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
 - ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
+- ``reweight``: mixture weights from per-domain losses (DoReMi's exponentiated gradient).
 - ``partition``: permutation-then-partition of source units over shards, seeded window shuffles.
 - ``media``: image and video decoding from bytes, sizes bounded by the header before decoding.
 - ``vision``: resolutions and their schedules over steps, resize, patchify, image-token splicing.
 - ``vlm_balance``: encoder + backbone costs of VLM rows, balance over dp ranks x micro-batches.
 - ``audio``, ``audio_features``: audio decoding + resampling from bytes; log-mel features, audio token counts.
 - ``bucketing``: shape-bucket keys, edges (given or learned), the order of bucketed batches, bucket resize.
+- ``sample_keys``: samples' keys as a ragged uint8 field of a row, and back.
 """
 
 from torch_tgb.transforms.attention import document_block_mask, document_mask, flatten_cu_seqlens
@@ -62,7 +64,9 @@ from torch_tgb.transforms.packing import (
     pack_rows,
     packing_efficiency,
 )
+from torch_tgb.transforms.reweight import exponentiated_gradient
 from torch_tgb.transforms.partition import partition_bounds, shard_assignment, window_permutation
+from torch_tgb.transforms.sample_keys import SAMPLE_KEYS, decode_sample_keys, encode_sample_keys
 from torch_tgb.transforms.shuffle import block_shuffle_order, permutation
 from torch_tgb.transforms.vision import (
     Resolution,
@@ -90,6 +94,7 @@ __all__ = [
     "LogMel",
     "PACKERS",
     "Resolution",
+    "SAMPLE_KEYS",
     "Schedule",
     "Span",
     "VLMCost",
@@ -107,11 +112,14 @@ __all__ = [
     "constant",
     "cu_seqlens",
     "decode_audio",
+    "decode_sample_keys",
     "document_block_mask",
     "document_mask",
     "draw_source",
     "edges_between",
+    "encode_sample_keys",
     "encoder_costs",
+    "exponentiated_gradient",
     "flatten_cu_seqlens",
     "image_token_count",
     "learn_edges",

@@ -65,6 +65,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.produce._one_thread import cat_rows, take_rows
+from torch_tgb.datapipes.produce._steer import mix_of
 from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import RaggedRows
@@ -181,6 +182,11 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         self._final = state.get(self.SOURCE_KEY) if self._done else None
         if not self._done:  # a finished source is not reset again: nothing is left to read
             self.source.reset(state.get(self.SOURCE_KEY))
+
+    @property
+    def mix(self) -> Any:
+        """The ``Mix`` below (None: none): ``tgb.produce`` records its control version, fleets read its stats."""
+        return mix_of(self.source)
 
     def get_state(self) -> dict[str, Any]:
         source = self._final if self._done else self.source.state_dict()

@@ -32,10 +32,19 @@ fields (``share_<source>`` -> Prometheus gauge ``tgb_share_<source>``) with
 ``role="mix"`` and ``id`` = :attr:`Mix.name` (the sources' names,
 ``"code+web"``, unless ``name=`` is given); pass the namespace it feeds with
 ``as_source(mix, namespace=ns)``.
+
+**Steering** (``control=ControlChannel(ns)``): the trainer's control records
+(``manifest/control.py``) replace the weights from their step on. Before a
+draw at a step of a new control block, Mix reads that block's object (or
+claims it, so no record can land there later), so a record takes effect at
+exactly its step in every run, restarts included. :attr:`Mix.control_version`
+is the version in force (``tgb.produce`` records it in each TGB's entry);
+the state keeps where Mix stands in the records under ``"control"``.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,8 +53,12 @@ from typing import Any, TypeVar
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_tgb.datapipes.produce._steer import Steering
+from torch_tgb.lineage.sources import name_source, sources_of
 from torch_tgb.errors import MixtureError
+from torch_tgb.manifest.control import ControlChannel
 from torch_tgb.transforms import WeightsLike, as_schedule, check_weights, draw_source
+from torch_tgb.transforms.provenance import SourceInfo
 
 __all__ = ["EXHAUSTED_POLICIES", "Mix", "MixStats"]
 
@@ -54,6 +67,8 @@ T = TypeVar("T")
 EXHAUSTED_POLICIES = ("stop", "renormalize", "cycle")
 #: the field of a mapping document that holds its tokens (for ``tokens_per_step``)
 TOKENS_KEY = "tokens"
+#: weight of the newest document in a source's cost average
+COST_EMA = 0.02
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,10 @@ class MixStats:
     share: dict[str, float] = field(default_factory=dict)
     #: scheduled weight of each source at ``step``, normalised to sum to 1
     target: dict[str, float] = field(default_factory=dict)
+    #: the control record in force (0: none, the schedule's weights)
+    control_version: int = 0
+    #: seconds a document of each source took to pull (EMA, weight 0.02): what a fleet sizes itself by
+    cost: dict[str, float] = field(default_factory=dict)
 
 
 def _num_tokens(item: Any) -> int:
@@ -89,6 +108,7 @@ class Mix(BaseNode[T]):
     TOKENS_KEY = "tokens"
     EXHAUSTED_KEY = "exhausted"
     EPOCHS_KEY = "epochs"
+    CONTROL_KEY = "control"
 
     def __init__(
         self,
@@ -101,6 +121,7 @@ class Mix(BaseNode[T]):
         tokens_per_step: int | None = None,
         stats_window: int = 10_000,
         name: str | None = None,
+        control: ControlChannel | None = None,
     ) -> None:
         super().__init__()
         if not sources:
@@ -114,6 +135,8 @@ class Mix(BaseNode[T]):
                 raise MixtureError(f"{what} must be an int >= 1, got {value!r}")
         self.sources = dict(sources)
         self.names = sorted(self.sources)
+        for key, source in self.sources.items():  # an unnamed source's records are named by its key
+            name_source(source, key)
         #: how exporters label this Mix (``id``): stable across restarts, unlike an object address
         self.name = name or "+".join(self.names)
         self.schedule = as_schedule(weights)
@@ -127,6 +150,21 @@ class Mix(BaseNode[T]):
         self._exhausted: set[str] = set()
         self._epochs = dict.fromkeys(self.names, 0)
         self._recent: deque[str] = deque(maxlen=stats_window)
+        if control is not None and not isinstance(control, ControlChannel):
+            raise MixtureError(f"control must be a torch_tgb.manifest.ControlChannel, got {type(control).__name__}")
+        self.steering = None if control is None else Steering(control, claimant=f"mix:{self.name}")
+        self._steered: tuple[int, dict[str, float]] | None = None  # (version, its weights checked against names)
+        self._cost: dict[str, float] = {}  # seconds per document pulled, by source (not state: a measurement)
+
+    @property
+    def mix(self) -> Mix[T]:
+        """This node (the stages above a Mix forward ``mix`` to it)."""
+        return self
+
+    @property
+    def control_version(self) -> int:
+        """The version of the control record in force (0: none; without ``control=`` always 0)."""
+        return 0 if self.steering is None else self.steering.version
 
     @property
     def step(self) -> int:
@@ -138,6 +176,8 @@ class Mix(BaseNode[T]):
     def reset(self, initial_state: dict | None = None) -> None:
         super().reset(initial_state)
         self._recent.clear()
+        if self.steering is not None:  # a state saved without control starts at the first record
+            self.steering.reset(None if initial_state is None else initial_state.get(self.CONTROL_KEY))
         if initial_state is None:
             for source in self.sources.values():
                 source.reset(None)
@@ -157,22 +197,46 @@ class Mix(BaseNode[T]):
         self._epochs = {name: int(initial_state[self.EPOCHS_KEY].get(name, 0)) for name in self.names}
 
     def get_state(self) -> dict[str, Any]:
-        return {
+        state = {
             self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
             self.DRAWS_KEY: self._draws,
             self.TOKENS_KEY: self._tokens,
             self.EXHAUSTED_KEY: sorted(self._exhausted),
             self.EPOCHS_KEY: dict(self._epochs),
         }
+        if self.steering is not None:
+            state[self.CONTROL_KEY] = self.steering.state()
+        return state
+
+    def _weights_at(self, step: int) -> dict[str, float]:
+        """The weights of draws at ``step``: the control record in force, else the schedule's."""
+        if self.steering is not None and self.steering.at(step) is not None:
+            return self._control_weights()
+        return check_weights(self.schedule(step), self.names, step=step)
+
+    def _control_weights(self) -> dict[str, float]:
+        """The weights of the record in force, checked against the sources once per version."""
+        assert self.steering is not None and self.steering.weights is not None
+        version = self.steering.version
+        if self._steered is None or self._steered[0] != version:
+            try:
+                weights = check_weights(self.steering.weights, self.names, step=self.step)
+            except MixtureError as e:
+                raise MixtureError(f"{self.steering.channel.url}: control record version {version}: {e} (records "
+                                   "are immutable: write the next one with the sources' names, "
+                                   "ControlChannel.set_mix(..., sources=))") from e
+            self._steered = (version, weights)
+        return self._steered[1]
 
     def next(self) -> T:
         step = self.step
-        weights = check_weights(self.schedule(step), self.names, step=step)
+        weights = self._weights_at(step)
         while True:
             live = {n: w for n, w in weights.items() if n not in self._exhausted}
             if not any(live.values()):
                 raise StopIteration
             name = draw_source(live, self.seed, step, self._draws)
+            started = time.perf_counter()
             try:
                 item = self._pull(name)
             except StopIteration:
@@ -181,6 +245,9 @@ class Mix(BaseNode[T]):
                     raise
                 self._exhausted.add(name)  # renormalize: redraw the same draw among the rest
                 continue
+            took = time.perf_counter() - started
+            before = self._cost.get(name)
+            self._cost[name] = took if before is None else before + COST_EMA * (took - before)
             break
         self._draws += 1
         if self.tokens_per_step is not None:
@@ -204,12 +271,25 @@ class Mix(BaseNode[T]):
                 f"source {name!r} yields nothing after a reset; exhausted='cycle' needs a non-empty source"
             ) from None
 
+    def provenance_sources(self) -> list[SourceInfo] | None:
+        """The sources whose records the drawn documents name; None if one of them names none."""
+        found: list[SourceInfo] = []
+        for name in self.names:
+            infos = sources_of(self.sources[name])
+            if infos is None:
+                return None
+            found.extend(infos)
+        return found
+
     def stats(self) -> MixStats:
         counts = Counter(self._recent)
         n = len(self._recent)
         step = self.step
         try:
-            weights = check_weights(self.schedule(step), self.names, step=step)
+            if self.steering is not None and self.steering.weights is not None:
+                weights = self._control_weights()
+            else:
+                weights = check_weights(self.schedule(step), self.names, step=step)
         except MixtureError:
             weights = dict.fromkeys(self.names, 0.0)
         total = sum(weights.values()) or 1.0
@@ -220,4 +300,6 @@ class Mix(BaseNode[T]):
             exhausted_sources=len(self._exhausted),
             share={name: counts[name] / n if n else 0.0 for name in self.names},
             target={name: weights[name] / total for name in self.names},
+            control_version=self.control_version,
+            cost=dict(self._cost),
         )

@@ -30,6 +30,14 @@ Rows (``rows=``):
   ``attention_metadata`` (default), ``cu_seqlens`` ``[seq_len + 1]`` and
   ``max_seqlen`` ``[1]`` (int32; see ``transforms.packing``).
 
+Provenance (``provenance=``, on by default when the source names its
+records, ``transforms.provenance``): rows also carry the ragged key
+``provenance``, int64 ``[spans, 3]`` per row (unit key, record, extent) of
+each piece of a record packed into it, in row order: with ``bfd``/``concat``
+one per ``seq_lens`` entry, with ``"none"`` one per record piece (a row of
+several records is one sequence). Documents come with their ids from the
+source's bulk path (``take_documents``) or under ``DOC_PROVENANCE``.
+
 Token rows are kept as one block per window (:class:`RowBlock`): ``next()``
 hands out one row (a dict of views), :meth:`Pack.take_rows` up to ``n`` rows
 at once (views of the block, no dict per row), which ``GlobalBatches`` reads
@@ -53,10 +61,13 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.errors import SchemaMismatch
+from torch_tgb.datapipes.produce._steer import mix_of
+from torch_tgb.errors import ProvenanceError, SchemaMismatch
+from torch_tgb.lineage.sources import sources_of
 from torch_tgb.format import narrowing_problem
 from torch_tgb.transforms import PACKERS, pack, pack_rows
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
+from torch_tgb.transforms.provenance import DOC_PROVENANCE, PROVENANCE_KEY, SourceInfo, span_provenance
 from torch_tgb.transforms.token_rows import Spans, chunk_spans, concat_spans, spans_from_bins, token_rows
 
 __all__ = ["METHODS", "ROW_FORMATS", "Pack", "PackStats", "RowBlock"]
@@ -131,6 +142,7 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         attention_metadata: bool = True,
         rows: str = "tokens",
         token_dtype: torch.dtype | None = None,
+        provenance: bool | None = None,
     ) -> None:
         super().__init__()
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1 or window < 1:
@@ -155,6 +167,13 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         self.method = method
         self.tokens_key = tokens_key
         self.attention_metadata = attention_metadata
+        found = sources_of(source)
+        if provenance and found is None:
+            raise ProvenanceError("Pack(provenance=True): its source names no records (a source node or a Mix of "
+                                  "them does); pass provenance=None or False")
+        #: whether rows carry ``provenance`` (None: when the source names its records)
+        self.provenance = bool(found is not None if provenance is None else provenance)
+        self._sources = found or []
         self._window_state: dict[str, Any] | None = None
         self._done = 0
         # the current window's rows not yet handed out: a block (token rows) from row _at on, or row dicts
@@ -227,9 +246,19 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         return self._left() > 0
 
     @property
+    def mix(self) -> Any:
+        """The ``Mix`` below (None: none): ``tgb.produce`` records its control version, fleets read its stats."""
+        return mix_of(self.source)
+
+    @property
     def ragged_keys(self) -> tuple[str, ...]:
         """The ragged fields of the rows (``GlobalBatches`` passes them to the producer as ragged keys)."""
-        return (SEQ_LENS_KEY,) if self.rows == "tokens" else ()
+        keys = (SEQ_LENS_KEY,) if self.rows == "tokens" else ()
+        return (*keys, PROVENANCE_KEY) if self.provenance else keys
+
+    def provenance_sources(self) -> list[SourceInfo] | None:
+        """The sources the rows' provenance names (None: the rows carry none)."""
+        return list(self._sources) if self.provenance else None
 
     def stats(self) -> PackStats:
         c = self._counts
@@ -245,28 +274,43 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
             doc = doc.detach().cpu().numpy()
         return np.asarray(doc).reshape(-1)
 
-    def _window_tokens(self) -> tuple[np.ndarray, np.ndarray]:
-        """The next window of documents as ``(flat tokens, int64 offsets)``; through the source's bulk path if it has one."""
-        take = getattr(self.source, "take_tokens", None)
+    def _window_tokens(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The next window of documents as ``(flat tokens, int64 offsets, ids [n, 3] or None)``.
+
+        Through the source's bulk path if it has one (``take_documents`` when
+        provenance is on, else ``take_tokens``).
+        """
+        take = getattr(self.source, "take_documents" if self.provenance else "take_tokens", None)
         got = take(self.window) if take is not None else None
         if got is not None:
-            return got
-        docs = []
+            return (got[0], got[1], got[2]) if self.provenance else (got[0], got[1], None)
+        docs, ids = [], []
         for doc in self.source:
             docs.append(self._tokens(doc))
+            if self.provenance:
+                ids.append(self._doc_id(doc))
             if len(docs) >= self.window:
                 break
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
         tokens = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
-        return tokens, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return tokens, offsets, np.asarray(ids, dtype=np.int64).reshape(-1, 3) if self.provenance else None
+
+    def _doc_id(self, doc: Any) -> tuple[int, int, int]:
+        found = doc.get(DOC_PROVENANCE) if isinstance(doc, Mapping) else None
+        if found is None:
+            raise ProvenanceError(f"Pack: a document without its id ({DOC_PROVENANCE!r}) while the rows carry "
+                                  "provenance: every document of the source must come from a source node")
+        return tuple(found)
 
     def _fill(self) -> None:
-        tokens, offsets = self._window_tokens()
+        tokens, offsets, ids = self._window_tokens()
         if len(offsets) < 2:
             return
         docs = range(len(offsets) - 1)
         lengths = np.diff(offsets)
         spans = self._spans(lengths)
+        prov = None if ids is None else self._provenance(ids, lengths, spans)
         if self.method == "none":  # one stream: the documents are not separated
             offsets = np.array([0, len(tokens)], dtype=np.int64)
         self._counts["rows"] += spans.rows
@@ -275,9 +319,18 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
         if self.method != "none":
             self._counts["splits"] += len(spans.length) - int((lengths > 0).sum())
         if self.rows == "tokens":
-            self._token_rows(tokens, offsets, spans)
+            self._token_rows(tokens, offsets, spans, prov)
         else:
-            self._array_rows(tokens, offsets, spans)
+            self._array_rows(tokens, offsets, spans, prov)
+
+    def _provenance(self, ids: np.ndarray, lengths: np.ndarray, spans: Spans) -> tuple[torch.Tensor, np.ndarray]:
+        """The rows' provenance (values ``[spans, 3]``, row offsets) of a window whose documents have ``ids``."""
+        pieces = concat_spans(lengths, self.seq_len) if self.method == "none" else spans  # a record's pieces
+        values = span_provenance(ids, pieces.doc, pieces.start, pieces.length)
+        counts = np.bincount(pieces.row, minlength=spans.rows) if len(pieces.row) else np.zeros(spans.rows, np.int64)
+        row_first = np.zeros(spans.rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=row_first[1:])
+        return torch.from_numpy(values), row_first
 
     def _spans(self, lengths: np.ndarray) -> Spans:
         if self.method == "none":
@@ -304,18 +357,25 @@ class Pack(BaseNode[dict[str, torch.Tensor]]):
                                      f"not fit {target} ({fits.min}..{fits.max}): the cast would change it")
         return target
 
-    def _token_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
+    def _token_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans,
+                    prov: tuple[torch.Tensor, np.ndarray] | None) -> None:
         dtype = self._row_dtype(tokens)
         rows, lens, row_first = token_rows(tokens, offsets, spans, self.seq_len, pad_id=self.pad_id, dtype=dtype)
-        self._block = RowBlock(len(rows), {"input_ids": torch.from_numpy(rows)},
-                               {SEQ_LENS_KEY: (torch.from_numpy(lens), row_first)})
+        ragged = {SEQ_LENS_KEY: (torch.from_numpy(lens), row_first)}
+        if prov is not None:
+            ragged[PROVENANCE_KEY] = prov
+        self._block = RowBlock(len(rows), {"input_ids": torch.from_numpy(rows)}, ragged)
         self._at = 0
 
-    def _array_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans) -> None:
+    def _array_rows(self, tokens: np.ndarray, offsets: np.ndarray, spans: Spans,
+                    prov: tuple[torch.Tensor, np.ndarray] | None) -> None:
         bins = [[] for _ in range(spans.rows)]  # type: list[list[tuple[int, int, int]]]
         for r, d, a, n in zip(spans.row.tolist(), spans.doc.tolist(), spans.start.tolist(), spans.length.tolist()):
             bins[r].append((d, a, a + n))
         rows = pack_rows(tokens, offsets, bins, self.seq_len, pad_id=self.pad_id, dtype=self._row_dtype(tokens),
                          attention_metadata=self.attention_metadata)
         for r in range(len(bins)):
-            self._rows.append({name: torch.from_numpy(np.ascontiguousarray(a[r])) for name, a in rows.items()})
+            row = {name: torch.from_numpy(np.ascontiguousarray(a[r])) for name, a in rows.items()}
+            if prov is not None:
+                row[PROVENANCE_KEY] = prov[0][int(prov[1][r]) : int(prov[1][r + 1])]
+            self._rows.append(row)

@@ -19,6 +19,12 @@ row ``r``'s image ``i`` is the ``i``-th run of image tokens in its
 ``input_ids``. ``ragged_keys`` lists them for ``GlobalBatches`` (which
 passes them to ``Producer.append`` as ragged keys).
 
+``sample_keys=True`` adds the ragged uint8 field ``sample_keys``: the row's
+samples' ``__key__`` (``transforms.encode_sample_keys``: UTF-8, each ended
+by a NUL, in the row's sample order), so a trainer can audit which samples it
+got (``transforms.decode_sample_keys``); off by default (it costs the keys'
+bytes in every TGB).
+
 State: ``Pack``'s (this is a ``Pack`` with another window packer): the
 source's state at the start of the current window and the rows of it already
 yielded; a restore re-reads and re-packs the window. ``stats()``: rows,
@@ -38,7 +44,8 @@ from torchdata.nodes import BaseNode
 from torch_tgb.datapipes.produce._sample_map import OnBadInput
 from torch_tgb.datapipes.produce.pack import Pack, PackStats
 from torch_tgb.errors import MediaError
-from torch_tgb.transforms import IGNORE_INDEX, pack_bfd, pack_rows
+from torch_tgb.transforms import IGNORE_INDEX, SAMPLE_KEYS, encode_sample_keys, pack_bfd, pack_rows
+from torch_tgb.transforms.provenance import PROVENANCE_KEY, span_provenance
 
 __all__ = ["RAGGED_KEYS", "PackSamples", "SamplePackStats"]
 
@@ -59,6 +66,9 @@ class SamplePackStats(PackStats):
 class PackSamples(Pack):
     """Packs multimodal samples into rows; see the module docstring."""
 
+    #: the reason its skips are counted under in a produce report
+    SKIP_REASON = "too_long"
+
     def __init__(
         self,
         source: BaseNode[Any],
@@ -70,6 +80,7 @@ class PackSamples(Pack):
         ragged_keys: Sequence[str] | None = None,
         attention_metadata: bool = True,
         on_error: OnBadInput = "skip",
+        sample_keys: bool = False,
     ) -> None:
         super().__init__(source, seq_len, window=window, pad_id=pad_id, attention_metadata=attention_metadata)
         if on_error not in ("raise", "skip"):
@@ -77,12 +88,17 @@ class PackSamples(Pack):
         self.label_ignore_ids = tuple(int(i) for i in label_ignore_ids)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
         self.on_error = on_error
+        self.sample_keys = bool(sample_keys)
         self._counts = dict.fromkeys(("rows", "documents", "tokens", "splits", "patches", "skipped"), 0)
 
     @property
     def ragged_keys(self) -> tuple[str, ...]:
-        """The ragged fields of the rows (given, or those of ``RAGGED_KEYS`` the first sample has)."""
-        return self._ragged if self._ragged is not None else ("pixel_values", "image_grid_thw")
+        """The ragged fields of the rows (given, or those of ``RAGGED_KEYS`` the first sample has; + ``sample_keys``
+        and ``provenance`` when asked for)."""
+        media = self._ragged if self._ragged is not None else ("pixel_values", "image_grid_thw")
+        media = tuple(k for k in media if k not in (SAMPLE_KEYS, PROVENANCE_KEY))
+        keys = (*media, SAMPLE_KEYS) if self.sample_keys else media
+        return (*keys, PROVENANCE_KEY) if self.provenance else keys
 
     def stats(self) -> SamplePackStats:
         c = self._counts
@@ -117,13 +133,21 @@ class PackSamples(Pack):
         self._counts["rows"] += len(bins)
         self._counts["documents"] += len(samples)
         self._counts["tokens"] += int(lengths.sum())
+        ids = np.asarray([self._doc_id(sample) for sample in samples], dtype=np.int64) if self.provenance else None
         for r, row in enumerate(bins):
             out: dict[str, Any] = {name: torch.from_numpy(np.ascontiguousarray(a[r])) for name, a in rows.items()}
+            if ids is not None:
+                doc, start, end = (np.asarray(c, dtype=np.int64) for c in zip(*row)) if row else (np.zeros(0, np.int64),) * 3
+                out[PROVENANCE_KEY] = torch.from_numpy(span_provenance(ids, doc, start, end - start))
             for key in self._ragged:
+                if key == SAMPLE_KEYS:
+                    continue  # made below from the samples' keys
                 parts = [self._ragged_value(samples[doc], key) for doc, _, _ in row]
                 out[key] = torch.cat(parts) if parts else self._empty(samples[0], key)
                 if key.startswith("pixel_values"):
                     self._counts["patches"] += int(out[key].shape[0])
+            if self.sample_keys:
+                out[SAMPLE_KEYS] = encode_sample_keys([samples[doc].get("__key__") for doc, _, _ in row])
             self._rows.append(out)
 
     def _ragged_value(self, sample: dict[str, Any], key: str) -> torch.Tensor:

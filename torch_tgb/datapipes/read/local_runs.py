@@ -106,10 +106,13 @@ class LocalRuns(BaseNode[StepRun]):
         version: int = 0,
         max_run: int = MAX_RUN,
         names: frozenset[str] | None = None,
+        every: tuple[int, int] = (1, 0),
     ) -> None:
         super().__init__()
         if max_run < 1:
             raise ValueError(f"max_run must be >= 1, got {max_run}")
+        if every[0] < 1:
+            raise ValueError(f"every=(stride, step) needs stride >= 1, got {every}")
         self.source: BaseNode[StepEntry] = source
         if not isinstance(source, RunSource):
             raise TypeError(f"LocalRuns reads a run source (ManifestPoller, BlockShuffle), got {type(source).__name__}")
@@ -128,6 +131,9 @@ class LocalRuns(BaseNode[StepRun]):
         self._slices = tuple((p.dp, p.cp) for p in reads.pieces)
         self.start_step, self.start_version = start_step, version
         self.max_run = max_run
+        #: (stride, a TGB step): the steps this node's consumer reads of each run, steps == step (mod stride);
+        #: a DataLoader worker reads one in num_workers (its statistics count those, not the whole run)
+        self.every = every
         self.stats = ReadStats()  # this node's own counters (the reader merges them)
         #: the reader's cast, applied as a whole step's one slice is read (None: the reader casts, or nothing)
         self.cast: IntegerCast | None = None
@@ -177,9 +183,12 @@ class LocalRuns(BaseNode[StepRun]):
         self._state = self._runs.state_at(step + n, version)
         length = sum(run.info.length for run in runs)
         useful = sum(t.length for run in runs for t in run.info.tensors)
-        footer_bytes = sum(end - offset for offset, end in tgbs[:n])
+        stride, phase = self.every
+        own = range((phase - step) % stride, n, stride)  # the run's steps this consumer reads
+        footer_bytes = sum(tgbs[i][1] - tgbs[i][0] for i in own)
+        k = len(own)
         self.stats.fetch_latency(time.perf_counter() - started)
-        self.stats.add(footer_requests=n, data_requests=n * len(runs), bytes_read=n * length + footer_bytes,
-                       useful_bytes=n * useful)
+        self.stats.add(footer_requests=k, data_requests=k * len(runs), bytes_read=k * length + footer_bytes,
+                       useful_bytes=k * useful)
         cast = self._one_slice and self.cast is not None and runs[0].cast_with(self.cast)
         return StepRun(step, version, runs, None if self._whole else self.reads, cast=cast)

@@ -8,7 +8,10 @@ filesystem (``store.local_path(key)`` is not None) takes the zero-copy path
 of ``format.SliceReader``: each object (a segment holds many TGBs) is
 mapped once, and a step costs a slice view of the copy-on-write mapping.
 Local reads run inline by default: a page-cache read costs less than the
-thread hand-offs of prefetching.
+thread hand-offs of prefetching; but a namespace whose first TGB holds
+tensors stored compressed (format version 4) is read ahead on the reader
+threads like a remote one, so decoding (``format.decode_slice``, which
+releases the GIL) runs beside the consumer instead of inside its step.
 
 With ``prefetch > 0`` (and a remote namespace, or ``inline_local=False``) a
 feeder thread pulls tasks from the source and hands them to a pool of
@@ -107,6 +110,8 @@ class RangeReader(BaseNode[StepBatch]):
         # keeps local objects mapped; shared with FooterIndex when the caller passes one
         self._slices = slices if slices is not None else SliceReader(store, verify=verify)
         self._local: bool | None = None
+        #: local reads inline (decided with ``_local`` at the first task: not when its TGB is stored compressed)
+        self._inline = inline_local
         self.errors = errors
         self.names = names
         self.skip_errors = skip_errors
@@ -127,10 +132,11 @@ class RangeReader(BaseNode[StepBatch]):
     def next(self) -> StepBatch:
         if self._ended is not None:
             raise StopIteration
-        if self._feeder is None and (self.prefetch == 0 or self._local is None or (self._local and self.inline_local)):
+        if self._feeder is None and (self.prefetch == 0 or self._local is None or (self._local and self._inline)):
             # Inline: no prefetch asked, or the first task (which tells whether the namespace is
             # local), or a local namespace, where a page-cache read costs less than the thread
-            # hand-offs of prefetching (the kernel's readahead does the prefetching there).
+            # hand-offs of prefetching (the kernel's readahead does the prefetching there), unless
+            # its slices are stored compressed (decoding is work worth a thread).
             task = next(self.source)
             state = self.source.state_dict()
             batch = self.read_group([task])[0] if self.skip_errors else (
@@ -204,6 +210,7 @@ class RangeReader(BaseNode[StepBatch]):
         if self._local is None:  # one namespace lives on one backend: ask once
             key = next((t.entries[p.tgb].key for t in tasks for p in t.pieces), None)
             self._local = key is not None and self.store.local_path(key) is not None
+            self._inline = self.inline_local and not any(f.codecs for t in tasks for f in t.footers.values())
         if self.skip_errors:
             return self._read_group_skipping(tasks)
         if not self._local:

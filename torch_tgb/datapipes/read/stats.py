@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ConsumerStats", "ReadStats", "merge_stats", "percentiles", "pipeline_stats"]
+from torch_tgb.datapipes.read.stall import StallClock
+
+__all__ = ["ConsumerStats", "ReadStats", "merge_stats", "percentiles", "pipeline_stats", "stall_stats"]
 
 _LATENCY_WINDOW = 4096  # fetch latencies kept for percentiles (most recent)
 
@@ -43,8 +45,12 @@ class ConsumerStats:
     read_amplification: float = 0.0
     #: requests per delivered step
     requests_per_step: float = 0.0
-    #: time the trainer waited inside next() for data (input stall)
+    #: time the trainer waited inside next() for data (input stall; datapipes/read/stall.py)
     stall_s: float = 0.0
+    #: stall_s per step handed out
+    stall_per_step_s: float = 0.0
+    #: share of the steps' time (from one batch handed out to the next) spent waiting for data (0..1)
+    stall_share: float = 0.0
     #: time spent waiting for new manifest versions (part of the stall when caught up)
     poll_wait_s: float = 0.0
     fetch_p50_s: float = 0.0
@@ -103,23 +109,12 @@ class ReadStats:
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
         self._latency_count = 0  # latencies recorded so far: the key of the cached percentiles
         self._percentiles: tuple[int, float, float] = (0, 0.0, 0.0)
-        self._steps = 0  # written by the delivering thread only (see delivered)
-        self._stall_s = 0.0
 
     def add(self, **amounts: float) -> None:
         """Add to named counters (field names of ConsumerStats)."""
         with self._lock:
             for name, amount in amounts.items():
                 self._counts[name] = self._counts.get(name, 0) + amount
-
-    def delivered(self, stall_s: float, steps: int = 1) -> None:
-        """``steps`` handed to the trainer after ``stall_s`` seconds in next().
-
-        Called per step by the one thread that delivers them, so it takes no
-        lock (a single writer; ``snapshot`` reads two plain numbers).
-        """
-        self._steps += steps
-        self._stall_s += stall_s
 
     def fetch_latency(self, seconds: float) -> None:
         with self._lock:
@@ -132,8 +127,6 @@ class ReadStats:
             self._latencies.clear()
             self._latency_count = 0
             self._percentiles = (0, 0.0, 0.0)
-            self._steps = 0
-            self._stall_s = 0.0
 
     def _fetch_percentiles(self) -> tuple[float, float]:
         """p50 and p95 of the latency window (the caller holds the lock)."""
@@ -147,7 +140,7 @@ class ReadStats:
         with self._lock:
             c = dict(self._counts)
             p50, p95 = self._fetch_percentiles()
-        steps = int(c.get("steps", 0)) + self._steps
+        steps = int(c.get("steps", 0))
         useful = int(c.get("useful_bytes", 0))
         read = int(c.get("bytes_read", 0))
         data_req = int(c.get("data_requests", 0))
@@ -163,7 +156,7 @@ class ReadStats:
             manifest_polls=int(c.get("manifest_polls", 0)),
             read_amplification=read / useful if useful else 0.0,
             requests_per_step=(data_req + footer_req) / steps if steps else 0.0,
-            stall_s=float(c.get("stall_s", 0.0)) + self._stall_s,
+            stall_s=float(c.get("stall_s", 0.0)),
             poll_wait_s=float(c.get("poll_wait_s", 0.0)),
             fetch_p50_s=p50,
             fetch_p95_s=p95,
@@ -200,6 +193,8 @@ def merge_stats(parts: Iterable[ConsumerStats]) -> ConsumerStats:
         **total,
         read_amplification=total["bytes_read"] / total["useful_bytes"] if total["useful_bytes"] else 0.0,
         requests_per_step=total["requests"] / total["steps"] if total["steps"] else 0.0,
+        stall_per_step_s=total["stall_s"] / total["steps"] if total["steps"] else 0.0,
+        stall_share=max(p.stall_share for p in parts),  # the most stalled reader's (an upper bound, as below)
         fetch_p50_s=max(p.fetch_p50_s for p in parts),
         fetch_p95_s=max(p.fetch_p95_s for p in parts),
     )
@@ -219,3 +214,10 @@ def pipeline_stats(last: object) -> ConsumerStats:
             parts.append(stats.snapshot())
         node = getattr(node, "source", None)
     return merge_stats(parts)
+
+
+def stall_stats(clock: StallClock) -> ConsumerStats:
+    """The steps handed out and the training thread's waits of ``clock``, as a snapshot to merge."""
+    f = clock.figures()
+    return ConsumerStats(steps=clock.steps, stall_s=f["stall_s"], stall_per_step_s=f["stall_per_step_s"],
+                         stall_share=f["stall_share"])

@@ -1,0 +1,181 @@
+"""The autoscaler's wiring (issue 46) without Ray: signals from the namespace and the shards, decisions applied.
+
+A fake pool and tally stand in for the actors; the trainer's reports and the
+control records are real objects in a local namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from torch_tgb.integrations._autoscale import AutoscalePolicy
+from torch_tgb.integrations._scaler import Autoscaler
+from torch_tgb.manifest import ControlChannel, TrainerStatus
+from torch_tgb.manifest._json import dump_json
+from torch_tgb.manifest.control import TRAINER_KEY
+
+
+@dataclass
+class FakePool:
+    workers: list[str] = field(default_factory=lambda: ["a"])
+    scaled: list[int] = field(default_factory=list)
+
+    @property
+    def target(self) -> int:
+        return len(self.workers)
+
+    def scale(self, target: int) -> None:  # the driver applies it next round: here at once
+        self.scaled.append(target)
+        self.workers = [f"w{i}" for i in range(target)]
+
+
+@dataclass
+class FakeTally:
+    snaps: list[dict[str, float]] = field(default_factory=list)
+
+    def live_snapshots(self) -> list[dict[str, float]]:
+        return [dict(s) for s in self.snaps]
+
+
+@dataclass
+class FakeHead:
+    num_steps: int
+
+
+@dataclass
+class FakeManifest:
+    steps: int = 0
+
+    def head(self) -> FakeHead:
+        return FakeHead(self.steps)
+
+
+_START = [time.time()]  # when the running test made its autoscaler
+
+
+def report(channel: ControlChannel, step: int, stall: float, ago: float) -> None:
+    """A trainer report stamped ``ago`` seconds before the test made its autoscaler (two give the trainer's rate)."""
+    status = TrainerStatus(step, stall, _START[0] - ago, "rank0")
+    channel.store.put(TRAINER_KEY, dump_json(status.to_json()))
+
+
+def make(tmp_path: Path, policy: AutoscalePolicy, **kwargs) -> tuple[Autoscaler, FakePool, FakeTally, FakeManifest,
+                                                                     ControlChannel]:
+    _START[0] = time.time()
+    channel = ControlChannel(str(tmp_path / "ns"))
+    pool, tally, manifest = FakePool(), FakeTally(), FakeManifest()
+    scaler = Autoscaler(policy, pool, tally, shards=8, manifest=manifest, channel=channel,  # type: ignore[arg-type]
+                        interval_s=1e-6, stale_s=30.0, **kwargs)
+    return scaler, pool, tally, manifest, channel
+
+
+def test_stall_scales_up_pause_holds_calm_and_ahead_scales_down(tmp_path: Path) -> None:
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 4, up_cooldown_s=0, down_cooldown_s=0))
+    tally.snaps = [{"batch_s": 0.2, "paused": 0.0}]
+    assert scaler.tick().direction == "hold"  # no trainer report yet: nothing to size by
+    report(channel, 0, 0.4, ago=2.0)
+    d = scaler.tick()  # waiting 40% with nothing ahead, its rate unknown yet: one more
+    assert (d.direction, d.target, pool.scaled) == ("up", 2, [2])
+    report(channel, 20, 0.4, ago=0.0)  # 10 steps/s, waiting 40%: needs 0.2 * 10 / 0.6 * 1.2 = 4 actors
+    manifest.steps = 22  # the producers are 2 steps ahead
+    d = scaler.tick()
+    assert (d.direction, d.target, pool.scaled) == ("up", 4, [2, 4])
+    assert (scaler.events[-1].before, scaler.events[-1].after) == (2, 4) and "waits 40%" in scaler.events[-1].reason
+    tally.snaps = [{"batch_s": 0.5, "paused": 1.0}]  # paused by max_lag: never up, whatever the stall
+    assert scaler.tick().direction == "hold" and pool.scaled == [2, 4]
+    report(channel, 20, 0.0, ago=0.0)
+    tally.snaps = [{"batch_s": 0.01, "paused": 0.0}]
+    manifest.steps = 200  # far ahead and not waiting: one goes
+    d = scaler.tick()
+    assert (d.direction, d.target, pool.scaled) == ("down", 3, [2, 4, 3])
+    assert [p.actors for p in scaler.timeline] == [1, 1, 2, 4, 4] and scaler.timeline[-1].lead == 180
+    assert [e.after for e in scaler.events] == [2, 4, 3]
+
+
+def test_a_costlier_mixture_ahead_grows_the_pool_first(tmp_path: Path) -> None:
+    """Mixture-driven: a control record ahead of the producers doubles the share of the expensive source."""
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 8, up_cooldown_s=0), sources={"web": 1})
+    tally.snaps = [{"batch_s": 0.05, "paused": 0.0, "mix_step": 10.0, "docs_per_batch": 4.0, "cost:web": 0.001,
+                    "cost:code": 0.004, "weight:web": 0.8, "weight:code": 0.2}]
+    report(channel, 0, 0.0, ago=1.0)
+    scaler.tick()
+    report(channel, 10, 0.0, ago=0.0)  # 10 steps/s, not waiting: 0.05 * 10 * 1.2 -> 1 actor today
+    manifest.steps = 100
+    assert scaler.tick().direction == "hold"  # 1 actor does
+    channel.set_mix({"web": 0.4, "code": 0.6}, step=32)  # ahead of the producers' step 10
+    d = scaler.tick()
+    ratio = (0.4 * 0.001 + 0.6 * 0.004) / (0.8 * 0.001 + 0.2 * 0.004)
+    assert scaler.timeline[-1].cost_ratio == pytest.approx(ratio)
+    assert d.direction == "up" and d.target == 2 and "code" in d.reason  # ceil(0.05 * 1.75 * 10 * 1.2) = 2
+    tally.snaps[0]["mix_step"] = 40.0  # the producers passed the record: nothing ahead any more
+    scaler.tick()
+    assert scaler.timeline[-1].cost_ratio == 1.0
+    plan = scaler.partition()
+    assert plan is not None and {p.name for g in plan.groups for p in g.parts} == {"web", "code"}
+
+
+def test_stale_or_unreadable_trainer_reports_are_not_signals(tmp_path: Path, caplog) -> None:
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 4, up_cooldown_s=0))
+    report(channel, 0, 0.9, ago=60.0)  # older than stale_s=30: the trainer may be gone
+    d = scaler.tick()
+    assert d.direction == "hold" and scaler.timeline[-1].stall is None
+    channel.store.put(TRAINER_KEY, b"{not json")
+    with caplog.at_level(logging.WARNING, logger="torch_tgb.integrations.ray"):
+        assert scaler.tick().direction == "hold"
+    assert "trainer status unreadable" in caplog.text and pool.scaled == []
+
+
+def test_a_schedule_step_ahead_is_priced_too(tmp_path: Path) -> None:
+    """Mixture-driven without records: the workers report the Mix schedule's weights 64 steps on."""
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 8, up_cooldown_s=0))
+    tally.snaps = [{"batch_s": 0.05, "paused": 0.0, "mix_step": 10.0, "cost:web": 0.001, "cost:code": 0.004,
+                    "weight:web": 0.8, "weight:code": 0.2, "ahead:web": 0.4, "ahead:code": 0.6}]
+    report(channel, 0, 0.0, ago=1.0)
+    scaler.tick()
+    report(channel, 10, 0.0, ago=0.0)
+    manifest.steps = 100
+    d = scaler.tick()
+    assert scaler.timeline[-1].cost_ratio == pytest.approx(1.75)
+    assert (d.direction, d.target) == ("up", 2) and "code" in d.reason
+
+
+def test_the_worker_reports_what_the_driver_prices() -> None:
+    """ShardMeter's snapshot: the Mix's costs, weights in force and its schedule's weights ahead."""
+    from torchdata.nodes import IterableWrapper
+
+    from torch_tgb.datapipes import Mix
+    from torch_tgb.integrations._worker import SCHEDULE_LOOKAHEAD, MeteredNode, ShardMeter
+
+    def schedule(step: int) -> dict[str, float]:
+        return {"web": 0.8, "code": 0.2} if step < 40 else {"web": 0.4, "code": 0.6}
+
+    mix = Mix({name: IterableWrapper([(name, i) for i in range(100)]) for name in ("web", "code")}, schedule,
+              seed=0, documents_per_step=1)
+    meter = ShardMeter()
+    node = MeteredNode(mix, meter)
+    for _ in range(10):
+        next(node)
+    snap = meter.snapshot()
+    assert snap["mix_step"] == 10 and 10 + SCHEDULE_LOOKAHEAD >= 40
+    assert snap["weight:web"] == pytest.approx(0.8) and snap["ahead:code"] == pytest.approx(0.6)
+    assert snap["batch_s"] > 0 and {"cost:web", "cost:code"} <= set(snap)
+
+
+def test_an_unreadable_head_holds_the_pool_and_says_so(tmp_path: Path, caplog) -> None:
+    from torch_tgb.errors import StorageError
+
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 4, up_cooldown_s=0))
+
+    def head() -> FakeHead:
+        raise StorageError("ns: GET _tgb/head timed out")
+
+    manifest.head = head  # type: ignore[method-assign]
+    report(channel, 0, 0.9, ago=0.0)
+    with caplog.at_level(logging.WARNING, logger="torch_tgb.integrations.ray"):
+        assert scaler.tick() is None
+    assert "signals unreadable" in caplog.text and pool.scaled == [] and scaler.timeline == []
