@@ -73,3 +73,27 @@ def test_a_segment_straddling_the_boundary_is_kept_until_its_last_tgb_is_behind(
     record_watermark(ns, "ck", {"tgb_cursor": {"step": 8, "version": 1}})
     Reclaimer(ns, grace_period=0).run_once()
     assert not store.exists(keys[4]) and store.exists(keys[8])
+
+
+def test_a_sweep_recorded_by_a_clock_that_ran_ahead_does_not_hold_back_the_next_one(tmp_path) -> None:
+    """A reclaimer whose clock ran 4000 s ahead records its sweep in the future; a later pass on a true clock
+    must still sweep (the chaos run's final grace-0 pass left an orphan behind before)."""
+    import time
+
+    import torch
+
+    from torch_tgb.layout import Layout
+    from torch_tgb.producer import Producer
+
+    store = MemoryStore(f"skew-{uuid.uuid4().hex}")
+    try:
+        with Producer(store, producer_id="p", layout=Layout(dp=2), commit_policy="fixed:1") as p:
+            p.append({"x": torch.zeros(2, 3, dtype=torch.int32)})
+            p.close(seal=True)
+        Reclaimer(store, grace_period=0, clock=lambda: time.time() + 4000).run_once()  # sweeps, "in the future"
+        orphan = "data/p/e000001-o000000000007-0badcafe.tgb"  # never committed: dead in a sealed namespace
+        store.put(orphan, b"x" * 64)
+        report = Reclaimer(store, grace_period=0).run_once()
+        assert orphan not in store.list("data/") and report.orphans == 1
+    finally:
+        store.destroy()

@@ -183,7 +183,9 @@ class Reclaimer:
         store, manifest = self.store, self.manifest
         record = PassRecord.read(store)
         now = self._clock()
-        sweep = now - record.swept_at >= self.sweep_interval
+        since = now - record.swept_at
+        # a sweep recorded in the future was timed by a clock that ran ahead: it says nothing, so sweep now
+        sweep = since >= self.sweep_interval or since < 0
         # data/ is listed before the head is read: every listed object was written
         # before that read, so the head decides whether its incarnation may still commit it.
         data_keys = store.list(DATA_PREFIX) if sweep else []
