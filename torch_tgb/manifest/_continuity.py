@@ -44,7 +44,8 @@ class Continuity:
                 return
             if version.number != self._version + 1:
                 self._offsets.clear()
-            self._check(version, where)
+            if self._offsets:  # nothing known before it (a first read, a jump): nothing to check it against
+                self._check(version, where)
             for pid, state in version.producers.items():
                 self._offsets[pid] = (state.epoch, state.next_offset)
             if len(self._offsets) > MAX_TRACKED:
