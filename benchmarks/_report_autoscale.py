@@ -32,7 +32,7 @@ def autoscale_section(r: dict[str, Any]) -> list[str]:
     reached = f"{ups[-1]['t'] - r['doubled_at_s']:.1f} s" if ups else "never"
     recovery = "–" if r["recovery_s"] is None else f"{r['recovery_s']:.1f} s"
     return [
-        "## 9. Autoscaling fleet: the producers' cost doubles mid-run (`autoscale.py`)", "",
+        "## 10. Autoscaling fleet: the producers' cost doubles mid-run (`autoscale.py`)", "",
         f"Issue 46. A local Ray fleet (2 CPUs of this box) with `FleetConfig(autoscale=AutoscalePolicy(1, "
         f"{p['max_actors']}, lead_low={pol['lead_low']}, lead_high={pol['lead_high']}, "
         f"down_cooldown_s={pol['down_cooldown_s']:g}), autoscale_interval_s=1)` starts with 1 actor and produces "
