@@ -18,3 +18,14 @@ def tamper(tmp_path: Path) -> Tamper:
     t = Tamper(tmp_path / "ns")
     assert t.read_all() == [0, 1, 2]  # the untampered namespace reads fine
     return t
+
+
+@pytest.fixture(autouse=True)
+def fresh_reader_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read here stands for a fresh reader process, as a crafted namespace reaches one: nothing an earlier
+    read of the untampered namespace learnt is reused (the open cache trusts committed versions to stay as
+    they were within a process: consumer/_open_cache.py)."""
+    from torch_tgb.consumer._open_cache import OPEN_CACHE
+
+    OPEN_CACHE.clear()
+    monkeypatch.setattr(OPEN_CACHE, "remember", lambda *args, **kwargs: None)

@@ -31,7 +31,12 @@ same path, reclaimed below or excised starts a new entry; entries are kept
 per replacement view (the version a reader pinned). ``ReaderOptions(open_cache=False)`` leaves a reader out.
 
 This is the one piece of process-wide state of the consumer: a cache of
-immutable facts, bounded, thread-safe, and checked at every use.
+immutable facts, bounded, thread-safe, and checked at every use. What it
+trusts: committed versions and objects are never rewritten in place (the
+protocol writes each once); a version or object rewritten by a hostile
+writer after a reader in this process checked it is not checked again by
+later readers of the process. A fresh process checks everything; readers of
+namespaces that untrusted parties can write set ``open_cache=False``.
 """
 
 from __future__ import annotations

@@ -119,6 +119,7 @@ class ReaderOptions:
     batch_schedule: BatchSchedule | tuple[tuple[int, int], ...] | None = None
     #: reuse what earlier readers in this process learnt of a local namespace (consumer/_open_cache.py): its
     #: dataset.json, its sealed head, committed entries, parsed footers, CRC-checked ranges; False: read all again
+    #: (set it for a namespace that untrusted parties can write: the cache trusts committed files never to change)
     open_cache: bool = True
     #: when the training thread's wait for data is worth a warning (datapipes/read/stall.py): more than 10% of
     #: the step time over 50 steps, at most once a minute; StallPolicy(share=None) never warns
