@@ -68,3 +68,14 @@ def test_watch_ends_cleanly_on_ctrl_c(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(time, "sleep", interrupted)
     assert cli_main.main(["inspect", ns, "--watch", "5"]) == 0
     assert capsys.readouterr().out.rstrip().endswith("stopped watching")
+
+
+def test_inspect_and_watch_sum_skips_by_reason_alike():
+    from torch_tgb.cli._inspect_impl import skipped_by_reason, skipped_samples_text
+
+    producers = [{"skipped": {"corrupt": 2, "too_long": 1}}, {"skipped": {"corrupt": 3}}, {"id": "p2"}]
+    assert skipped_by_reason(producers) == {"corrupt": 5, "too_long": 1}
+    assert skipped_by_reason([{"id": "p0"}]) is None  # nothing recorded differs from zero skips
+    assert skipped_by_reason([{"skipped": {}}]) == {}
+    assert skipped_samples_text(producers) == "6 (corrupt 5, too_long 1)"
+    assert skipped_samples_text([{"id": "p0"}]) == "0"

@@ -177,3 +177,21 @@ def test_a_batch_size_the_reader_cannot_split_is_refused(ns) -> None:
     reader = TGBDataset(ns, mesh=Mesh(0, 8), batch_schedule=[(0, 32), (2, 64)])  # a step spans 4 TGBs = 64 rows
     with pytest.raises(LayoutError, match="training step 0 takes 32 rows"):
         next(iter(reader))
+
+
+def test_len_of_a_scheduled_reader_leaves_a_handed_in_store_open(ns) -> None:
+    """The rows of a TGB are read through the reader's own store (its node share, its hot tier), and a store
+    handed in stays the caller's: ``len()`` does not close it."""
+    from torch_tgb.storage import open_store
+    from torch_tgb.testing.counting import CountingStore
+
+    class Closing(CountingStore):
+        closed = 0
+
+        def close(self) -> None:
+            Closing.closed += 1
+            super().close()
+
+    store = Closing(open_store(ns))
+    assert len(TGBDataset(store, mesh=Mesh(0, 2), batch_schedule=SCHEDULE)) == STEPS
+    assert Closing.closed == 0

@@ -269,12 +269,21 @@ def skipped_text(skipped: dict[str, str]) -> str:
     return f"{len(steps)} (steps {shown}; readers skip them with on_corrupt='skip_step'; `tgb verify` says why)"
 
 
+def skipped_by_reason(records: list[dict[str, Any]]) -> dict[str, int] | None:
+    """Skipped samples by reason, summed over the records that carry a ``skipped`` table; None where none does."""
+    found: dict[str, int] | None = None
+    for record in records:
+        skipped = record.get("skipped")
+        if isinstance(skipped, dict):
+            found = {} if found is None else found
+            for reason, n in skipped.items():
+                found[str(reason)] = found.get(str(reason), 0) + int(n)
+    return found
+
+
 def skipped_samples_text(producers: list[dict[str, Any]]) -> str:
     """The samples the producers' pipelines dropped, by reason, as their committed records say."""
-    total: dict[str, int] = {}
-    for p in producers:
-        for reason, n in (p.get("skipped") or {}).items():
-            total[reason] = total.get(reason, 0) + n
+    total = skipped_by_reason(producers) or {}
     if not total:
         return "0"
     return f"{sum(total.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.items()))})"

@@ -47,21 +47,9 @@ class _Last:
     offsets: dict[str, int]
 
 
-def _skipped(report: dict[str, Any]) -> dict[str, int] | None:
-    """Skipped samples by reason, summed over producers, where the namespace records them; None where not."""
-    found: dict[str, int] | None = None
-    for item in [report, *report.get("producers", [])]:
-        skipped = item.get("skipped")
-        if isinstance(skipped, dict):
-            found = found or {}
-            for reason, n in skipped.items():
-                found[str(reason)] = found.get(str(reason), 0) + int(n)
-    return found
-
-
 def render_page(report: dict[str, Any], rates: Rates, *, interval: float, now: float) -> str:
     """One page of the watch from an ``inspect`` report and the rates since the last page."""
-    from torch_tgb.cli._inspect_impl import _age, _sealed_text
+    from torch_tgb.cli._inspect_impl import _age, _sealed_text, skipped_by_reason
 
     def per_s(value: float | None, unit: str) -> str:
         return "" if value is None else f" ({rate_text(value, unit)})"
@@ -76,7 +64,7 @@ def render_page(report: dict[str, Any], rates: Rates, *, interval: float, now: f
     lines.append(f"lag       {lag['steps_ahead_of_safe_boundary']} steps ahead of the safe boundary (step "
                  f"{report['safe_boundary']}, {report['live_checkpoints']} live checkpoints); GC boundary step "
                  f"{report['gc_boundary']['step']}")
-    skipped = _skipped(report)
+    skipped = skipped_by_reason([report, *report.get("producers", [])])
     if skipped is None:
         lines.append("skipped   not recorded in this namespace (the producers' reports and --json have them)")
     else:

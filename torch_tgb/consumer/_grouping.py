@@ -33,7 +33,6 @@ from torch_tgb.consumer._schedule import BatchSchedule, ScheduleStep
 from torch_tgb.errors import FrameworkError, LayoutError
 from torch_tgb.layout import join_ragged, offsets_key
 from torch_tgb.manifest import Manifest
-from torch_tgb.storage import open_store
 
 if TYPE_CHECKING:
     from torch_tgb.consumer.dataset import TGBDataset
@@ -157,8 +156,9 @@ def tgb_rows(manifest: Manifest, step: int, *, namespace: str) -> int:
 
 
 def _rows_from_namespace(dataset: TGBDataset, step: int) -> int:
-    with open_store(dataset.ns, dataset.storage_options or None) as store:
-        return tgb_rows(Manifest(store), step, namespace=str(dataset.ns))
+    """Rows of step ``step``'s TGB, read through the reader's own store (node share, hot tier; one handed in
+    stays open)."""
+    return dataset._with_store(lambda store: tgb_rows(Manifest(store), step, namespace=str(dataset.ns)))
 
 
 def scheduled_steps(

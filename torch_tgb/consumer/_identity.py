@@ -23,7 +23,6 @@ resume): a step is never read under two views by the ranks of one job.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,19 +30,14 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import get_worker_info
 
 from torch_tgb.consumer.options import ReaderOptions
-from torch_tgb.manifest import DatasetInfo, Manifest
+from torch_tgb.manifest import Manifest
 
 if TYPE_CHECKING:
     from torch_tgb.consumer._open_cache import KnownNamespace
 
-__all__ = ["SOURCE_KEY", "ReadSource", "agree_min", "dataset_identity", "loader_view", "merge_sources", "pin_view"]
+__all__ = ["SOURCE_KEY", "ReadSource", "agree_min", "loader_view", "merge_sources", "pin_view"]
 
 SOURCE_KEY = "tgb_source"
-
-
-def dataset_identity(info: DatasetInfo) -> str:
-    """The sha256 of the namespace's dataset.json record (canonical): which namespace this is."""
-    return hashlib.sha256(info.encode()).hexdigest()
 
 
 def agree_min(value: int) -> int:

@@ -9,22 +9,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from torch_tgb.consumer._open_cache import OPEN_CACHE, KnownNamespace
+from torch_tgb.consumer._written import Written, written_of
 from torch_tgb.consumer.options import ReaderOptions
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.errors import DataTimeout, ManifestError, NamespaceNotFound
 from torch_tgb.manifest import DatasetInfo, Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
-from torch_tgb.layout import Layout
 from torch_tgb.storage import ObjectStore, open_store
 from torch_tgb.storage.hot_tier import with_hot_tier
 from torch_tgb.storage.node_share import with_node_share
 
-__all__ = ["Written", "open_namespace", "sealed_steps", "wait_for_dataset"]
+__all__ = ["open_namespace", "sealed_steps", "wait_for_dataset"]
 
 log = logging.getLogger(__name__)
 
-#: what ``dataset.json`` says: the written layout, the schema, the metadata
-Written = tuple[Layout, dict[str, Any], dict[str, Any]]
 
 
 def open_namespace(
@@ -45,7 +43,7 @@ def open_namespace(
             written = known.written
         else:
             info = wait_for_dataset(store, manifest, timeout=options.timeout, poll=options.poll)
-            written = (Layout.from_json(info.layout), dict(info.schema), dict(info.metadata))
+            written = written_of(info)
     if cached and known is None:
         known = OPEN_CACHE.remember(store, manifest, written)
     return store, manifest, known, written

@@ -47,6 +47,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from torch_tgb.consumer._written import Written
 from torch_tgb.format import SliceReader, SliceRun, parse_footer_run
 from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY, version_key
@@ -113,7 +114,7 @@ class _Bounded:
 class KnownNamespace:
     """What readers of one namespace learnt that a later reader may reuse. Thread-safe."""
 
-    def __init__(self, identity: Identity, written: tuple[Any, dict[str, Any], dict[str, Any]]) -> None:
+    def __init__(self, identity: Identity, written: Written) -> None:
         self.identity = identity
         self.written = written
         #: the head once sealed (None before a reader saw the seal)
@@ -194,7 +195,7 @@ class OpenCache:
                 self._known.move_to_end(path)
         return known
 
-    def remember(self, store: ObjectStore, manifest: Manifest, written: tuple[Any, dict[str, Any], dict[str, Any]]
+    def remember(self, store: ObjectStore, manifest: Manifest, written: Written
                  ) -> KnownNamespace | None:
         """A new entry for ``store``'s namespace (whose ``dataset.json`` says ``written``); None: not cacheable."""
         path = self.path_of(store)

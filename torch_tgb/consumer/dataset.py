@@ -45,9 +45,10 @@ from torch_tgb.consumer._accelerate import refuse_accelerate_wrapping
 from torch_tgb.consumer._contract import EXPECT_KEY, check_contract, merge_expectations, saved_expectation
 from torch_tgb.consumer._epochs import EpochOrder
 from torch_tgb.consumer._grouping import ScheduleStep, scheduled_length, scheduled_steps  # batch_schedule (#46)
-from torch_tgb.consumer._identity import ReadSource, dataset_identity, pin_view
+from torch_tgb.consumer._identity import ReadSource, pin_view
 from torch_tgb.consumer._keys import KeyPlan, plan_keys
 from torch_tgb.consumer._open import open_namespace, sealed_steps
+from torch_tgb.consumer._written import Written
 from torch_tgb.consumer._open_cache import KnownNamespace
 from torch_tgb.consumer._passes import sealed_namespace, steps_left
 from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
@@ -60,7 +61,7 @@ from torch_tgb.datapipes.read import ConsumerStats, Position, merge_stats
 from torch_tgb.datapipes.read.project import cursor_at
 from torch_tgb.errors import FrameworkError, LayoutError
 from torch_tgb.format import ragged_keys
-from torch_tgb.layout import Layout, Mesh, ReadPlan, plan_reads
+from torch_tgb.layout import Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore
 
@@ -99,7 +100,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         self._restore: ReaderState | None = None  # an exact same-setting state, used if the setting matches
         #: steps skipped by agreement so far (on_corrupt="skip_step"), counted where the ranks agree
         self._skip_count = SkipCount(max_skipped=self.options.max_skipped, namespace=str(ns))
-        self._written: tuple[Layout, dict[str, Any], dict[str, Any]] | None = None  # layout, schema, metadata
+        self._written: Written | None = None  # dataset.json: layout, schema, metadata, identity
         self._expect = o.expect  # the data contract: this reader's, and a loaded state's (consumer/_contract.py)
         self._path: ReadPath | None = None  # while iterating
         self.batch_step: ScheduleStep | None = None  # batch_schedule: the training step last handed out (#46)
@@ -313,21 +314,21 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         if self._written is None:
             self._with_store(lambda store: None)
         assert self._written is not None  # set by _open
-        layout, schema, _ = self._written
+        layout, schema = self._written.layout, self._written.schema
         return plan_reads(layout, self.mesh, dp_split=self.options.dp_split, ragged=ragged_keys(schema))
 
     def _keys(self) -> KeyPlan:
         """What this reader reads, derives and delivers (``ReaderOptions.keys``/``derive``)."""
         plan = self._plan()
         assert self._written is not None  # read by _plan
-        return plan_keys(self._written[1], plan.written.labels_from, self.options.keys, self.options.derive)
+        return plan_keys(self._written.schema, plan.written.labels_from, self.options.keys, self.options.derive)
 
     def _check_contract(self) -> None:
         """``SchemaMismatch`` unless the namespace's metadata holds what ``expect`` says (``consumer/_contract.py``)."""
         if self._expect:
             self._plan()  # reads dataset.json once
             assert self._written is not None  # set by _plan
-            check_contract(self._expect, self._written[2], namespace=str(self.ns))
+            check_contract(self._expect, self._written.metadata, namespace=str(self.ns))
 
     def _with_store(self, read: Callable[[ObjectStore], _T]) -> _T:
         """``read`` of this reader's store (node share and hot tier as the read path has them), closed after."""
@@ -342,10 +343,7 @@ class TGBDataset(IterableDataset[dict[str, torch.Tensor]]):
         """The store and manifest of ``ns``, and what earlier readers in this process learnt of it (None: nothing)."""
         store, manifest, known, self._written = open_namespace(self.ns, self.storage_options, self.options,
                                                                self._written)
-        if self._read.identity is None:  # which namespace this is, for the state (consumer/_identity.py)
-            info = manifest.dataset()
-            if info is not None:
-                self._read.identity = dataset_identity(info)
+        self._read.identity = self._written.identity  # which namespace this is, for the state (consumer/_identity.py)
         return store, manifest, known
 
     # --- iteration ---------------------------------------------------------------

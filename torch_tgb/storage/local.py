@@ -40,7 +40,8 @@ import builtins
 import errno
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, InvalidKey, ObjectNotFound
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
@@ -69,6 +70,7 @@ _NO_LINK_ERRNOS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno
 
 #: writes of a put whose temp file another process removed before it was published (then it is written again)
 _TEMP_ATTEMPTS = 3
+_T = TypeVar("_T")
 
 
 class _TempVanished(Exception):
@@ -291,13 +293,19 @@ class LocalStore(ObjectStore):
 
     def put(self, key: str, data: Buffer) -> None:
         path = self._path(key)
+        self._write_and_publish(path, data, key, "put", lambda tmp: self._publish(tmp, path, key, "put"))
+
+    def _write_and_publish(self, path: str, data: Buffer, key: str, op: str, publish: Callable[[str], _T]) -> _T:
+        """Write ``data`` to a temp file beside ``path`` and ``publish`` it; written again when the temp file
+        vanished before it was published (``_TempVanished``, see :meth:`_publish`), a few times at most."""
         for attempt in range(_TEMP_ATTEMPTS):
+            tmp = self._write_temp(path, data, key, op)
             try:
-                self._publish(self._write_temp(path, data, key, "put"), path, key, "put")
-                return
+                return publish(tmp)
             except _TempVanished as e:
                 if attempt + 1 == _TEMP_ATTEMPTS:
-                    raise translate(e.error, url=self.url, op="put", key=key) from e.error
+                    raise translate(e.error, url=self.url, op=op, key=key) from e.error
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _publish(self, tmp: str, path: str, key: str, op: str) -> None:
         """Give the written, synced temp file ``tmp`` its final name ``path`` (``put``'s commit point).
@@ -332,26 +340,8 @@ class LocalStore(ObjectStore):
         path = self._path(key)
         if os.path.lexists(path):
             return False  # already taken: skip writing a temp file (linearisable: it existed during the call)
-        for attempt in range(_TEMP_ATTEMPTS):
-            tmp = self._write_temp(path, data, key, "put_if_absent")
-            try:
-                # The commit point: link(2) fails with EEXIST if the name exists.
-                os.link(tmp, path)
-                break
-            except FileExistsError:
-                return False
-            except FileNotFoundError as e:  # the temp file was removed (see _publish): nothing was published
-                if attempt + 1 == _TEMP_ATTEMPTS or not os.path.isdir(os.path.dirname(path)):
-                    raise translate(e, url=self.url, op="put_if_absent", key=key) from e
-            except OSError as e:
-                if e.errno in _NO_LINK_ERRNOS:
-                    raise ConditionalWriteUnsupported(
-                        f"{self.url}: put_if_absent {key!r}: the file system refuses hard links "
-                        f"({e.strerror}); atomic create-if-absent is impossible here"
-                    ) from e
-                raise translate(e, url=self.url, op="put_if_absent", key=key) from e
-            finally:
-                unlink_quietly(tmp)
+        if not self._write_and_publish(path, data, key, "put_if_absent", lambda tmp: self._link(tmp, path, key)):
+            return False
         try:
             self._sync_dir(path)
         except OSError as e:
@@ -360,6 +350,27 @@ class LocalStore(ObjectStore):
                 f"{self.url}: put_if_absent {key!r}: created, but syncing its directory failed ({e})"
             ) from e
         return True
+
+    def _link(self, tmp: str, path: str, key: str) -> bool:
+        """``put_if_absent``'s commit point: link(2) fails with EEXIST if the name exists (then False)."""
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except FileNotFoundError as e:  # the temp file was removed (see _publish): nothing was published
+            if not os.path.isdir(os.path.dirname(path)):
+                raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+            raise _TempVanished(e) from e
+        except OSError as e:
+            if e.errno in _NO_LINK_ERRNOS:
+                raise ConditionalWriteUnsupported(
+                    f"{self.url}: put_if_absent {key!r}: the file system refuses hard links "
+                    f"({e.strerror}); atomic create-if-absent is impossible here"
+                ) from e
+            raise translate(e, url=self.url, op="put_if_absent", key=key) from e
+        finally:
+            unlink_quietly(tmp)
 
     def delete(self, keys: str | Iterable[str]) -> None:
         keys = [keys] if isinstance(keys, str) else list(keys)
