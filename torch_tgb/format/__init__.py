@@ -66,7 +66,7 @@ from torch_tgb.format._segment_index import (
     segment_index,
 )
 from torch_tgb.format._schema import check_schema, coded_keys, ragged_keys, schema_fingerprint, schema_of
-from torch_tgb.format._spec import CODEC_VERSION
+from torch_tgb.format._spec import CODEC_VERSION, MAX_FOOTER_BYTES
 from torch_tgb.format._writer import SliceData, TGBObject, check_codecs, encode_batch, encode_tgb, write_tgb
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "FORMAT_VERSIONS",
     "INDEX_TAIL_READ",
     "INDEX_TRAILER_SIZE",
+    "MAX_FOOTER_BYTES",
     "MAX_INDEX_BYTES",
     "READ_MODES",
     "READ_WHOLE_BELOW",

@@ -46,6 +46,9 @@ TENSOR_ALIGN = 64
 V3_SLICE_ALIGN = TENSOR_ALIGN
 PAGE_ALIGN_FROM = 64 << 10
 MAX_NDIM = 16
+#: no real footer is larger (a few dozen bytes per tensor, a slice table): a bigger claim is corrupt, refused
+#: before anyone reads it (manifest entries, the footer index)
+MAX_FOOTER_BYTES = 64 << 20
 #: a footer's JSON part never needs more; anything bigger is corrupt
 MAX_META_BYTES = 16 << 20
 MAX_JSON_DEPTH = 32

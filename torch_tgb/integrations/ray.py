@@ -39,7 +39,7 @@ from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partiti
 from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
 from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
 from torch_tgb.layout import Layout
-from torch_tgb.producer import ProduceOptions, ProduceSettings
+from torch_tgb.producer import ProduceOptions, ProducerConfig, ProduceSettings
 
 __all__ = [
     "AutoscaleEvent",
@@ -75,6 +75,8 @@ class FleetSettings(ProduceSettings, total=False):
     address: str | None
     prefix: str
     fleet: FleetConfig | None
+    producer_config: ProducerConfig | None
+    max_steps_per_shard: int | None
 
 
 def produce_on_ray(ns: str, make_pipeline: Callable[[int, int], Any], **options: Unpack[FleetSettings]) -> FleetReport:

@@ -30,7 +30,8 @@ from typing import Any, cast, overload
 import numpy as np
 
 from torch_tgb.errors import ManifestError
-from torch_tgb.manifest._entry import MAX_FOOTER_BYTES, MIN_SLICE_RECORD, TGBEntry, check_data_key, check_producer
+from torch_tgb.format import MAX_FOOTER_BYTES
+from torch_tgb.manifest._entry import MIN_SLICE_RECORD, TGBEntry, check_data_key, check_producer
 from torch_tgb.manifest._json import Fields
 
 __all__ = ["EntryTable"]

@@ -14,15 +14,14 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, cast
 
 from torch_tgb.errors import InvalidKey, ManifestError
+from torch_tgb.format import MAX_FOOTER_BYTES
 from torch_tgb.manifest._checks import validate_producer_id
 from torch_tgb.manifest._json import Fields
 from torch_tgb.storage import validate_key
 
-__all__ = ["DATA_PREFIX", "MAX_FOOTER_BYTES", "TGBEntry", "check_data_key", "check_producer"]
+__all__ = ["DATA_PREFIX", "TGBEntry", "check_data_key", "check_producer"]
 
 DATA_PREFIX = "data/"
-#: a footer larger than this is refused before anyone reads it (a real one is KBs)
-MAX_FOOTER_BYTES = 64 * 1024 * 1024
 #: the narrowest version-3 slice record: a slice row, one tensor row, its CRCs (format/_records.py)
 MIN_SLICE_RECORD = 72
 

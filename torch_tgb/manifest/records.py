@@ -16,7 +16,7 @@ from typing import Any, cast
 from torch_tgb.errors import ManifestError
 from torch_tgb.manifest._checks import MAX_STATE_BYTES, check_metadata, encode_producer_state, validate_producer_id
 from torch_tgb.manifest._entries import EntryTable
-from torch_tgb.manifest._entry import DATA_PREFIX, MAX_FOOTER_BYTES, TGBEntry
+from torch_tgb.manifest._entry import DATA_PREFIX, TGBEntry
 from torch_tgb.manifest._dataset_info import DatasetInfo
 from torch_tgb.manifest._json import Fields, dump_json, load_json
 from torch_tgb.manifest._producer_state import (
@@ -41,7 +41,6 @@ __all__ = [
     "FORMAT2",
     "INLINE_STATE_BYTES",
     "EntryTable",
-    "MAX_FOOTER_BYTES",
     "MAX_STATE_BYTES",
     "MAX_VERSION_ENTRIES",
     "PRODUCER_STATUSES",

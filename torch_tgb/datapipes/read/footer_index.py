@@ -37,6 +37,7 @@ from torch_tgb.datapipes.read.stats import ReadStats
 from torch_tgb.errors import CorruptObject, ManifestError, ObjectNotFound
 from torch_tgb.format import (
     INDEX_TAIL_READ,
+    MAX_FOOTER_BYTES,
     TRAILER_SIZE,
     Contract,
     Footer,
@@ -51,10 +52,8 @@ from torch_tgb.format import (
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore, RangeRequest
 
-__all__ = ["MAX_FOOTER_BYTES", "FooterIndex", "check_footer_location", "footer_location_ok"]
+__all__ = ["FooterIndex", "check_footer_location", "footer_location_ok"]
 
-#: no real footer is larger (it is a few dozen bytes per tensor); a bigger claim is corrupt
-MAX_FOOTER_BYTES = 64 << 20
 #: bytes read from a segment's end to find its index (a module attribute: tests shorten it)
 _TAIL_READ = INDEX_TAIL_READ
 #: segment indexes kept (a reader streams through one segment at a time)
