@@ -1,8 +1,8 @@
 """How this rank's steps are read: one interface, two paths, chosen once per iteration.
 
 A :class:`ReadPath` hands out this rank's steps as dicts of tensors, cast as
-``ReaderOptions.dtype`` says (:meth:`ReadPath.cast`, the one place a host-side
-cast happens), and knows the position after the last step it handed out and
+``ReaderOptions.dtype`` says (:class:`~torch_tgb.consumer._finish.Finish`, the
+one place a host-side cast happens), and knows the position after the last step it handed out and
 its own statistics (merged from its nodes' counters: no node shares them):
 
 - :class:`StepPath`: ``Project -> FooterIndex -> RangeReader``
