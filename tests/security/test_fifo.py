@@ -22,7 +22,7 @@ from torch_tgb.errors import InvalidKey, TGBError
 from torch_tgb.manifest.keys import GC_BOUNDARY_KEY, boundary_key, version_key
 from torch_tgb.storage import LocalStore
 from torch_tgb.testing.version_json import get_entry_field
-from torch_tgb.storage.local import open_regular
+from torch_tgb.storage._regular import open_regular
 
 pytestmark = pytest.mark.timeout(300)
 

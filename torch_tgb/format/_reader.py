@@ -25,7 +25,7 @@ from torch_tgb.format._footer import TRAILER_SIZE, parse_footer, parse_trailer
 from torch_tgb.format._footer_view import Footer, SliceInfo
 from torch_tgb.format._run import parse_footer_run
 from torch_tgb.format._slice_run import SliceRun
-from torch_tgb.storage.local import open_regular
+from torch_tgb.storage._regular import open_regular
 
 if TYPE_CHECKING:
     from torch_tgb.storage import ObjectStore

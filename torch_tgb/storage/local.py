@@ -25,7 +25,7 @@ as objects; ``list_partial`` / ``delete_partial`` see and remove them.
 Reads open without blocking (``O_NONBLOCK``) and check the open descriptor
 with ``fstat``: anything but a regular file (a FIFO, socket or device planted
 in the namespace) is refused with :class:`InvalidKey` naming the key, never
-waited on. :func:`open_regular` does the same for the reader's mmap path.
+waited on. ``storage/_regular.py`` does the same for the reader's mmap path.
 
 Containment: a key is a relative path (see ``_keys``) and its resolved real
 path (symlinks followed) must lie inside the namespace root, so a symlink in
@@ -47,6 +47,7 @@ from torch_tgb.errors import AmbiguousWriteError, ConditionalWriteUnsupported, I
 from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
+from torch_tgb.storage._regular import open_nonblocking, require_regular
 from torch_tgb.storage._local_writer import TMP_PREFIX as _TMP_PREFIX
 from torch_tgb.storage._local_writer import (
     FileWriter,
@@ -58,7 +59,7 @@ from torch_tgb.storage._local_writer import (
 )
 from torch_tgb.storage._writer import ObjectWriter
 
-__all__ = ["LocalStore", "open_regular"]
+__all__ = ["LocalStore"]
 
 #: Linux exposes each descriptor's real path: the containment check runs after open
 _PROC_FD = os.path.isdir("/proc/self/fd")
@@ -142,7 +143,7 @@ class LocalStore(ObjectStore):
         """
         path = self._joined(key) if _PROC_FD else self._path(key)
         try:
-            fd = _open_nonblocking(path)
+            fd = open_nonblocking(path)
         except FileNotFoundError as e:
             self._path(key)  # a dangling link out of the namespace is a bad key, not a missing object
             raise translate(e, url=self.url, op=op, key=key) from e
@@ -156,7 +157,7 @@ class LocalStore(ObjectStore):
             if not self._inside(real):
                 os.close(fd)
                 raise InvalidKey(f"{self.url}: key {key!r} resolves outside the namespace (symlink)")
-        _require_regular(fd, key, f"{self.url}: {op}")
+        require_regular(fd, key, f"{self.url}: {op}")
         return fd
 
     def _inside(self, real: str) -> bool:
@@ -209,7 +210,7 @@ class LocalStore(ObjectStore):
             st = os.stat(path)
         except OSError as e:
             raise translate(e, url=self.url, op="stat", key=key) from e
-        if not _is_regular(st.st_mode):
+        if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFound(f"{self.url}: stat {key!r}: no such object (not a file)")
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
@@ -386,50 +387,3 @@ class LocalStore(ObjectStore):
                 if e.errno == errno.EPERM and os.path.isdir(path):  # macOS reports EPERM
                     continue
                 raise translate(e, url=self.url, op="delete", key=key) from e
-
-
-def _is_regular(mode: int) -> bool:
-    return stat.S_ISREG(mode)
-
-
-def _open_nonblocking(path: str) -> int:
-    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer,
-    # forever; on a regular file the flag changes nothing.
-    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-
-
-def _require_regular(fd: int, key: str, where: str) -> None:
-    """Close ``fd`` and raise unless it is a regular file (checked on the descriptor: no race)."""
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        os.close(fd)
-        raise
-    if stat.S_ISREG(mode):
-        return
-    os.close(fd)
-    if stat.S_ISDIR(mode):
-        raise ObjectNotFound(f"{where} {key!r}: no such object (a directory)")
-    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-    raise InvalidKey(f"{where} {key!r}: not a regular file ({kind}); refusing to read it")
-
-
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-          stat.S_IFBLK: "a block device"}
-
-
-def open_regular(path: str, key: str) -> int:
-    """Open ``path`` (``store.local_path(key)``) read-only, refusing anything but a regular file.
-
-    Never blocks (a FIFO planted as an object would make a plain ``open``
-    wait for a writer forever); the type is checked on the open descriptor.
-    Raises ``InvalidKey`` naming ``key`` for a FIFO, socket or device,
-    ``ObjectNotFound`` for a directory or a missing file. The caller owns the
-    returned descriptor.
-    """
-    try:
-        fd = _open_nonblocking(path)
-    except OSError as e:
-        raise translate(e, url=f"file://{os.path.dirname(path)}", op="open", key=key) from e
-    _require_regular(fd, key, f"open {path!r} for")
-    return fd
