@@ -187,14 +187,14 @@ def _loader_keys(state: dict) -> dict:
 
 
 def test_the_torchdata_internals_the_in_process_iterator_reads_are_there(namespace: str) -> None:
-    """On the torchdata CI installs (0.11), _InProcessIter finds every private attribute it reads and takes its
+    """On the torchdata CI installs (0.11), InProcessIter finds every private attribute it reads and takes its
     shortcut; a torchdata that lost one would still read exactly (the next test), only slower."""
-    from torch_tgb.consumer.loader import PRIVATE_ATTRIBUTES, _InProcessIter
+    from torch_tgb.consumer._in_process import PRIVATE_ATTRIBUTES, InProcessIter
 
     loader = DataLoader(namespace, mesh=Mesh(0, 2, 0, 2), prefetch=0)
     next(iter(loader))
     inner = loader._iterator
-    assert isinstance(inner, _InProcessIter)
+    assert isinstance(inner, InProcessIter)
     missing = [name for name in PRIVATE_ATTRIBUTES if not hasattr(inner, name)]
     assert not missing and inner._lean, f"torchdata's single-process iterator lost {missing}"
 
@@ -203,7 +203,7 @@ def test_a_torchdata_without_those_internals_reads_the_same_on_its_own_path(name
     """An internal gone (a newer torchdata): every item takes torchdata's own ``__next__``, same items, same state."""
     from torchdata.stateful_dataloader import stateful_dataloader
 
-    import torch_tgb.consumer.loader as loader_module
+    import torch_tgb.consumer._in_process as loader_module
 
     mesh = Mesh(1, 2, 0, 2)
 

@@ -39,12 +39,11 @@ restored steps again). ``len(loader)``: one pass of a sealed namespace.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import time
 import warnings
 from collections.abc import Iterator, Mapping
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
@@ -52,6 +51,7 @@ from torch.utils.data._utils.collate import default_convert
 from torchdata.stateful_dataloader import StatefulDataLoader
 from typing_extensions import Unpack
 
+from torch_tgb.consumer._in_process import InProcessIter, has_in_process_iter
 from torch_tgb.cursor import Cursor
 from torch_tgb.consumer._identity import loader_view
 from torch_tgb.consumer._accelerate import AccelerateAware
@@ -175,10 +175,10 @@ class DataLoader(StatefulDataLoader, AccelerateAware):
             if self.num_workers > 0:
                 dataset._ring_slots = ring_slots(num_workers=self.num_workers, prefetch_factor=self.prefetch_factor)
                 return super()._get_iterator()
-            if _BaseIter is object:  # a torchdata without the iterator _InProcessIter shortens: its own
+            if not has_in_process_iter():  # a torchdata without the iterator InProcessIter shortens: its own
                 return super()._get_iterator()
             # load_state_dict hands the dataset its state and the base loader {}: no iterator state to resume
-            return _InProcessIter(self, None)
+            return InProcessIter(self, None)
         finally:
             dataset._by_loader = False
 
@@ -374,46 +374,3 @@ def _collate(batch: object) -> object:
         slots = getattr(info.dataset, "_ring_slots", 0)
         return send_step(batch, slots=slots) if slots else pack_step(batch)
     return default_convert(batch)
-
-
-#: what _InProcessIter reads of torchdata 0.11's _StatefulSingleProcessDataLoaderIter
-PRIVATE_ATTRIBUTES = ("_sampler_iter", "_IterableDataset_len_called", "_next_data", "_num_yielded", "_finished")
-
-if TYPE_CHECKING:
-    from torchdata.stateful_dataloader.stateful_dataloader import _StatefulSingleProcessDataLoaderIter as _BaseIter
-else:  # torchdata's private iterator, where this torchdata has it (object: it does not)
-    _BaseIter = getattr(importlib.import_module("torchdata.stateful_dataloader.stateful_dataloader"),
-                        "_StatefulSingleProcessDataLoaderIter", object)
-
-
-class _InProcessIter(_BaseIter):
-    """The StatefulDataLoader's own in-process iterator (same state, same items) with a shorter ``__next__``.
-
-    The base ``__next__`` opens a profiler ``record_function`` span per item,
-    about 8 µs here, a third of a local segment step. The base path still runs when a
-    profiler is recording (the span is kept) and when the base loader's ``len()``
-    was taken (it warns on a length overrun; ``DataLoader.__len__`` does not take it). It reads the base class's private
-    attributes (:data:`PRIVATE_ATTRIBUTES`) where a torchdata has them all (0.11 does; checked per iterator);
-    with any of them missing, or without the class, every item takes torchdata's own path: a newer torchdata
-    costs the shortcut, never a wrong item (``tests/consumer/test_resume.py``).
-    """
-
-    def __init__(self, loader: Any, next_iter_state: Any = None) -> None:
-        super().__init__(loader, next_iter_state)
-        self._lean = all(hasattr(self, name) for name in PRIVATE_ATTRIBUTES)
-
-    def __next__(self) -> object:
-        if (
-            not self._lean
-            or self._sampler_iter is None
-            or self._IterableDataset_len_called is not None
-            or torch.autograd.profiler._is_profiler_enabled
-        ):
-            return super().__next__()
-        try:
-            data = self._next_data()
-        except StopIteration:
-            self._finished = True
-            raise
-        self._num_yielded += 1
-        return data
