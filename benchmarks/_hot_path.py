@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from torch_tgb.consumer import DataLoader, TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.layout import Layout, Mesh
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LocalStore

@@ -26,7 +26,7 @@ import torch
 
 import torch_tgb as tgb
 from torch_tgb.manifest.watermarks import live_checkpoints, record_watermark, retire
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.producer import ProducerConfig
 from torch_tgb.storage import FaultPlan, FaultRates, FaultyStore, LocalStore, ObjectStore, open_store

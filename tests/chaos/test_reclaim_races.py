@@ -14,7 +14,7 @@ import torch
 
 import torch_tgb as tgb
 from torch_tgb.manifest.watermarks import record_watermark
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.manifest.keys import SNAPSHOT_HINT_KEY
 from torch_tgb.storage import LocalStore, ObjectInfo, ObjectStore
 

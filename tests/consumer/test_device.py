@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.consumer.device import DeviceFeed
 from torch_tgb.layout import Layout, Mesh
 from torch_tgb.producer import Producer

@@ -17,7 +17,7 @@ import torch_tgb.format._decode as decode_module
 import torch_tgb.format._reader as reader_module
 import torch_tgb.format._slice_run as slice_run_module
 from torch_tgb.consumer import TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.datapipes.read.local_runs import LocalRuns
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format import SliceReader
@@ -167,7 +167,7 @@ SIGBUS_SCRIPT = textwrap.dedent(
     """
     import os, sys
     from torch_tgb.consumer import TGBDataset
-    from torch_tgb.consumer.dataset import ReaderOptions
+    from torch_tgb.consumer import ReaderOptions
     from torch_tgb.layout import Mesh
     ns, path, mode = sys.argv[1:]
     options = ReaderOptions(read_mode=mode, verify="always", small_object_bytes=0)  # map even a small object

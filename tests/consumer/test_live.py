@@ -10,7 +10,7 @@ import torch
 
 from tests.consumer._support import LAYOUT, make_batch
 from torch_tgb.consumer import DataLoader, TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.errors import DataTimeout
 from torch_tgb.layout import Mesh
 from torch_tgb.producer import Producer

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.datapipes.read.batch_fetch import ErrorBudget
 from torch_tgb.errors import DataTimeout, NamespaceNotFound, ObjectNotFound
 from torch_tgb.manifest import Manifest

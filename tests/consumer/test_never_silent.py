@@ -8,7 +8,7 @@ import pytest
 from _support import LAYOUT, produce
 
 import torch_tgb as tgb
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.datapipes.read.poller import PollPolicy
 from torch_tgb.errors import DataTimeout, ObjectNotFound
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.consumer._support import LAYOUT, make_batch, open_reader
 from torch_tgb.consumer import TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.consumer._paths import RunPath
 from torch_tgb.datapipes.read.local_runs import LocalRuns
 from torch_tgb.errors import CorruptObject

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from torch_tgb.consumer import TGBDataset
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.datapipes import ErrorBudget, ReadStats, fetch_ranges
 from torch_tgb.errors import ObjectNotFound, StorageError, TransientStorageError
 from torch_tgb.layout import Layout, Mesh

@@ -14,7 +14,7 @@ import torch
 from torchdata.nodes import IterableWrapper
 
 import torch_tgb as tgb
-from torch_tgb.consumer.dataset import ReaderOptions
+from torch_tgb.consumer import ReaderOptions
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.offline import document_batches
 from torch_tgb.datapipes import Pack

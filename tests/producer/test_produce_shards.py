@@ -182,7 +182,7 @@ def test_produce_names_its_producer(tmp_path) -> None:
 
 
 def test_a_waiting_reader_names_the_shards_still_missing(tmp_path, caplog) -> None:
-    from torch_tgb.consumer.dataset import ReaderOptions
+    from torch_tgb.consumer import ReaderOptions
     from torch_tgb.datapipes.read.poller import PollPolicy
     from torch_tgb.errors import DataTimeout
 

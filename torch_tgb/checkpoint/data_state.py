@@ -93,7 +93,7 @@ class DataState:
         # DCP calls this at load time too (to get destinations): the tensor is then overwritten.
         state = self.target.state_dict()
         if not self.per_rank:
-            from torch_tgb.consumer.dataset import canonical_state
+            from torch_tgb.consumer._state import canonical_state
 
             state = canonical_state(state)
         payload = {"rank": self._current_rank(), "world_size": _world_size(), "state": state}

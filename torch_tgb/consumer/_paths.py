@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from torch_tgb.consumer._epochs import EpochOrder
-from torch_tgb.consumer._finish import Batch, Finish, uncast_keys
+from torch_tgb.consumer._finish import Batch, Finish
 from torch_tgb.consumer._keys import KeyPlan
 from torch_tgb.consumer._open_cache import CachedView, KnownNamespace, SharedFooters
 from torch_tgb.consumer.options import ReaderOptions
@@ -63,7 +63,7 @@ from torch_tgb.manifest import Manifest
 from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.storage import ObjectStore
 
-__all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs", "uncast_keys"]
+__all__ = ["META_KEY", "PathStart", "ReadPath", "RunPath", "StepPath", "open_path", "takes_runs"]
 
 #: extra int64 tensor (step, sub_step, sub_steps, keys digest) a worker adds for the loader's check
 META_KEY = "__tgb_meta__"

@@ -51,9 +51,9 @@ from torch_tgb.consumer._open import open_namespace, sealed_steps
 from torch_tgb.consumer._written import Written
 from torch_tgb.consumer._open_cache import KnownNamespace
 from torch_tgb.consumer._passes import sealed_namespace, steps_left
-from torch_tgb.consumer._paths import META_KEY, PathStart, ReadPath, open_path
+from torch_tgb.consumer._paths import PathStart, ReadPath, open_path
 from torch_tgb.consumer._skips import SkipCount, gate
-from torch_tgb.consumer._state import ReaderState, Setting, canonical_state, next_step_of, start_of
+from torch_tgb.consumer._state import ReaderState, Setting, start_of
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.cursor import Cursor, reader_states
 from torch_tgb.distributed.agreement import StepAgreement
@@ -65,7 +65,7 @@ from torch_tgb.layout import Mesh, ReadPlan, plan_reads
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import ObjectStore
 
-__all__ = ["META_KEY", "STATS_KEY", "ReaderOptions", "TGBDataset", "canonical_state", "next_step_of"]
+__all__ = ["STATS_KEY", "TGBDataset"]
 
 _T = TypeVar("_T")
 

@@ -57,8 +57,10 @@ from torch_tgb.consumer._identity import loader_view
 from torch_tgb.consumer._accelerate import AccelerateAware
 from torch_tgb.consumer._consumed import Consumption
 from torch_tgb.consumer._grouping import ScheduleStep, scheduled_steps
-from torch_tgb.consumer._paths import uncast_keys
-from torch_tgb.consumer.dataset import META_KEY, STATS_KEY, TGBDataset, canonical_state, next_step_of
+from torch_tgb.consumer._finish import uncast_keys
+from torch_tgb.consumer._paths import META_KEY
+from torch_tgb.consumer._state import canonical_state, next_step_of
+from torch_tgb.consumer.dataset import STATS_KEY, TGBDataset
 from torch_tgb.consumer.options import ReaderOptions, ReadSettings
 from torch_tgb.consumer._shared_step import SharedStep, pack_step
 from torch_tgb.consumer._step_ring import ring_slots, send_step
