@@ -33,8 +33,7 @@ from __future__ import annotations
 import builtins
 import copy
 import os
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -42,9 +41,10 @@ from urllib.parse import urlsplit, urlunsplit
 import fsspec
 from fsspec.asyn import AsyncFileSystem, sync
 
-from torch_tgb.errors import ConditionalWriteUnsupported, NamespaceNotFound, ObjectNotFound, TGBError
-from torch_tgb.storage._base import Buffer, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
-from torch_tgb.storage._errors import translate, translate_hidden
+from torch_tgb.errors import ConditionalWriteUnsupported, ObjectNotFound, TGBError
+from torch_tgb.storage._base import Buffer, PartialObject, RangeFailure, RangeRequest
+from torch_tgb.storage._client_store import ClientStore
+from torch_tgb.storage._errors import translate
 from torch_tgb.storage._keys import validate_key, validate_prefix
 from torch_tgb.storage._s3_uploads import abort_uploads, open_uploads
 from torch_tgb.storage._secrets import secret_values
@@ -67,8 +67,15 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-class FsspecStore(ObjectStore):
-    """Objects under ``url`` on the fsspec file system its protocol names."""
+class FsspecStore(ClientStore[fsspec.AbstractFileSystem]):
+    """Objects under ``url`` on the fsspec file system its protocol names.
+
+    The file system is the client of a :class:`ClientStore` (built lazily, rebuilt after a fork or unpickling,
+    errors translated with secrets redacted, the empty-range rule); what fsspec does better than one request
+    per call stays here: async range batches, S3's ``DeleteObjects``, multipart-upload leftovers.
+    """
+
+    container_word = "bucket"
 
     def __init__(
         self,
@@ -77,7 +84,7 @@ class FsspecStore(ObjectStore):
         *,
         max_in_flight: int = 32,
     ) -> None:
-        self.url = redact_url(url).rstrip("/")
+        clean = redact_url(url).rstrip("/")
         protocol = urlsplit(url).scheme or "file"
         # a deep copy: botocore writes into nested option dicts it is given
         options = copy.deepcopy({**_PROTOCOL_DEFAULTS.get(protocol, {}), **(storage_options or {})})
@@ -85,7 +92,7 @@ class FsspecStore(ObjectStore):
             if options["use_listings_cache"]:
                 # the GC boundary and the Reclaimer's decisions are LISTs: a cached listing could show an old one
                 raise ValueError(
-                    f"{redact_url(url)}: storage option use_listings_cache=True is not supported: the manifest's "
+                    f"{clean}: storage option use_listings_cache=True is not supported: the manifest's "
                     "GC boundary is read by LIST and must see other writers at once"
                 )
             config = options.setdefault("config_kwargs", {})
@@ -96,140 +103,88 @@ class FsspecStore(ObjectStore):
             # own win into "someone else won" with no AmbiguousWriteError.
             config.setdefault("retries", {"total_max_attempts": 1})
         self.protocol = protocol
-        self.max_in_flight = max_in_flight
-        self._redact = secret_values(url, options)
-        # kept (never printed) to rebuild the file system in a forked or unpickled process
-        self._spec = (url, options)
-        self._lock = threading.Lock()
-        fs, root = self._connect()
+        # the options are kept (never printed) to rebuild the file system in a forked or unpickled process
+        super().__init__(clean, urlsplit(url).hostname or "", "", options, max_in_flight=max_in_flight)
+        self._url = url  # with its user info, for url_to_fs; never printed
+        self._redact = secret_values(url, options)  # the user info's secrets too
+        fs, root = self._url_to_fs()
         self.root = root.rstrip("/")
-        self._fs, self._pid = fs, os.getpid()
+        self.prefix = fs._strip_protocol(self.root).rstrip("/")  # object names are <prefix>/<key>
+        self._client, self._pid = fs, os.getpid()
 
-    def _connect(self) -> tuple[fsspec.AbstractFileSystem, str]:
-        url, options = self._spec
+    def _url_to_fs(self) -> tuple[fsspec.AbstractFileSystem, str]:
         try:
-            fs, root = fsspec.core.url_to_fs(url, **copy.deepcopy(options))
+            fs, root = fsspec.core.url_to_fs(self._url, **copy.deepcopy(self._options))
         except Exception as e:  # unknown protocol, missing driver, bad option
             raise translate(e, url=self.url, op="open", key=None, redact=self._redact) from None
         if self.protocol in ("s3", "s3a") and isinstance(getattr(fs, "retries", None), int):
             fs.retries = 1  # s3fs's own retry loop (timeouts, SlowDown): same reason as above
         return fs, root
 
+    def _connect(self) -> fsspec.AbstractFileSystem:
+        return self._url_to_fs()[0]
+
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        """The fsspec file system; rebuilt after a fork (async ones are not fork-safe)."""
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._fs = self._connect()[0]
-                    self._pid = os.getpid()
-        return self._fs
+        """The fsspec file system (the store's client); rebuilt after a fork (async ones are not fork-safe)."""
+        return self.client
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_fs"], state["_lock"]
-        state["_pid"] = -1  # connect lazily on first use
-        return state
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}/{validate_key(key, namespace=self.url)}"
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._fs = None
-        self._lock = threading.Lock()
+    # --- the ClientStore primitives on fsspec --------------------------------------
 
-    def _path(self, key: str) -> str:
-        return f"{self.root}/{validate_key(key, namespace=self.url)}"
+    def _read(self, name: str, start: int | None, end: int | None) -> bytes:
+        return bytes(self.fs.cat_file(name, start=start, end=end))
 
-    def _fail(self, e: BaseException, op: str, key: str | None, *, write: bool = False) -> TGBError:
-        """The translated error, chained to ``e`` unless ``e`` would print a secret."""
-        return translate_hidden(e, url=self.url, op=op, key=key, write_sent=write, redact=self._redact)
-
-    def check_root(self) -> None:
-        """S3: one ``HEAD`` of the bucket; other file systems: nothing (directories appear on write)."""
-        if self.protocol not in ("s3", "s3a"):
-            return
-        bucket = self.fs.split_path(self.root)[0]
-        try:
-            self.fs.call_s3("head_bucket", Bucket=bucket)
-        except Exception as e:
-            error = self._fail(e, "HEAD bucket", None)
-            if isinstance(error, ObjectNotFound):
-                missing = NamespaceNotFound(f"{self.url}: bucket {bucket!r} does not exist (HEAD bucket: not found)")
-                missing.__cause__ = error.__cause__
-                raise missing from None
-            raise error
-
-    # --- reads -----------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        path = self._path(key)
-        try:
-            return bytes(self.fs.cat_file(path))
-        except Exception as e:
-            raise self._fail(e, "get", key)
-
-    def get_range(self, key: str, start: int, end: int) -> bytes:
-        if not (0 <= start <= end):
-            raise ValueError(f"{self.url}: invalid byte range [{start}, {end}) for key {key!r}")
-        path = self._path(key)
-        if start == end:
-            self.stat(key)  # an empty range of a missing object is still an error
-            return b""
-        try:
-            return bytes(self.fs.cat_file(path, start=start, end=end))
-        except Exception as e:
-            error = self._fail(e, "get_range", key)
-        return self._past_end(key, start, error)
-
-    def _past_end(self, key: str, start: int, error: TGBError) -> bytes:
-        """S3 answers a range starting at or past the end with 416; we return ``b""``."""
-        if isinstance(error, ObjectNotFound):
-            raise error
-        if start >= self.size(key):
-            return b""
-        raise error
-
-    def stat(self, key: str) -> ObjectInfo:
-        path = self._path(key)
-        try:
-            if self.protocol in ("s3", "s3a"):
-                # One HEAD: fs.info() follows a 404 with a LIST to look for a
-                # "directory", doubling the cost of every probe of a missing version.
-                bucket, object_key, _ = self.fs.split_path(path)
-                head = self.fs.call_s3("head_object", Bucket=bucket, Key=object_key)
-                return ObjectInfo(key, int(head["ContentLength"]), _mtime(head))
-            info = self.fs.info(path)
-        except Exception as e:
-            raise self._fail(e, "stat", key)
+    def _stat(self, name: str) -> tuple[int, float]:
+        if self.protocol in ("s3", "s3a"):
+            # One HEAD: fs.info() follows a 404 with a LIST to look for a
+            # "directory", doubling the cost of every probe of a missing version.
+            bucket, object_key, _ = self.fs.split_path(name)
+            head = self.fs.call_s3("head_object", Bucket=bucket, Key=object_key)
+            return int(head["ContentLength"]), _mtime(head)
+        info = self.fs.info(name)
         if info.get("type") != "file":
-            raise ObjectNotFound(f"{self.url}: stat {key!r}: no such object (a prefix)")
-        return ObjectInfo(key, int(info["size"]), _mtime(info))
+            raise FileNotFoundError(f"{name}: a prefix, not an object")
+        return int(info["size"]), _mtime(info)
 
-    def exists(self, key: str) -> bool:
+    def _names(self, prefix: str) -> Iterator[str]:
+        """Objects under the directory of ``prefix`` (``find``: recursive, no directories) that start with it."""
+        head = prefix.rsplit("/", 1)[0]
         try:
-            self.stat(key)
-        except ObjectNotFound:
+            found = self.fs.find(head, withdirs=False)
+        except FileNotFoundError:
+            return
+        for path in found:
+            path = self.fs._strip_protocol(path)
+            if path.startswith(prefix):
+                yield path
+
+    def _upload(self, name: str, data: bytes, *, if_absent: bool) -> bool:
+        if not if_absent:
+            self.fs.pipe_file(name, data)
+            return True
+        try:
+            self.fs.pipe_file(name, data, mode="create")
+        except FileExistsError:
             return False
         return True
 
-    def list(self, prefix: str = "") -> list[str]:
-        prefix = validate_prefix(prefix, namespace=self.url)
-        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        base = f"{self.root}/{head}" if head else self.root
+    def _remove(self, name: str) -> None:
+        self.fs.rm_file(name)
+
+    def _check_container(self) -> bool:
+        """S3: one ``HEAD`` of the bucket; other file systems: always there (directories appear on write)."""
+        if self.protocol not in ("s3", "s3a"):
+            return True
         try:
-            found = self.fs.find(base, withdirs=False)
-        except FileNotFoundError:
-            return []
+            self.fs.call_s3("head_bucket", Bucket=self.fs.split_path(self.root)[0])
         except Exception as e:
-            raise self._fail(e, "list", prefix)
-        root = self.fs._strip_protocol(self.root).rstrip("/") + "/"
-        keys = []
-        for path in found:
-            path = self.fs._strip_protocol(path)
-            if path.startswith(root):
-                key = path[len(root) :]
-                if key.startswith(prefix):
-                    keys.append(key)
-        return sorted(keys)
+            if isinstance(self._fail(e, "HEAD bucket", None), ObjectNotFound):
+                return False
+            raise
+        return True
 
     def list_partial(self, prefix: str = "") -> builtins.list[PartialObject]:
         """S3: the multipart uploads under ``prefix`` left open (``_s3_uploads``); other file systems: none."""
@@ -237,7 +192,7 @@ class FsspecStore(ObjectStore):
         if self.protocol not in CONDITIONAL_PROTOCOLS:
             return []
         try:
-            return open_uploads(self.fs, self.fs._strip_protocol(self.root), prefix)
+            return open_uploads(self.fs, self.prefix, prefix)
         except Exception as e:
             raise self._fail(e, "list_partial", prefix)
 
@@ -246,7 +201,7 @@ class FsspecStore(ObjectStore):
         if self.protocol not in CONDITIONAL_PROTOCOLS or not partials:
             return
         try:
-            abort_uploads(self.fs, self.fs._strip_protocol(self.root), partials)
+            abort_uploads(self.fs, self.prefix, partials)
         except Exception as e:
             raise self._fail(e, "delete_partial", partials[0].key)
 
@@ -272,7 +227,7 @@ class FsspecStore(ObjectStore):
             raw = sync(
                 self.fs.loop,
                 self.fs._cat_ranges,
-                [self._path(requests[i].key) for i in batch],
+                [self._name(requests[i].key) for i in batch],
                 [requests[i].start for i in batch],
                 [requests[i].end for i in batch],
                 batch_size=self.max_in_flight,
@@ -289,6 +244,12 @@ class FsspecStore(ObjectStore):
             out.append(result)
         return out
 
+    def _past_end(self, key: str, start: int, error: TGBError) -> bytes:
+        """S3 answers a range starting at or past the end with 416; ours is ``b""`` (as in ``get_range``)."""
+        if isinstance(error, ObjectNotFound) or start < self.size(key):
+            raise error
+        return b""
+
     def _settle(self, request: RangeRequest, value: object) -> bytes | RangeFailure:
         """Turn one ``_cat_ranges`` result (bytes or an exception) into ours."""
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -303,45 +264,26 @@ class FsspecStore(ObjectStore):
 
     # --- writes ----------------------------------------------------------------
 
-    def put(self, key: str, data: Buffer) -> None:
-        path = self._path(key)
-        try:
-            self.fs.pipe_file(path, bytes(data))
-        except Exception as e:
-            raise self._fail(e, "put", key, write=True)
-
     def put_if_absent(self, key: str, data: Buffer) -> bool:
-        path = self._path(key)
         if self.protocol not in CONDITIONAL_PROTOCOLS:
             raise ConditionalWriteUnsupported(
                 f"{self.url}: put_if_absent {key!r}: protocol {self.protocol!r} has no server-side "
                 f"create-if-absent known to torch_tgb (supported: {sorted(CONDITIONAL_PROTOCOLS)})"
             )
-        try:
-            self.fs.pipe_file(path, bytes(data), mode="create")
-        except FileExistsError:
-            return False
-        except Exception as e:
-            raise self._fail(e, "put_if_absent", key, write=True)
-        return True
+        return super().put_if_absent(key, data)
 
     def delete(self, keys: str | Iterable[str]) -> None:
-        keys = [keys] if isinstance(keys, str) else list(keys)
-        paths = [self._path(k) for k in keys]
-        if not paths:
+        """s3fs: ``DeleteObjects``, 1000 keys a request; other file systems: one removal per key."""
+        if not (hasattr(self.fs, "_call_s3") and isinstance(self.fs, AsyncFileSystem)):
+            super().delete(keys)
             return
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        paths = [self._name(k) for k in keys]  # every key validated before anything is deleted
         try:
-            if hasattr(self.fs, "_call_s3") and isinstance(self.fs, AsyncFileSystem):  # s3fs: DeleteObjects
-                for i in range(0, len(paths), 1000):  # it takes up to 1000 keys
-                    failed = sync(self.fs.loop, _delete_objects, self.fs, paths[i : i + 1000])
-                    if failed:
-                        raise _DeleteFailed(failed)
-                return
-            for key, path in zip(keys, paths):
-                try:
-                    self.fs.rm_file(path)
-                except FileNotFoundError:
-                    continue
+            for i in range(0, len(paths), 1000):
+                failed = sync(self.fs.loop, _delete_objects, self.fs, paths[i : i + 1000])
+                if failed:
+                    raise _DeleteFailed(failed)
         except Exception as e:
             raise self._fail(e, "delete", keys[0] if len(keys) == 1 else f"{len(keys)} keys")
 
