@@ -243,3 +243,16 @@ def test_a_group_whose_measured_cost_rises_gets_the_next_actor(tmp_path: Path) -
         report(channel, 50, 0.5, ago=0.0)
         assert scaler.tick().direction == "up"
         assert pool.added[-1][0] == (code if rises else web), rises  # the first added actor
+
+
+def test_no_actor_for_a_rising_source_while_paused_by_max_lag(tmp_path: Path) -> None:
+    plan, code = two_group_plan()
+    scaler, pool, tally, channel = planned(tmp_path, plan, steps=5)
+    for snap in tally.snaps:
+        snap["paused"] = 1.0  # the producers are as far ahead as the checkpoints allow
+    channel.set_mix({"web": 1.0, "code": 2.0}, step=64)
+    report(channel, 5, 0.5, ago=0.0)
+    assert scaler.tick().direction == "hold" and pool.scaled == [] and scaler.events == []
+    for snap in tally.snaps:
+        snap["paused"] = 0.0  # the pause ends: the rising source gets its actor
+    assert scaler.tick().direction == "up" and pool.added == [[code]]
