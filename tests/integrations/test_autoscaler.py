@@ -256,3 +256,21 @@ def test_no_actor_for_a_rising_source_while_paused_by_max_lag(tmp_path: Path) ->
     for snap in tally.snaps:
         snap["paused"] = 0.0  # the pause ends: the rising source gets its actor
     assert scaler.tick().direction == "up" and pool.added == [[code]]
+
+
+def test_a_planned_fleets_group_mixes_do_not_stand_for_the_mixture(tmp_path: Path) -> None:
+    """Each group's Mix weighs only its own sources (1.0 each here): the mixture in force is the plan's."""
+    from torch_tgb.integrations._partition import SourceSpec
+    from torch_tgb.integrations._shard_plan import plan_shards
+
+    plan = plan_shards({"web": SourceSpec(600, 0.15), "code": SourceSpec(600, 0.1)}, {"web": 0.8, "code": 0.2},
+                       pod_memory_bytes=1000, latency_budget_s=0.1, spread=3)
+    code = next(j for j, g in enumerate(plan.groups) if g.parts[0].name == "code")
+    scaler, pool, tally, channel = planned(tmp_path, plan, steps=5)
+    for snap, j in zip(tally.snaps, range(len(plan.groups))):
+        snap.update({"mix_step": 5.0, f"weight:{plan.groups[j].parts[0].name}": 1.0})
+    channel.set_mix({"web": 0.7, "code": 0.3}, step=64)  # code: 0.2 -> 0.3 of the mixture; web falls
+    report(channel, 5, 0.5, ago=0.0)
+    d = scaler.tick()
+    assert d.direction == "up" and pool.added == [[code]]  # code rises against 0.2, not against 1.0
+    assert scaler.timeline[-1].cost_ratio == pytest.approx((0.7 * 0.15 + 0.3 * 0.1) / (0.8 * 0.15 + 0.2 * 0.1))

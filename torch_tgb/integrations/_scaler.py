@@ -144,9 +144,10 @@ class Autoscaler:
     def _mixture(self, snaps: list[dict[str, float]], committed: int) -> tuple[float, tuple[str, ...]]:
         """``cost_ratio`` and the rising sources: the next record's weights against the ones in force.
 
-        The weights in force: the shards' Mix reports, else the record in force
-        at the producers' step, else the source plan's. The costs: measured by
-        the Mix, else the plan's. The producers' step: the Mix's, else the
+        The weights in force: the shards' Mix reports, else (and always in a
+        fleet planned by source, whose Mixes weigh only their group) the record
+        in force at the producers' step, else the plan's. The costs: measured
+        by the Mix (for every source of the plan), else the plan's. The producers' step: the Mix's, else the
         namespace's committed steps (a fleet planned by source needs no Mix).
         """
         costs: dict[str, list[float]] = {}
@@ -169,9 +170,12 @@ class Autoscaler:
         records = self._all_records() if steps or self.plan is not None else []
         plan = self.plan
         in_force = [r for r in records if r.step <= step]
-        now_weights = self._weights or (dict(in_force[-1].weights) if in_force else
-                                        dict(plan.weights) if plan is not None else {})
-        cost_of = self._costs or ({k: v.batch_s for k, v in plan.sources.items()} if plan is not None else {})
+        # a planned fleet's Mixes weigh only their group's sources: the mixture in force is the fleet's
+        mixture = dict(in_force[-1].weights) if in_force else dict(plan.weights) if plan is not None else {}
+        now_weights = mixture if plan is not None else self._weights or mixture
+        cost_of = self._costs
+        if plan is not None and not set(plan.sources) <= set(cost_of):  # one unit for all: the plan's
+            cost_of = {k: v.batch_s for k, v in plan.sources.items()}
         ahead = [r for r in records if r.step > step]
         if ahead:  # the next control record, else the schedule's weights a lookahead on (the workers report them)
             new = _normalised(ahead[0].weights)
@@ -266,7 +270,8 @@ class Autoscaler:
         plan = self.plan
         if plan is None:
             return [], []
-        shares_ = shares(plan, self._ahead or plan.weights, self._costs or None)
+        measured = self._costs if set(plan.sources) <= set(self._costs) else None  # else the plan's, one unit
+        shares_ = shares(plan, self._ahead or plan.weights, measured)
         actors = group_sizes(self.pool.groups(), len(plan.groups))
         if change > 0:
             runnable = self.runnable() if self.runnable is not None else list(plan.shards)
