@@ -31,10 +31,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import FleetError
+from torch_tgb.integrations._allocation import groups_to_add
 from torch_tgb.integrations._fleet_driver import FleetDriver
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardStats
-from torch_tgb.integrations._allocation import groups_to_add
 from torch_tgb.integrations._plan_record import record_plan
 from torch_tgb.integrations._ray_connect import connect
 from torch_tgb.integrations._partition import PartitionPlan

@@ -32,10 +32,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torch_tgb.errors import TGBError
+from torch_tgb.integrations._allocation import drop_order, groups_to_add
 from torch_tgb.integrations._autoscale import AutoscalePolicy, Decision, FleetSignals
 from torch_tgb.integrations._fleet_metrics import ShardTally
 from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partition_sources
-from torch_tgb.integrations._allocation import drop_order, groups_to_add
 from torch_tgb.integrations._ray_pool import WorkerPool
 from torch_tgb.integrations._shard_plan import ShardPlan, group_sizes, shares
 from torch_tgb.manifest import ControlChannel, Manifest, MixRecord, TrainerStatus
@@ -147,8 +147,9 @@ class Autoscaler:
         The weights in force: the shards' Mix reports, else (and always in a
         fleet planned by source, whose Mixes weigh only their group) the record
         in force at the producers' step, else the plan's. The costs: measured
-        by the Mix (for every source of the plan), else the plan's. The producers' step: the Mix's, else the
-        namespace's committed steps (a fleet planned by source needs no Mix).
+        by the Mix (for every source of the plan), else the plan's. The
+        producers' step: the Mix's, else the namespace's committed steps (a
+        fleet planned by source needs no Mix).
         """
         costs: dict[str, list[float]] = {}
         weights: dict[str, list[float]] = {}

@@ -41,8 +41,8 @@ from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardO
 from torch_tgb.integrations._ray_fleet import Fleet
 from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partition_sources
 from torch_tgb.integrations._plan_record import load_plan, source_plan
-from torch_tgb.integrations._shard_plan import ShardPlan, ShardSources, SourceSlice, plan_shards
 from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
+from torch_tgb.integrations._shard_plan import ShardPlan, ShardSources, SourceSlice, plan_shards
 from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
 from torch_tgb.layout import Layout
 from torch_tgb.producer import ProduceOptions, ProduceSettings
