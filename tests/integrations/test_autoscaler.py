@@ -24,13 +24,22 @@ from torch_tgb.manifest.control import TRAINER_KEY
 class FakePool:
     workers: list[str] = field(default_factory=lambda: ["a"])
     scaled: list[int] = field(default_factory=list)
+    labels: list[int | None] = field(default_factory=lambda: [None])
+    added: list[list[int | None]] = field(default_factory=list)
+    dropped: list[list[int]] = field(default_factory=list)
 
     @property
     def target(self) -> int:
         return len(self.workers)
 
-    def scale(self, target: int) -> None:  # the driver applies it next round: here at once
+    def groups(self) -> list[int | None]:
+        return list(self.labels)
+
+    def scale(self, target: int, *, groups=(), drop=()) -> None:  # the driver applies it next round: here at once
         self.scaled.append(target)
+        self.added.append(list(groups))
+        self.dropped.append(list(drop))
+        self.labels = (self.labels + list(groups) + [None] * target)[:target]
         self.workers = [f"w{i}" for i in range(target)]
 
 
@@ -179,3 +188,89 @@ def test_an_unreadable_head_holds_the_pool_and_says_so(tmp_path: Path, caplog) -
     with caplog.at_level(logging.WARNING, logger="torch_tgb.integrations.ray"):
         assert scaler.tick() is None
     assert "signals unreadable" in caplog.text and pool.scaled == [] and scaler.timeline == []
+
+
+def two_group_plan():
+    from torch_tgb.integrations._partition import SourceSpec
+    from torch_tgb.integrations._shard_plan import plan_shards
+
+    # each source fills most of a pod: one group each; web's batches cost more, so by share alone it comes first
+    plan = plan_shards({"web": SourceSpec(600, 0.15), "code": SourceSpec(600, 0.1)}, pod_memory_bytes=1000,
+                       latency_budget_s=0.1, spread=3)
+    code = next(j for j, g in enumerate(plan.groups) if g.parts[0].name == "code")
+    return plan, code
+
+
+def planned(tmp_path: Path, plan, *, steps: int) -> tuple[Autoscaler, FakePool, FakeTally, ControlChannel]:
+    """An autoscaler of a fleet planned by ``plan``: one actor per group, each running a shard at its cost."""
+    scaler, pool, tally, manifest, channel = make(tmp_path, AutoscalePolicy(1, 8, up_cooldown_s=0), plan=plan,
+                                                  runnable=lambda: list(plan.shards))
+    pool.labels, pool.workers = [0, 1], ["a", "b"]
+    manifest.steps = steps
+    tally.snaps = running(plan, {j: plan.groups[j].latency_s for j in range(len(plan.groups))})
+    return scaler, pool, tally, channel
+
+
+def running(plan, costs: dict[int, float]) -> list[dict[str, float]]:
+    """One running shard per group (its first), with its seconds per batch."""
+    return [{"shard": float(plan.shard_groups().index(j)), "batch_s": c, "paused": 0.0} for j, c in costs.items()]
+
+
+def test_a_weight_doubled_by_a_control_record_sends_the_next_actor_to_its_source(tmp_path: Path) -> None:
+    """Mixture-driven scaling by source: the stall says grow, the record ahead says which source first."""
+    plan, code = two_group_plan()
+    web = 1 - code
+    for record in (False, True):
+        scaler, pool, tally, channel = planned(tmp_path / str(record), plan, steps=5)
+        if record:  # ahead of the namespace's 5 steps: code's weight doubles
+            channel.set_mix({"web": 1.0, "code": 2.0}, step=64)
+        report(channel, 5, 0.5, ago=0.0)  # the trainer waits half the time: one more actor
+        d = scaler.tick()
+        assert (d.direction, d.target) == ("up", 3)
+        # without the record web's dearer batches win the actor; with it, code (its group rises) does
+        assert pool.added == [[code if record else web]], record
+        assert scaler.events[-1].groups == (plan.group_name(code if record else web),)
+
+
+def test_a_group_whose_measured_cost_rises_gets_the_next_actor(tmp_path: Path) -> None:
+    plan, code = two_group_plan()
+    web = 1 - code
+    for rises in (False, True):
+        scaler, pool, tally, channel = planned(tmp_path / str(rises), plan, steps=50)
+        report(channel, 0, 0.0, ago=1.0)
+        assert scaler.tick().direction == "hold"  # the costs as first seen: the base
+        tally.snaps = running(plan, {web: 0.15, code: 0.3 if rises else 0.1})  # code's batches 3x dearer
+        report(channel, 50, 0.5, ago=0.0)
+        assert scaler.tick().direction == "up"
+        assert pool.added[-1][0] == (code if rises else web), rises  # the first added actor
+
+
+def test_no_actor_for_a_rising_source_while_paused_by_max_lag(tmp_path: Path) -> None:
+    plan, code = two_group_plan()
+    scaler, pool, tally, channel = planned(tmp_path, plan, steps=5)
+    for snap in tally.snaps:
+        snap["paused"] = 1.0  # the producers are as far ahead as the checkpoints allow
+    channel.set_mix({"web": 1.0, "code": 2.0}, step=64)
+    report(channel, 5, 0.5, ago=0.0)
+    assert scaler.tick().direction == "hold" and pool.scaled == [] and scaler.events == []
+    for snap in tally.snaps:
+        snap["paused"] = 0.0  # the pause ends: the rising source gets its actor
+    assert scaler.tick().direction == "up" and pool.added == [[code]]
+
+
+def test_a_planned_fleets_group_mixes_do_not_stand_for_the_mixture(tmp_path: Path) -> None:
+    """Each group's Mix weighs only its own sources (1.0 each here): the mixture in force is the plan's."""
+    from torch_tgb.integrations._partition import SourceSpec
+    from torch_tgb.integrations._shard_plan import plan_shards
+
+    plan = plan_shards({"web": SourceSpec(600, 0.15), "code": SourceSpec(600, 0.1)}, {"web": 0.8, "code": 0.2},
+                       pod_memory_bytes=1000, latency_budget_s=0.1, spread=3)
+    code = next(j for j, g in enumerate(plan.groups) if g.parts[0].name == "code")
+    scaler, pool, tally, channel = planned(tmp_path, plan, steps=5)
+    for snap, j in zip(tally.snaps, range(len(plan.groups))):
+        snap.update({"mix_step": 5.0, f"weight:{plan.groups[j].parts[0].name}": 1.0})
+    channel.set_mix({"web": 0.7, "code": 0.3}, step=64)  # code: 0.2 -> 0.3 of the mixture; web falls
+    report(channel, 5, 0.5, ago=0.0)
+    d = scaler.tick()
+    assert d.direction == "up" and pool.added == [[code]]  # code rises against 0.2, not against 1.0
+    assert scaler.timeline[-1].cost_ratio == pytest.approx((0.7 * 0.15 + 0.3 * 0.1) / (0.8 * 0.15 + 0.2 * 0.1))

@@ -339,3 +339,58 @@ def test_autoscaling_grows_on_stall_shrinks_when_ahead_exactly_once(tmp_path: Pa
     assert "1 -> 2 actors: trainer waits 50%" in report.scaling() and "4 autoscale changes" in report.summary()
     assert report.steps == 480 // ROWS and all(p.state == "done" for p in report.producers)
     assert_exactly_once(ns, corpus)
+
+
+def make_slice_factory(root: Path, plan: Any, **kwargs: Any):
+    """Shard ``i`` of a fleet planned by source: the documents of its slice of its source's corpus."""
+    def make_pipeline(shard: int, count: int) -> ShardRows:
+        (piece,) = plan.shard(shard).sources  # one source per group in these tests
+        node = ShardRows(str(root / piece.name), 0, 1, **kwargs)
+        node.docs = list(piece.units(len(node.offsets) - 1))
+        return node
+
+    return make_pipeline
+
+
+def test_a_weight_doubled_by_a_control_record_sends_the_next_actor_to_that_source(tmp_path: Path) -> None:
+    """Issue 46, mixture-driven scaling by source: actors dedicated to source groups; the next one goes to code.
+
+    Two sources too big to share a pod: one group each, one planned worker
+    each, 3 shards each. The trainer stalls (grow by one) and a control record
+    ahead doubles code's weight: the new actor serves code and runs a code
+    shard. Then the trainer is fed and far behind: the pool shrinks (a busy
+    actor may be killed), and every document of both sources is there once.
+    """
+    from torch_tgb.integrations.ray import AutoscalePolicy, SourceSpec, load_plan, source_plan
+    from torch_tgb.manifest import ControlChannel
+
+    for name, seed in (("web", 1), ("code", 2)):
+        (tmp_path / name).mkdir()
+        write_corpus(tmp_path / name, num_docs=120, seed=seed)
+    ns = str(tmp_path / "ns")
+    plan = source_plan(ns, {"web": SourceSpec(600, 0.1), "code": SourceSpec(600, 0.1)}, pod_memory_bytes=1000,
+                       latency_budget_s=0.1, spread=3)
+    code = next(j for j, g in enumerate(plan.groups) if g.parts[0].name == "code")
+    assert plan.num_shards == 6 and plan.workers == 2
+    trainer = ControlChannel(ns)
+    trainer.set_mix({"web": 1.0, "code": 2.0}, step=4096)  # ahead of the producers: code's share doubles
+    trainer.report_trainer(step=10_000, stall=0.5)  # waiting half the time with nothing ahead of it: grow
+    policy = AutoscalePolicy(2, 3, lead_low=0, lead_high=1, up_cooldown_s=600, down_cooldown_s=0)
+    fleet = Fleet(ns, make_slice_factory(tmp_path, plan, delay_s=0.3), num_producers=2, layout=LAYOUT, seal=True,
+                  progress=False, fleet=FleetConfig(poll_interval_s=0.2, autoscale=policy, autoscale_interval_s=0.2,
+                                                    plan=plan))
+    fleet.start()
+    wait_for(lambda: len([a for a in fleet.assignments() if a[2] is not None]) == 3, "3 actors running shards")
+    newest = max(fleet.assignments(), key=lambda a: int(a[0].rsplit("-w", 1)[1]))
+    assert newest[1] == code and plan.group_of(newest[2]) == code, (newest, fleet.assignments())
+    trainer.report_trainer(step=0, stall=0.0)  # fed, and the producers ahead of it: shrink
+    wait_for(lambda: fleet.num_producers == 2, "the pool back at 2")
+    report = fleet.wait(timeout=240)
+    ups = [e for e in report.autoscale if e.after > e.before]
+    assert [(e.before, e.after, e.groups) for e in ups] == [(2, 3, (plan.group_name(code),))]
+    assert "new actors for g" in report.scaling() and "6 shards" in report.scaling() and report.plan == plan
+    assert report.steps == 240 // ROWS and all(p.state == "done" for p in report.producers)
+    rows = read_rows(ns)
+    expected = documents(tmp_path / "web") + documents(tmp_path / "code")
+    assert sorted(rows) == sorted(expected), "every document of both sources exactly once"
+    assert load_plan(open_store(ns), "fleet") == plan  # recorded: a rerun runs the same shards

@@ -127,6 +127,7 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         report: dict[str, Any] = {
             "namespace": store.url,
             "skipped_steps": skipped_report(store),
+            "fleet_plans": fleet_plans(store),
             "job": _job_report(head),
             "dataset": None
             if dataset is None
@@ -184,6 +185,23 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         return report
     finally:
         store.close()
+
+
+def fleet_plans(store: ObjectStore) -> dict[str, Any]:
+    """The source plans Ray fleets recorded (job prefix -> groups, their sources, workers and shards)."""
+    from torch_tgb.integrations._plan_record import read_plans
+
+    out: dict[str, Any] = {}
+    for prefix, plan in read_plans(store).items():
+        first = 0
+        groups = []
+        for j, (g, n) in enumerate(zip(plan.groups, plan.shards)):
+            groups.append({"group": plan.group_name(j), "memory_bytes": g.memory_bytes, "latency_s": g.latency_s,
+                           "workers": g.workers, "shards": [first, first + n - 1]})
+            first += n
+        out[prefix] = {"summary": plan.summary(), "num_shards": plan.num_shards, "workers": plan.workers,
+                       "weights": dict(plan.weights), "groups": groups}
+    return out
 
 
 def _job_report(head: ManifestState) -> dict[str, Any] | None:
@@ -336,6 +354,9 @@ def render_text(r: dict[str, Any]) -> str:
         for sh in job["shards"]:
             offsets = "" if not sh["next_offset"] else f"  offsets 0..{sh['next_offset'] - 1}"
             out.append(f"  {sh['label']:<{width}}  {sh['status']:<11}  {sh['id']}{offsets}")
+    for prefix, plan in (r.get("fleet_plans") or {}).items():
+        out.append(f"fleet plan {prefix!r} (source groups; shards bound to them)")
+        out += [f"  {line.strip()}" for line in plan["summary"].splitlines()]
     if r["producers"]:
         out.append("producers")
         width = max(len(p["id"]) for p in r["producers"])

@@ -88,7 +88,7 @@ class FleetDriver:
         self._pool.send_probes()
         for w in self._pool.workers:
             if w.ready:
-                shard = self._board.claim(w.name)
+                shard = self._board.claim(w.name, w.group)
                 if shard is None:
                     return
                 w.shard, w.last_progress, w.last_change = shard, (), None

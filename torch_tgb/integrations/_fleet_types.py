@@ -11,6 +11,7 @@ from torch_tgb.integrations._autoscale import AutoscalePolicy
 if TYPE_CHECKING:
     from torch_tgb.integrations._partition import PartitionPlan
     from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
+    from torch_tgb.integrations._shard_plan import ShardPlan
 
 __all__ = ["FleetConfig", "FleetReport", "ShardOutcome", "ShardStats"]
 
@@ -42,6 +43,13 @@ class FleetConfig:
     ``max_lag`` pauses and the mixture ahead; ``num_producers`` is where it
     starts. ``sources``: each source's memory in bytes (file access states)
     and ``pod_memory_bytes`` a worker's, for the source partition in the report.
+
+    **Planned by source** (``integrations/_shard_plan.py``): ``plan`` (from
+    :func:`~torch_tgb.integrations.ray.source_plan`) binds each shard to one
+    group of sources; every actor is dedicated to a group and claims its
+    shards first, the pool starts with each group's planned workers, and an
+    autoscaled pool gives new actors to the groups whose weight or cost rises
+    first. The fleet records the plan in the namespace and refuses another.
     """
 
     poll_interval_s: float = 0.5
@@ -56,6 +64,7 @@ class FleetConfig:
     trainer_stale_s: float = 30.0
     sources: Mapping[str, int] | None = None
     pod_memory_bytes: int = 8 << 30
+    plan: ShardPlan | None = None
 
     @property
     def policy(self) -> AutoscalePolicy | None:
@@ -166,6 +175,8 @@ class FleetReport:
     autoscale: tuple[AutoscaleEvent, ...] = ()
     timeline: tuple[TimelinePoint, ...] = ()
     partition: PartitionPlan | None = None
+    #: a fleet planned by source: its recorded plan (groups, their sources and shards)
+    plan: ShardPlan | None = None
 
     @property
     def bytes(self) -> int:
@@ -197,8 +208,11 @@ class FleetReport:
         )
 
     def scaling(self) -> str:
-        """An autoscaled fleet's story: each change of the pool and why, then the source partition ('' if none)."""
-        lines = [f"{e.t:8.1f} s  {e.before} -> {e.after} actors: {e.reason}" for e in self.autoscale]
-        if self.partition is not None:
+        """An autoscaled fleet's story: each change of the pool and why, then its source plan or partition ('' if none)."""
+        lines = [f"{e.t:8.1f} s  {e.before} -> {e.after} actors: {e.reason}"
+                 + (f" (new actors for {', '.join(e.groups)})" if e.groups else "") for e in self.autoscale]
+        if self.plan is not None:
+            lines.append(self.plan.summary())
+        elif self.partition is not None:
             lines.append(self.partition.summary())
         return "\n".join(lines)

@@ -15,10 +15,11 @@ follows the paper's three steps:
 3. **Group acceleration.** A group of latency ``O_j = sum P + overhead`` gets
    ``w_j = ceil(O_j / O_up)`` workers, so each keeps up with the budget.
 
-Pure (``tests/integrations/test_fleet_partition.py``). A fleet shows the plan in its
-report (``FleetReport.partition``) from the costs its shards measure; a
-source whose weight doubles doubles its latency and its group's workers: the
-mixture-driven part of the fleet's demand.
+Pure (``tests/integrations/test_fleet_partition.py``). An autoscaling fleet
+shows the plan in its report (``FleetReport.partition``) from the costs its
+shards measure; ``_shard_plan.py`` applies one: shards bound to the groups,
+actors dedicated to them. A source whose weight doubles doubles its latency
+and its group's workers: the mixture-driven part of the fleet's demand.
 """
 
 from __future__ import annotations

@@ -31,13 +31,16 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from torch_tgb.errors import FleetError
+from torch_tgb.integrations._allocation import groups_to_add
 from torch_tgb.integrations._fleet_driver import FleetDriver
 from torch_tgb.integrations._fleet_metrics import FleetMonitor, ShardTally
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardStats
+from torch_tgb.integrations._plan_record import record_plan
 from torch_tgb.integrations._ray_connect import connect
 from torch_tgb.integrations._partition import PartitionPlan
 from torch_tgb.integrations._ray_pool import ActorClass, ShardActor, WorkerPool
 from torch_tgb.integrations._scaler import Autoscaler
+from torch_tgb.integrations._shard_plan import check_plan, group_sizes, shares
 from torch_tgb.integrations._shards import ShardBoard, check_shard_count
 from torch_tgb.integrations._worker import ShardWorker, WorkerSpec
 from torch_tgb.layout import Layout
@@ -108,8 +111,11 @@ class Fleet:
         if not callable(make_pipeline):
             raise TypeError(f"make_pipeline must be callable (shard_index, shard_count) -> node, got {make_pipeline!r}")
         _check_count("num_producers", num_producers)
-        num_shards = num_producers if num_shards is None else num_shards
+        plan = fleet.plan if fleet is not None else None
+        num_shards = (num_producers if plan is None else plan.num_shards) if num_shards is None else num_shards
         _check_count("num_shards", num_shards)
+        if plan is not None:
+            check_plan(plan, num_shards=num_shards, where=f"{ns}: fleet {prefix!r}")
         if max_restarts < 0:
             raise ValueError(f"max_restarts={max_restarts} must be >= 0")
         if isinstance(settings.get("config"), FleetConfig):  # the spelling before config= meant the producers'
@@ -137,7 +143,9 @@ class Fleet:
         self._spec = WorkerSpec(ns, make_pipeline, layout, self.storage_options or None, o)
         self._actor_options = {"max_concurrency": 2, **dict(actor_options or {}), "max_restarts": max_restarts}
         self.max_restarts = max_restarts
-        self._board = ShardBoard(prefix=prefix, count=num_shards)
+        self.plan = self.config.plan
+        self._board = ShardBoard(prefix=prefix, count=num_shards,
+                                 groups=None if self.plan is None else self.plan.shard_groups())
         policy = self.config.policy
         # autoscaling starts from num_producers, inside the policy's bounds (and the shards there are)
         self._target = num_producers if policy is None else min(max(num_producers, policy.bounds(num_shards)[0]),
@@ -177,6 +185,8 @@ class Fleet:
             if head.sealed:
                 raise FleetError(f"{store.url} is sealed: a fleet cannot produce into it")
             check_shard_count(head.producers, prefix=self.prefix, count=self.num_shards, where=store.url)
+            if self.plan is not None:  # the namespace's plan from now on; a different recorded one is refused
+                record_plan(store, self.prefix, self.plan)
             self._spec = replace(self._spec, job=self._job(head, store.url))
             per_shard = self.options.max_steps
             self._monitor = FleetMonitor(
@@ -187,13 +197,16 @@ class Fleet:
             remote_cls: ActorClass = ray.remote(ShardWorker).options(**self._actor_options)
             self._pool = WorkerPool(ray, remote_cls, self._spec, prefix=self.prefix, target=self._target,
                                     retry_s=self.config.poll_interval_s)
+            if self.plan is not None:  # each group's planned workers, scaled to the pool
+                self._pool.scale(self._target, groups=self.plan.initial_groups(self._target))
             policy = self.config.policy
             if policy is not None:
-                c = self.config
+                c, plan, board = self.config, self.plan, self._board
                 self._scaler = Autoscaler(policy, self._pool, self._tally, shards=self.num_shards, manifest=manifest,
                                           channel=ControlChannel(store), interval_s=c.autoscale_interval_s,
                                           stale_s=c.trainer_stale_s, sources=c.sources,
-                                          pod_memory_bytes=c.pod_memory_bytes)
+                                          pod_memory_bytes=c.pod_memory_bytes, plan=plan,
+                                          runnable=None if plan is None else lambda: board.runnable(len(plan.groups)))
             self._driver = FleetDriver(ray, self._pool, self._board, self._tally, self._monitor, self.config,
                                        ns=self.ns, prefix=self.prefix, max_restarts=self.max_restarts,
                                        scaler=self._scaler)
@@ -223,7 +236,13 @@ class Fleet:
         _check_count("num_producers", num_producers)
         self._target = num_producers
         if self._pool is not None:
-            self._pool.scale(num_producers)
+            plan, groups = self.plan, self._pool.groups()
+            if plan is None or num_producers <= len(groups):
+                self._pool.scale(num_producers)
+                return
+            add = groups_to_add(num_producers - len(groups), shares=shares(plan, plan.weights),
+                                actors=group_sizes(groups, len(plan.groups)), runnable=list(plan.shards))
+            self._pool.scale(num_producers, groups=add)
 
     @property
     def running(self) -> bool:
@@ -238,6 +257,10 @@ class Fleet:
     def partition(self) -> PartitionPlan | None:
         """An autoscaling fleet's source partition (seed 004 §5.1) from what its shards measured so far."""
         return self._scaler.partition() if self._scaler is not None else None
+
+    def assignments(self) -> list[tuple[str, int | None, int | None]]:
+        """``(actor, source group, shard)`` of every live actor (group None: undedicated; shard None: idle)."""
+        return self._pool.assignments() if self._pool is not None else []
 
     def actors(self, *, running: bool = False) -> list[ShardActor]:
         """Handles of the live actors (only those running a shard with ``running=True``); for ``ray.kill`` in tests."""
@@ -288,6 +311,8 @@ class Fleet:
             if self._scaler is not None:
                 self._report = replace(self._report, autoscale=tuple(self._scaler.events),
                                        timeline=tuple(self._scaler.timeline), partition=self._scaler.partition())
+            if self.plan is not None:
+                self._report = replace(self._report, plan=self.plan)
             log.info("fleet %s", self._report.summary())
         except BaseException as e:  # noqa: BLE001 - handed to wait()
             self._error = e

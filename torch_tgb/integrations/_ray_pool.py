@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
@@ -50,6 +52,8 @@ class Worker:
 
     name: str
     handle: ShardActor
+    #: the source group it is dedicated to (claims that group's shards first); None: any shard
+    group: int | None = None
     deaths: int = 0
     shard: int | None = None
     ref: ObjectRef[object] | None = None
@@ -82,12 +86,29 @@ class WorkerPool:
         self._target = target
         self._spawned = 0
         self.workers: list[Worker] = []
+        self._labels: deque[int | None] = deque()  # the groups of the next actors started
+        self._drop: list[int] = []  # groups whose busy actors go first when the pool shrinks
 
     # --- any thread -------------------------------------------------------------------
 
-    def scale(self, target: int) -> None:
+    def scale(self, target: int, *, groups: Sequence[int | None] = (), drop: Sequence[int] = ()) -> None:
+        """Run ``target`` actors; the next ones started serve ``groups`` (in order, after those already
+        waiting to start), and busy actors of the ``drop`` groups go first when it shrinks."""
         with self._lock:
             self._target = target
+            self._labels.extend(groups)
+            self._drop = list(drop)
+
+    def assignments(self) -> list[tuple[str, int | None, int | None]]:
+        """``(actor, its group, the shard it runs)`` of every live actor."""
+        with self._lock:
+            return [(w.name, w.group, w.shard) for w in self.workers]
+
+    def groups(self) -> list[int | None]:
+        """The group of every live actor, then of those waiting to start."""
+        with self._lock:
+            waiting = max(0, self._target - len(self.workers))
+            return [w.group for w in self.workers] + [*self._labels, *[None] * waiting][:waiting]
 
     @property
     def target(self) -> int:
@@ -110,10 +131,16 @@ class WorkerPool:
         with self._lock:
             while len(self.workers) < self._target:
                 self._spawned += 1
-                self.workers.append(Worker(f"{self.prefix}-w{self._spawned}", self._remote_cls.remote(self._spec)))
+                group = self._labels.popleft() if self._labels else None
+                self.workers.append(Worker(f"{self.prefix}-w{self._spawned}", self._remote_cls.remote(self._spec),
+                                           group))
+            self._labels.clear()
             surplus = len(self.workers) - self._target
-            if surplus > 0:
-                victims = sorted(self.workers, key=lambda w: w.shard is not None)[:surplus]
+            if surplus > 0:  # idle ones first; then undedicated, then by the drop order
+                rank = {g: i for i, g in enumerate(self._drop)}
+                victims = sorted(self.workers, key=lambda w: (w.shard is not None,
+                                                              -1 if w.group is None else rank.get(w.group, len(rank))))
+                victims = victims[:surplus]
                 self.workers = [w for w in self.workers if w not in victims]
         for w in victims:
             self.kill(w)
@@ -126,10 +153,11 @@ class WorkerPool:
             pass
 
     def remove(self, worker: Worker) -> None:
-        """Take ``worker`` out of the pool (``apply_scale`` starts another); it is not killed."""
+        """Take ``worker`` out of the pool (``apply_scale`` starts another, for the same group); it is not killed."""
         with self._lock:
             if worker in self.workers:
                 self.workers.remove(worker)
+                self._labels.appendleft(worker.group)
 
     def replace(self, worker: Worker) -> None:
         """Drop a worker Ray will not bring back, and kill it."""

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from torch_tgb.errors import TGBError
+from torch_tgb.integrations._allocation import drop_order, groups_to_add
 from torch_tgb.integrations._autoscale import AutoscalePolicy, Decision, FleetSignals
 from torch_tgb.integrations._fleet_metrics import ShardTally
 from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partition_sources
 from torch_tgb.integrations._ray_pool import WorkerPool
+from torch_tgb.integrations._shard_plan import ShardPlan, group_sizes, shares
 from torch_tgb.manifest import ControlChannel, Manifest, MixRecord, TrainerStatus
 from torch_tgb.manifest.control import MIX_PREFIX, parse_block
 
@@ -72,6 +74,8 @@ class AutoscaleEvent:
     stall: float | None
     lead: int | None
     paused: bool
+    #: a fleet planned by source: the groups the added actors serve ("any": no group had a shard left)
+    groups: tuple[str, ...] = ()
 
 
 class Autoscaler:
@@ -80,7 +84,8 @@ class Autoscaler:
     def __init__(
         self, policy: AutoscalePolicy, pool: WorkerPool, tally: ShardTally, *, shards: int, manifest: Manifest,
         channel: ControlChannel, interval_s: float, stale_s: float, sources: Mapping[str, int] | None = None,
-        pod_memory_bytes: int = 8 << 30,
+        pod_memory_bytes: int = 8 << 30, plan: ShardPlan | None = None,
+        runnable: Callable[[], list[int]] | None = None,
     ) -> None:
         self.policy, self.pool, self.tally = policy, pool, tally
         self.shards, self.manifest, self.channel = shards, manifest, channel
@@ -98,6 +103,11 @@ class Autoscaler:
         self._costs: dict[str, float] = {}
         self._weights: dict[str, float] = {}
         self._batch_s: float | None = None
+        self.plan = plan
+        self.runnable = runnable
+        self._ahead: dict[str, float] = {}  # the weights the producers meet next (normalised)
+        self._rising: set[int] = set()  # the plan's groups that rise this round
+        self._group_cost: dict[int, float] = {}  # each group's seconds per batch at the last change
 
     # --- signals -------------------------------------------------------------------------
 
@@ -116,8 +126,8 @@ class Autoscaler:
             self._status = status
         return status if now_wall - status.time <= self.stale_s else None
 
-    def _records_ahead(self, step: int) -> list[MixRecord]:
-        """The control records at steps after ``step``: one LIST, each block object read once."""
+    def _all_records(self) -> list[MixRecord]:
+        """Every control record in step order: one LIST, each block object read once."""
         for key in self.channel.store.list(MIX_PREFIX):
             name = key[len(MIX_PREFIX) : -len(".json")]
             if key in self._records or not key.endswith(".json") or not name.isdigit():
@@ -129,10 +139,18 @@ class Autoscaler:
             except TGBError as e:  # a producer stops on it by name; the fleet's sizing goes on without it
                 log.warning("autoscale: control object %s unreadable: %s", key, e)
                 self._records[key] = None
-        return sorted((r for r in self._records.values() if r is not None and r.step > step), key=lambda r: r.step)
+        return sorted((r for r in self._records.values() if r is not None), key=lambda r: r.step)
 
-    def _mixture(self, snaps: list[dict[str, float]]) -> tuple[float, tuple[str, ...]]:
-        """``cost_ratio`` and the rising sources: the next record's weights against the ones in force."""
+    def _mixture(self, snaps: list[dict[str, float]], committed: int) -> tuple[float, tuple[str, ...]]:
+        """``cost_ratio`` and the rising sources: the next record's weights against the ones in force.
+
+        The weights in force: the shards' Mix reports, else (and always in a
+        fleet planned by source, whose Mixes weigh only their group) the record
+        in force at the producers' step, else the plan's. The costs: measured
+        by the Mix (for every source of the plan), else the plan's. The
+        producers' step: the Mix's, else the namespace's committed steps (a
+        fleet planned by source needs no Mix).
+        """
         costs: dict[str, list[float]] = {}
         weights: dict[str, list[float]] = {}
         scheduled: dict[str, list[float]] = {}
@@ -149,20 +167,54 @@ class Autoscaler:
         if weights:
             self._weights = {k: sum(v) / len(v) for k, v in weights.items()}
         steps = [s["mix_step"] for s in snaps if "mix_step" in s]
-        if not self._costs or not self._weights or not steps:
-            return 1.0, ()
-        ahead = self._records_ahead(int(min(steps)))
+        step = int(min(steps)) if steps else committed
+        records = self._all_records() if steps or self.plan is not None else []
+        plan = self.plan
+        in_force = [r for r in records if r.step <= step]
+        # a planned fleet's Mixes weigh only their group's sources: the mixture in force is the fleet's
+        mixture = dict(in_force[-1].weights) if in_force else dict(plan.weights) if plan is not None else {}
+        now_weights = mixture if plan is not None else self._weights or mixture
+        cost_of = self._costs
+        if plan is not None and not set(plan.sources) <= set(cost_of):  # one unit for all: the plan's
+            cost_of = {k: v.batch_s for k, v in plan.sources.items()}
+        ahead = [r for r in records if r.step > step]
         if ahead:  # the next control record, else the schedule's weights a lookahead on (the workers report them)
             new = _normalised(ahead[0].weights)
         elif scheduled:
             new = _normalised({k: sum(v) / len(v) for k, v in scheduled.items()})
         else:
+            self._ahead = _normalised(now_weights)
             return 1.0, ()
-        now = _normalised(self._weights)
-        cost_now = sum(now.get(k, 0.0) * c for k, c in self._costs.items())
-        cost_new = sum(new.get(k, 0.0) * c for k, c in self._costs.items())
+        self._ahead = new
+        if not cost_of or not now_weights:
+            return 1.0, ()
+        now = _normalised(now_weights)
+        cost_now = sum(now.get(k, 0.0) * c for k, c in cost_of.items())
+        cost_new = sum(new.get(k, 0.0) * c for k, c in cost_of.items())
         rising = tuple(sorted(k for k in new if new[k] > now.get(k, 0.0) * 1.1))
         return (cost_new / cost_now if cost_now > 0 else 1.0), rising
+
+    def _rising_groups(self, snaps: list[dict[str, float]], rising: tuple[str, ...]) -> set[int]:
+        """Groups of a source plan that hold a rising source, or whose measured seconds per batch rose.
+
+        A group's cost is the mean ``batch_s`` of its running shards; it rises
+        when it exceeds the one seen at the last change of the pool by more
+        than the policy's ``ratio_tolerance``.
+        """
+        plan = self.plan
+        if plan is None:
+            return set()
+        out = {j for j, g in enumerate(plan.groups) if any(p.name in rising for p in g.parts)}
+        per_group: dict[int, list[float]] = {}
+        for snap in snaps:
+            if snap.get("batch_s", 0.0) > 0 and "shard" in snap and 0 <= int(snap["shard"]) < plan.num_shards:
+                per_group.setdefault(plan.group_of(int(snap["shard"])), []).append(snap["batch_s"])
+        for j, values in per_group.items():
+            cost = sum(values) / len(values)
+            base = self._group_cost.setdefault(j, cost)
+            if cost > base * (1.0 + self.policy.ratio_tolerance):
+                out.add(j)
+        return out
 
     def signals(self) -> FleetSignals:
         now = time.monotonic()
@@ -172,7 +224,11 @@ class Autoscaler:
         batch = [s["batch_s"] for s in snaps if s.get("batch_s", 0.0) > 0]
         if batch:
             self._batch_s = sum(batch) / len(batch)
-        ratio, rising = self._mixture(snaps)
+        ratio, rising = self._mixture(snaps, head.num_steps)
+        self._rising = self._rising_groups(snaps, rising)
+        if self.plan is not None:  # name the groups whose cost rose too (the decision's reason says why)
+            rising = tuple(sorted({*rising, *(self.plan.group_name(j) for j in self._rising
+                                              if not any(p.name in rising for p in self.plan.groups[j].parts))}))
         return FleetSignals(
             time=now, actors=self.pool.target, shards=self.shards,  # the size asked for: starting ones count
             stall=None if status is None else status.stall, rate=None if status is None else self._rate,
@@ -200,11 +256,28 @@ class Autoscaler:
                                            s.cost_ratio))
         if decision.target != s.actors:
             self._last_change = now
+            groups, drop = self._allocate(decision.target - s.actors)
+            names = tuple("any" if g is None else self.plan.group_name(g) for g in groups) if self.plan else ()
             self.events.append(AutoscaleEvent(t, s.actors, decision.target, decision.reason, s.stall, s.lead,
-                                              s.paused))
-            log.info("autoscale: %d -> %d actors: %s", s.actors, decision.target, decision.reason)
-            self.pool.scale(decision.target)
+                                              s.paused, names))
+            log.info("autoscale: %d -> %d actors: %s%s", s.actors, decision.target, decision.reason,
+                     f" (new actors for {', '.join(names)})" if names else "")
+            self.pool.scale(decision.target, groups=groups, drop=drop)
+            self._group_cost.clear()  # a group's cost rises against what it was at this change
         return decision
+
+    def _allocate(self, change: int) -> tuple[list[int | None], list[int]]:
+        """The groups of the actors added (``change`` > 0) or the order groups lose theirs (< 0)."""
+        plan = self.plan
+        if plan is None:
+            return [], []
+        measured = self._costs if set(plan.sources) <= set(self._costs) else None  # else the plan's, one unit
+        shares_ = shares(plan, self._ahead or plan.weights, measured)
+        actors = group_sizes(self.pool.groups(), len(plan.groups))
+        if change > 0:
+            runnable = self.runnable() if self.runnable is not None else list(plan.shards)
+            return groups_to_add(change, shares=shares_, actors=actors, runnable=runnable, rising=self._rising), []
+        return [], drop_order(shares=shares_, actors=actors, rising=self._rising)
 
     def partition(self) -> PartitionPlan | None:
         """The §5.1 plan from the declared memory and the measured costs (None: nothing measured or declared)."""

@@ -17,7 +17,7 @@ wait, which run where, which are done, and how often each was started.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from torch_tgb.errors import FleetError
@@ -50,26 +50,39 @@ class _Shard:
     state: str = "pending"  # pending | running | done
     attempts: int = 0
     worker: str | None = None
+    group: int | None = None  # the source group it reads (a fleet planned by source), else None
 
 
 class ShardBoard:
     """Pending, running and finished shards of one fleet run; pure and single-threaded."""
 
-    def __init__(self, *, prefix: str, count: int) -> None:
+    def __init__(self, *, prefix: str, count: int, groups: Sequence[int] | None = None) -> None:
         if count < 1:
             raise ValueError(f"num_shards={count} must be >= 1")
+        if groups is not None and len(groups) != count:
+            raise ValueError(f"groups: one per shard ({count}), got {len(groups)}")
         self.count = count
-        self._shards = [_Shard(i, shard_producer_id(prefix, i, count)) for i in range(count)]
+        self._shards = [_Shard(i, shard_producer_id(prefix, i, count), group=None if groups is None else groups[i])
+                        for i in range(count)]
         self._pending: deque[int] = deque(range(count))
 
     def producer_id(self, index: int) -> str:
         return self._shards[index].producer_id
 
-    def claim(self, worker: str) -> int | None:
-        """The next pending shard, now running on ``worker`` (``None`` if nothing waits)."""
+    def claim(self, worker: str, group: int | None = None) -> int | None:
+        """The next pending shard, now running on ``worker`` (``None`` if nothing waits).
+
+        ``group``: a dedicated worker's source group, whose next pending shard
+        it takes first; another group's when its own has none waiting (no
+        actor idles while work waits).
+        """
         if not self._pending:
             return None
-        shard = self._shards[self._pending.popleft()]
+        mine = next((i for i in self._pending if group is not None and self._shards[i].group == group), None)
+        if mine is None:
+            mine = self._pending[0]
+        self._pending.remove(mine)
+        shard = self._shards[mine]
         shard.state, shard.worker = "running", worker
         shard.attempts += 1
         return shard.index
@@ -85,6 +98,17 @@ class ShardBoard:
     def finish(self, index: int) -> None:
         shard = self._shards[index]
         shard.state, shard.worker = "done", None
+
+    def group(self, index: int) -> int | None:
+        return self._shards[index].group
+
+    def runnable(self, groups: int) -> list[int]:
+        """Per source group: its shards not done (pending or running)."""
+        out = [0] * groups
+        for s in self._shards:
+            if s.group is not None and s.state != "done":
+                out[s.group] += 1
+        return out
 
     def attempts(self, index: int) -> int:
         return self._shards[index].attempts

@@ -13,7 +13,11 @@ which worker runs it or how many workers there are:
   with another ``num_producers`` continues where the last run stopped;
 - ``FleetConfig(autoscale=(min, max))`` lets the fleet size itself from the
   trainer's stall, the producers' lead, ``max_lag`` pauses and the mixture
-  ahead (:class:`AutoscalePolicy`; ``FleetReport.autoscale``/``timeline``/``partition``).
+  ahead (:class:`AutoscalePolicy`; ``FleetReport.autoscale``/``timeline``/``partition``);
+- ``FleetConfig(plan=source_plan(ns, sources, ...))`` binds shards to groups
+  of sources (heavy ones split, light ones grouped, seed 004 §5.1) and
+  actors to groups: a source whose weight or cost rises gets the new actors
+  first (the plan is recorded in the namespace: every run uses the same).
 
 See docs/operations.md, "Producer fleets on Ray". Needs the ``ray`` extra.
 """
@@ -36,7 +40,9 @@ from torch_tgb.integrations._autoscale import AutoscalePolicy, Decision, FleetSi
 from torch_tgb.integrations._fleet_types import FleetConfig, FleetReport, ShardOutcome, ShardStats
 from torch_tgb.integrations._ray_fleet import Fleet
 from torch_tgb.integrations._partition import PartitionPlan, SourceSpec, partition_sources
+from torch_tgb.integrations._plan_record import load_plan, source_plan
 from torch_tgb.integrations._scaler import AutoscaleEvent, TimelinePoint
+from torch_tgb.integrations._shard_plan import ShardPlan, ShardSources, SourceSlice, plan_shards
 from torch_tgb.integrations._shards import parse_shard_producer_id, shard_producer_id
 from torch_tgb.layout import Layout
 from torch_tgb.producer import ProduceOptions, ProducerConfig, ProduceSettings
@@ -52,13 +58,19 @@ __all__ = [
     "FleetSignals",
     "PartitionPlan",
     "ShardOutcome",
+    "ShardPlan",
+    "ShardSources",
     "ShardStats",
+    "SourceSlice",
     "SourceSpec",
     "TimelinePoint",
+    "load_plan",
     "parse_shard_producer_id",
     "partition_sources",
+    "plan_shards",
     "produce_on_ray",
     "shard_producer_id",
+    "source_plan",
 ]
 
 
