@@ -89,3 +89,16 @@ def test_rank_override_loads_another_ranks_state(tmp_path):
     fresh = Counter()
     dcp.load({"data": DataState(fresh, rank=1)}, checkpoint_id=str(tmp_path / "ck"))
     assert fresh.i == 4
+
+
+def test_rank_and_world_are_resolved_as_a_readers_mesh_resolves_them(monkeypatch):
+    """Without ``rank=`` and without a process group, the state is keyed by the launcher's RANK, as a reader's
+    Mesh takes it (``layout.resolve_rank_world``): the reader of rank 2 saves under ``rank_2``, not ``rank_0``."""
+    from torch_tgb.checkpoint.data_state import decode_state
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    state = DataState(Counter()).state_dict()
+    assert list(state) == ["rank_2"]
+    payload = decode_state(state["rank_2"])
+    assert payload["rank"] == 2 and payload["world_size"] == 4

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import torch
 
 from torch_tgb.errors import CorruptObject
+from torch_tgb.layout import resolve_rank_world
 
 __all__ = ["CURSOR_STATE_KEY", "DataState", "decode_state", "encode_state"]
 
@@ -87,7 +88,7 @@ class DataState:
 
     @property
     def key(self) -> str:
-        return f"rank_{self._current_rank()}" if self.per_rank else CURSOR_STATE_KEY
+        return f"rank_{self._rank_world()[0]}" if self.per_rank else CURSOR_STATE_KEY
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         # DCP calls this at load time too (to get destinations): the tensor is then overwritten.
@@ -96,7 +97,8 @@ class DataState:
             from torch_tgb.consumer._state import canonical_state
 
             state = canonical_state(state)
-        payload = {"rank": self._current_rank(), "world_size": _world_size(), "state": state}
+        rank, world_size = self._rank_world()
+        payload = {"rank": rank, "world_size": world_size, "state": state}
         return {self.key: encode_state(payload, capacity=self.capacity)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -108,12 +110,10 @@ class DataState:
             raise CorruptObject(f"DataState: {key!r} does not hold a data state")
         self.target.load_state_dict(payload["state"])
 
-    def _current_rank(self) -> int:
-        if self._rank is not None:
-            return self._rank
-        import torch.distributed as dist
-
-        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    def _rank_world(self) -> tuple[int, int]:
+        """This process's rank (``rank=`` if given) and world size, resolved as a reader's mesh resolves them."""
+        rank, world_size = resolve_rank_world()
+        return (rank if self._rank is None else self._rank), world_size
 
     def __repr__(self) -> str:
         return f"DataState({type(self.target).__name__}, capacity={self.capacity})"
@@ -124,12 +124,6 @@ def _has_canonical_cursor(target: object) -> bool:
     from torch_tgb.consumer import DataLoader, TGBDataset
 
     return isinstance(target, (TGBDataset, DataLoader))
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def encode_state(value: object, *, capacity: int = DEFAULT_CAPACITY) -> torch.Tensor:
