@@ -166,9 +166,9 @@ def pack_extent(start: np.ndarray | int, length: Sequence[int] | np.ndarray | in
     """``start << 24 | length`` (int64): a span's place in its record, as one number."""
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    if length.size and (int(length.min()) < 0 or int(length.max()) > MAX_SPAN):
-        raise ValueError(f"a span holds 0..{MAX_SPAN} tokens, got {int(length.max())}")
-    if start.size and (int(start.min()) < 0 or int(start.max()) >= 1 << (63 - LENGTH_BITS)):
+    if ((length >> LENGTH_BITS) | (start >> (63 - LENGTH_BITS))).any():  # one pass: a negative shifts to -1
+        if length.size and (int(length.min()) < 0 or int(length.max()) > MAX_SPAN):
+            raise ValueError(f"a span holds 0..{MAX_SPAN} tokens, got {int(length.max())}")
         raise ValueError(f"a span starts at 0..2**{63 - LENGTH_BITS} tokens into its record")
     out: np.ndarray = (start << LENGTH_BITS) | length
     return out
