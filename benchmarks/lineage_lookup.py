@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in one[:1] + [batch]:
         print(f"{r['records']} record(s): {r['seconds']:.3f} s, {r['requests']} requests, {r['found']} entries")
     print(f"index: {entries} entries in {levels} level(s) + {args.deltas} deltas; {counting.inner.describe()}")
-    save(results_dir(args), "lineage_lookup", result)
+    save(results_dir(args), "lineage_lookup_quick" if args.quick else "lineage_lookup", result)  # keeps the full one
     inner.destroy()
     return 0
 

@@ -27,6 +27,7 @@ from _report_e2e import e2e_section
 from _report_e2e_gpu import e2e_gpu_section
 from _report_ingest import token_rows_section
 from _report_peers import getbatch_section, peers_s3_section, peers_section, redis_section
+from _report_provenance import provenance_section
 from _report_scale import scale_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += scale_section(results.get("scale"), results.get("scale_discovery"))
     if "autoscale" in results:
         lines += autoscale_section(results["autoscale"])
+    lines += provenance_section(results.get("provenance_cost") or results.get("provenance_cost_quick"),
+                                results.get("lineage_lookup") or results.get("lineage_lookup_quick"))
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

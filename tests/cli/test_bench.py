@@ -53,7 +53,8 @@ def test_bench_quick_completes_and_writes_valid_json(tmp_path, capfd):
     printed = capfd.readouterr().out
     assert str(out) in printed
     written = sorted(p.stem for p in out.glob("*.json"))
-    assert {"peers", "peers_s3", "getbatch", "commit_cost", "ingest_quick"} <= set(written), written
+    assert {"peers", "peers_s3", "getbatch", "commit_cost", "ingest_quick", "provenance_cost_quick",
+            "lineage_lookup_quick"} <= set(written), written
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
         assert data["machine"]["cores"] >= 1

@@ -40,6 +40,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("hot_tier", ["--quick"]),
         ("multimodal", ["--quick"]),
         ("ingest", ["--quick"]),
+        ("provenance_cost", ["--quick"]),
+        ("lineage_lookup", ["--quick"]),
     ],
     "all": [
         ("peers", []),
@@ -54,6 +56,8 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ("multimodal", []),
         ("ingest", ["--rounds", "3"]),
         ("ingest_floor", []),
+        ("provenance_cost", []),
+        ("lineage_lookup", []),
         # producer_scaling takes 10+ minutes at full size: run it by name (tgb bench producer_scaling)
     ],
 }

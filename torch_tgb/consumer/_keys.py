@@ -17,8 +17,8 @@ no error. ``"labels"`` is the exception, since it is the default: on a
 namespace without ``seq_lens`` it means labels as stored (or the bare shift of
 ``labels_from``), so every older namespace reads with the default options.
 
-A row's ``provenance`` (``transforms.provenance``) is read and delivered only
-when ``keys`` names it: a trainer's default batch is what it trains on.
+A row's ``provenance`` and ``provenance_counts`` (``transforms.provenance``)
+are read and delivered only when ``keys`` names them: a trainer's default batch is what it trains on.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from torch_tgb.errors import SchemaMismatch
 from torch_tgb.layout import LABELS_KEY, offsets_key
 from torch_tgb.transforms.derive import DERIVABLE, SEQ_LENS_KEY
-from torch_tgb.transforms.provenance import PROVENANCE_KEY
+from torch_tgb.transforms.provenance import PROVENANCE_KEYS
 
 __all__ = ["KeyPlan", "plan_keys"]
 
@@ -74,7 +74,7 @@ def plan_keys(
             f"packed into each row, which token rows carry) and does not store them either; it stores "
             f"{sorted(stored)}. Drop them from ReaderOptions(derive=...), or write the namespace as token rows"
         )
-    wanted = set(deliverable | (set(derive) & derivable)) - {PROVENANCE_KEY} if keys is None else set(keys)
+    wanted = set(deliverable | (set(derive) & derivable)) - PROVENANCE_KEYS if keys is None else set(keys)
     missing = sorted(wanted - deliverable - derivable)
     if missing:
         raise SchemaMismatch(
@@ -91,7 +91,7 @@ def plan_keys(
         needs.add(labels_from if labels_from is not None else LABELS_KEY)
         needs &= stored
     read = frozenset(needs | {offsets_key(k) for k in needs & ragged})
-    if keys is None and PROVENANCE_KEY not in stored:
+    if keys is None and not PROVENANCE_KEYS & stored:
         return KeyPlan(None, derived, None, mask, schema)
     deliver = frozenset(wanted | {offsets_key(k) for k in wanted & ragged})
     return KeyPlan(read, derived, deliver, mask, schema)

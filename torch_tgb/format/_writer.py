@@ -24,6 +24,7 @@ from torch_tgb.format._dtypes import DType, dtype_of_tensor
 from torch_tgb.format._footer import SLICE_ALIGN, TENSOR_ALIGN, TRAILER_SIZE, encode_footer
 from torch_tgb.format._footer_view import TensorInfo
 from torch_tgb.format._grid import encode_grid
+from torch_tgb.format._grid_ragged import encode_ragged_grid
 from torch_tgb.format._records import record_width
 from torch_tgb.format._spec import FORMAT_VERSION, FORMAT_VERSIONS, PAGE_ALIGN_FROM, V3_SLICE_ALIGN
 from torch_tgb.layout import Layout, SliceData, offsets_key
@@ -216,7 +217,8 @@ def encode_batch(
     codecs: Mapping[str, Codec] | None = None,
 ) -> tuple[list[memoryview | bytes], TGBObject]:
     """``encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata)``, without a Python object per slice
-    when every tensor is dense (``_grid.py``: producer CPU per TGB nearly independent of dp x cp). Unlike
+    when every tensor is dense (``_grid.py``: producer CPU per TGB nearly independent of dp x cp), nor per (slice,
+    tensor) when it has ragged keys and ``cp == 1`` (``_grid_ragged.py``: packed rows' ``seq_lens``, provenance). Unlike
     :func:`encode_tgb` the payload is copied: ``batch`` may change once this returns. With ``codecs`` (format
     version 4) the slices are cut and encoded by :func:`encode_tgb`, which copies what it compresses only."""
     if codecs:
@@ -224,6 +226,8 @@ def encode_batch(
     dense = {k: t for k, t in batch.items() if isinstance(t, torch.Tensor)}
     grid = encode_grid(dense, layout, base=base, key=key, metadata=metadata, dtype_of=_dtype) \
         if len(dense) == len(batch) else None
+    if grid is None:  # ragged keys: without a Python object per (slice, tensor) where cp is 1 (_grid_ragged.py)
+        grid = encode_ragged_grid(batch, layout, base=base, key=key, metadata=metadata, dtype_of=_dtype)
     if grid is None:
         return encode_tgb(layout.cut(batch), base=base, key=key, metadata=metadata)
     buffers, width = grid

@@ -24,8 +24,9 @@ from torch_tgb.lineage._read import footer_of
 from torch_tgb.manifest import TGBEntry
 from torch_tgb.storage import ObjectStore
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
-from torch_tgb.transforms.excision import excise_array_rows, excise_token_rows
-from torch_tgb.transforms.provenance import PROVENANCE_KEY, record_hash
+from torch_tgb.transforms.excision import entry_owners, excise_array_rows, excise_token_rows, kept_entries, key_owners
+from torch_tgb.transforms.provenance import COUNTS_KEY, PROVENANCE_KEY, media_keys, record_hash
+from torch_tgb.transforms.sample_keys import SAMPLE_KEYS
 
 __all__ = ["Rewritten", "read_batch", "rewrite"]
 
@@ -114,23 +115,59 @@ def rewrite(store: ObjectStore, entry: TGBEntry, layout: Layout, deny: np.ndarra
         assert done.seq_lens is not None
         out[SEQ_LENS_KEY] = RaggedRows.from_lengths(torch.from_numpy(done.seq_lens[0]), np.diff(done.seq_lens[1]))
     else:
-        _check_array_keys(batch, entry)
+        owners = _check_array_keys(batch, entry, len(values))
         arrays = {k: t.numpy() for k, t in batch.items() if k in ARRAY_KEYS and isinstance(t, torch.Tensor)}
         pad = arrays["input_ids"][arrays["document_ids"] < 0]
         done = excise_array_rows(arrays, (values, offsets), hit, pad_id=int(pad[0]) if len(pad) else 0)
         out.update({k: torch.from_numpy(v) for k, v in done.arrays.items()})
+        for name, owner in owners.items():  # a sample's patches, grids, states and key go with its tokens
+            rag = batch[name]
+            assert isinstance(rag, RaggedRows)
+            try:
+                keep, kept = kept_entries(rag.offsets.numpy(), owner, hit, offsets)
+            except ValueError as e:
+                raise ProvenanceError(f"object {entry.key!r}: {name!r} does not match its rows' {COUNTS_KEY!r} ({e}): "
+                                      "nothing was excised") from e
+            out[name] = RaggedRows.from_lengths(rag.values[torch.from_numpy(keep)].clone(), np.diff(kept))
     kept_values, kept_offsets = done.provenance
     out[PROVENANCE_KEY] = RaggedRows.from_lengths(torch.from_numpy(kept_values), np.diff(kept_offsets))
     return Rewritten(layout.cut(out), removed, done.tokens)
 
 
-def _check_array_keys(batch: Mapping[str, object], entry: TGBEntry) -> None:
-    """Refuse rows whose other keys an excision cannot keep right (media pixels of a removed sample)."""
-    other = [k for k, v in batch.items()
-             if k not in (*ARRAY_KEYS, *ROW_KEYS, PROVENANCE_KEY, SEQ_LENS_KEY)]
-    if other or "document_ids" not in batch:
+def _check_array_keys(batch: Mapping[str, object], entry: TGBEntry, spans: int) -> dict[str, np.ndarray]:
+    """The span owning each entry of every ragged key of per-token rows (media rows: ``PackSamples``'s), by key;
+    a ProvenanceError where an excision cannot keep the rows right (a key it does not know; media rows written
+    before ``provenance_counts`` said which entries are whose)."""
+    known = (*ARRAY_KEYS, *ROW_KEYS, PROVENANCE_KEY, SEQ_LENS_KEY, COUNTS_KEY, SAMPLE_KEYS)
+    dense = [k for k, v in batch.items() if isinstance(v, torch.Tensor) and k not in known]
+    if dense or "document_ids" not in batch:
         raise ProvenanceError(
-            f"object {entry.key!r}: rows with {sorted(other) or 'no document_ids'} cannot be excised yet (only text "
-            "rows: token rows, or input_ids/labels/document_ids/position_ids); rewrite the namespace without the "
-            "records instead"
+            f"object {entry.key!r}: rows with {sorted(dense) or 'no document_ids'} cannot be excised (an excision "
+            "rewrites token rows, and per-token rows of input_ids/labels/document_ids/position_ids with their "
+            "samples' ragged keys); rewrite the namespace without the records instead"
         )
+    media = media_keys(k for k, v in batch.items() if isinstance(v, RaggedRows))
+    counts = batch.get(COUNTS_KEY)
+    if media and not isinstance(counts, RaggedRows):
+        raise ProvenanceError(
+            f"object {entry.key!r}: its rows hold samples' {list(media)} but no {COUNTS_KEY!r} (written before "
+            "PackSamples recorded which entries are each sample's), so an excision cannot tell the record's pixels "
+            "from its neighbours'. To remove the records: produce the affected steps again from sources without "
+            "them (a namespace written now records the counts and can be excised), or rewrite the namespace "
+            "without them"
+        )
+    owners: dict[str, np.ndarray] = {}
+    if isinstance(counts, RaggedRows):
+        table = counts.values.numpy().reshape(spans, -1) if spans else counts.values.numpy().reshape(0, len(media))
+        if table.shape != (spans, len(media)):
+            raise ProvenanceError(f"object {entry.key!r}: {COUNTS_KEY!r} has {table.shape[1]} columns for the media "
+                                  f"keys {list(media)}: nothing was excised")
+        owners = {name: entry_owners(table[:, j]) for j, name in enumerate(media)}
+        owners[COUNTS_KEY] = np.arange(spans, dtype=np.int64)
+    keys = batch.get(SAMPLE_KEYS)
+    if isinstance(keys, RaggedRows):
+        try:
+            owners[SAMPLE_KEYS] = key_owners(keys.values.numpy(), spans)
+        except ValueError as e:
+            raise ProvenanceError(f"object {entry.key!r}: {SAMPLE_KEYS!r}: {e}: nothing was excised") from e
+    return owners

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ __all__ = [
     "merge_entries",
     "merge_summaries",
     "split_row",
+    "steps_entries",
     "summary_of",
 ]
 
@@ -67,17 +68,33 @@ ROW_MASK = 0xFFFF
 def entries_of(step: int, values: np.ndarray, offsets: np.ndarray, dp: int) -> np.ndarray:
     """The index entries of one step's rows: provenance ``values [spans, 3]`` with row ``offsets [rows + 1]``,
     the rows cut into ``dp`` equal slices."""
-    rows = len(offsets) - 1
-    per = rows // dp if dp else 0
-    if not 0 <= step <= _MAX_STEP or per * dp != rows or per > ROW_MASK + 1 or dp > ROW_MASK + 1:
-        raise ValueError(f"step={step}, {rows} rows in dp={dp} slices: the lineage index holds steps below 2**32 "
-                         "and up to 65536 slices of up to 65536 rows")
-    out = np.empty(len(values), dtype=ENTRY)
-    if len(values):
-        row = np.repeat(np.arange(rows, dtype=np.uint32), np.diff(offsets))
-        out["h"] = record_hash(values[:, 0], values[:, 1])
-        out["step"] = step
-        out["row"] = ((row // per) << 16) | (row % per)
+    return steps_entries([(step, values, offsets)], dp)
+
+
+def steps_entries(steps: Sequence[tuple[int, np.ndarray, np.ndarray]], dp: int) -> np.ndarray:
+    """The index entries of several steps ``(step, values, row offsets)``, in their order: one pass of numpy over
+    all their spans (what a committer does for each version it commits), not a pass per step."""
+    spans, rows = [], []
+    for step, values, offsets in steps:
+        n = len(offsets) - 1
+        per = n // dp if dp else 0
+        if not 0 <= step <= _MAX_STEP or per * dp != n or per > ROW_MASK + 1 or dp > ROW_MASK + 1:
+            raise ValueError(f"step={step}, {n} rows in dp={dp} slices: the lineage index holds steps below 2**32 "
+                             "and up to 65536 slices of up to 65536 rows")
+        spans.append(len(values))
+        rows.append(n)
+    out = np.empty(sum(spans), dtype=ENTRY)
+    if not len(out):
+        return out
+    values = np.concatenate([np.asarray(v, dtype=np.int64).reshape(-1, 3) for _, v, _ in steps])
+    counts = np.concatenate([np.diff(np.asarray(o, dtype=np.int64)) for _, _, o in steps])
+    first_row = np.repeat(np.cumsum([0, *rows[:-1]]), rows)  # each row's first row of its step
+    per_slice = np.repeat(np.array(rows, dtype=np.int64) // dp, rows)
+    in_step = np.arange(len(counts), dtype=np.int64) - first_row
+    row = np.repeat(((in_step // per_slice) << 16) | (in_step % per_slice), counts)
+    out["h"] = record_hash(values[:, 0], values[:, 1])
+    out["step"] = np.repeat(np.array([step for step, _, _ in steps], dtype=np.int64), spans)
+    out["row"] = row
     return out
 
 
@@ -91,30 +108,44 @@ def empty_summary(lo: int, hi: int) -> dict[str, Any]:
 
 
 def summary_of(lo: int, hi: int, steps: Iterable[tuple[int, np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """The summary of the provenance ``(step, values, row offsets)`` of versions ``lo .. hi``."""
+    """The summary of the provenance ``(step, values, row offsets)`` of versions ``lo .. hi``.
+
+    Computed over all the steps' spans at once (a handful of numpy operations a
+    version, not a loop per step and source: the committer writes it on ingest).
+    """
     out = empty_summary(lo, hi)
-    first, stop = None, 0
-    for step, values, offsets in steps:
-        first = step if first is None else min(first, step)
-        stop = max(stop, step + 1)
-        out["rows"] += len(offsets) - 1
-        out["tgbs"] += 1
-        if not len(values):
-            continue
-        sources, _ = split_unit_key(values[:, 0])
-        starts, lengths = unpack_extent(values[:, 2])
-        mix = out["mix"].setdefault(str(step // MIX_STEPS), {})
-        for sid in np.unique(sources).tolist():
-            mine = sources == sid
-            name = f"{sid:08x}"
-            tokens = int(lengths[mine].sum())
-            counts = out["sources"].setdefault(name, {"spans": 0, "tokens": 0, "documents": 0})
-            counts["spans"] += int(mine.sum())
-            counts["tokens"] += tokens
-            counts["documents"] += int((starts[mine] == 0).sum())
-            mix[name] = mix.get(name, 0) + tokens
-    out["steps"] = [first or 0, stop]
+    steps = list(steps)
+    if not steps:
+        return out
+    out["rows"] = sum(len(offsets) - 1 for _, _, offsets in steps)
+    out["tgbs"] = len(steps)
+    out["steps"] = [min(step for step, _, _ in steps), max(step for step, _, _ in steps) + 1]
+    values = np.concatenate([np.asarray(v, dtype=np.int64).reshape(-1, 3) for _, v, _ in steps])
+    if not len(values):
+        return out
+    block = np.repeat(np.array([step // MIX_STEPS for step, _, _ in steps], dtype=np.int64),
+                      [len(v) for _, v, _ in steps])
+    sources, _ = split_unit_key(values[:, 0])
+    starts, lengths = unpack_extent(values[:, 2])
+    ids, which = _groups(np.asarray(sources))
+    per = [np.bincount(which, weights=w, minlength=len(ids)).astype(np.int64).tolist()  # exact below 2**53 tokens
+           for w in (None, lengths, starts == 0)]
+    for k, sid in enumerate(ids.tolist()):
+        out["sources"][f"{sid:08x}"] = {"spans": per[0][k], "tokens": per[1][k], "documents": per[2][k]}
+    keys, at = _groups(block * len(ids) + which)
+    tokens = np.bincount(at, weights=lengths).astype(np.int64).tolist()
+    for key, n in zip(keys.tolist(), tokens):
+        out["mix"].setdefault(str(key // len(ids)), {})[f"{int(ids[key % len(ids)]):08x}"] = n
     return out
+
+
+def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)``, without its sort where every key is the same (one source, one
+    block of the mixture: a version's usual case)."""
+    if bool((keys == keys[0]).all()):
+        return keys[:1], np.zeros(len(keys), dtype=np.intp)
+    found, which = np.unique(keys, return_inverse=True)
+    return found, which.reshape(-1)
 
 
 def merge_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -140,10 +171,24 @@ def merge_summaries(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def merge_entries(parts: Iterable[np.ndarray]) -> np.ndarray:
     """Entries of several runs as one sorted run."""
     joined = np.concatenate([np.asarray(p, dtype=ENTRY) for p in parts]) if parts else np.zeros(0, ENTRY)
-    if not len(joined):
+    if len(joined) < 2 or _sorted(joined):
         return joined
+    if _sorted(joined[["step", "row"]]):  # in (step, row) order, as a delta's entries are built: one stable sort
+        return joined[np.argsort(joined["h"], kind="stable")]
     order = np.lexsort((joined["row"], joined["step"], joined["h"]))
     return joined[order]
+
+
+def _sorted(entries: np.ndarray) -> bool:
+    """Whether ``entries`` (of ``ENTRY``'s fields, or its ``step`` and ``row``) ascend by their fields in order."""
+    names = entries.dtype.names or ()
+    ahead = np.zeros(len(entries) - 1, dtype=bool)  # a pair already ordered by an earlier field
+    for name in names:
+        a, b = entries[name][:-1], entries[name][1:]
+        if bool((~ahead & (b < a)).any()):
+            return False
+        ahead |= b > a
+    return True
 
 
 def encode_run(entries: np.ndarray, summary: Mapping[str, Any]) -> bytes:

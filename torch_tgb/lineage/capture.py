@@ -24,7 +24,7 @@ import torch
 
 from torch_tgb.errors import TGBError
 from torch_tgb.lineage._compact import compact
-from torch_tgb.lineage._runs import entries_of, merge_entries, summary_of
+from torch_tgb.lineage._runs import merge_entries, steps_entries, summary_of
 from torch_tgb.lineage.index import LineageIndex
 from torch_tgb.manifest.records import Version
 from torch_tgb.storage import ObjectStore
@@ -55,7 +55,7 @@ def batch_provenance(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] 
 
 def delta_of(version: int, steps: list[tuple[int, np.ndarray, np.ndarray]], dp: int) -> tuple[np.ndarray, dict]:
     """The delta of ``version``: entries and summary of its steps ``(step, values, row offsets)`` cut ``dp`` ways."""
-    entries = merge_entries([entries_of(step, values, offsets, dp) for step, values, offsets in steps])
+    entries = merge_entries([steps_entries(sorted(steps, key=lambda s: s[0]), dp)])  # in (step, row) order: one sort
     return entries, summary_of(version, version, steps)
 
 

@@ -6,7 +6,8 @@ A LeRobot dataset directory holds ``meta/info.json`` (``fps``, ``features``,
 episode, a Parquet file of per-frame columns (``observation.state``,
 ``action``, ``timestamp``, ...) and one video per camera (a feature of dtype
 ``video``). Units are episodes; records are the episode's frames
-``0, stride, 2·stride, ...``. A record (a sample for the media stages) is::
+``0, stride, 2·stride, ...`` (provenance names a step by that frame index).
+A record (a sample for the media stages) is::
 
     {"images": [uint8 [H, W, 3] per camera],  # the frame on screen at the step's timestamp
      "state": float32 [1, S],                 # observation.state at the step
@@ -90,6 +91,11 @@ class LeRobot(UnitSource):
 
     def _unit_length(self, unit: int) -> int | None:
         return -(-int(self.episodes[unit]["length"]) // self.stride)
+
+    def _record_id(self, unit: int, index: int) -> tuple[int, int, int]:
+        """A step's record in provenance is its frame's index in the episode (what ``__key__`` names), so a frame
+        has one name whatever ``stride`` read it."""
+        return unit, index * self.stride, 0
 
     def _episode(self, unit: int) -> int:
         return int(self.episodes[unit]["episode_index"])

@@ -21,6 +21,12 @@ intact, the denied spans gone.
 
 Ragged keys are values plus int64 offsets per row (``layout.RaggedRows``).
 A span is denied as a whole (``deny``: one bool per provenance span).
+
+Rows of samples (``PackSamples``: images, clips, robot steps) are re-packed
+the same way: the sample's tokens leave its row as a text record's do, and
+:func:`kept_entries` takes its entries out of every ragged key (its patches,
+grids, states), found by its ``provenance_counts`` (:func:`entry_owners`) or,
+for ``sample_keys``, by the NUL that ends each key (:func:`key_owners`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ import numpy as np
 from torch_tgb.transforms.packing import IGNORE_INDEX
 from torch_tgb.transforms.provenance import unpack_extent
 
-__all__ = ["Excised", "excise_array_rows", "excise_token_rows", "kept_positions"]
+__all__ = ["Excised", "entry_owners", "excise_array_rows", "excise_token_rows", "kept_entries", "key_owners",
+           "kept_positions"]
 
 
 @dataclass(frozen=True)
@@ -195,3 +202,46 @@ def excise_array_rows(
         if longest is not None:
             out["max_seqlen"] = longest
     return Excised(out, None, _prov_kept(prov_values, prov_offsets, deny), int(deny.sum()), int((~keep).sum()))
+
+
+def entry_owners(counts: np.ndarray) -> np.ndarray:
+    """The span (sample) each entry of a ragged key belongs to, from each span's count of entries, in row order."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if len(counts) and int(counts.min()) < 0:
+        raise ValueError("a sample cannot hold a negative number of entries")
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+
+def key_owners(keys: np.ndarray, spans: int) -> np.ndarray:
+    """The span each byte of ``sample_keys`` belongs to (each sample's key ends with a NUL), for ``spans`` samples."""
+    ends = np.asarray(keys).reshape(-1) == 0
+    if int(ends.sum()) != spans or (len(ends) and not ends[-1]):
+        raise ValueError(f"sample_keys hold {int(ends.sum())} NUL-ended keys for {spans} samples")
+    owners = np.zeros(len(ends), dtype=np.int64)
+    np.cumsum(ends[:-1], out=owners[1:])
+    return owners
+
+
+def kept_entries(offsets: np.ndarray, owners: np.ndarray, deny: np.ndarray,
+                 span_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep, offsets)`` of a ragged key without the entries of denied spans.
+
+    ``offsets``: the key's row offsets; ``owners``: the span of each entry
+    (:func:`entry_owners`); ``span_offsets``: the rows' provenance offsets.
+    Each entry must belong to a span of its own row (else ValueError: the
+    counts do not describe these rows). ``keep``: one bool per entry.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    rows = len(offsets) - 1
+    if len(owners) != int(offsets[-1]) or len(span_offsets) != rows + 1:
+        raise ValueError(f"{len(owners)} owners for {int(offsets[-1])} entries, {len(span_offsets) - 1} rows of "
+                         f"spans for {rows} rows")
+    spans: np.ndarray = np.asarray(span_offsets, dtype=np.int64)
+    row_of_entry = np.repeat(np.arange(rows), offsets[1:] - offsets[:-1])
+    row_of_span = np.repeat(np.arange(rows), spans[1:] - spans[:-1])
+    if len(owners) and (int(owners.max()) >= len(row_of_span) or (row_of_span[owners] != row_of_entry).any()):
+        raise ValueError("an entry's sample is not in the entry's row")
+    keep = ~np.asarray(deny, dtype=bool)[owners] if len(owners) else np.ones(0, dtype=bool)
+    out = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_of_entry[keep], minlength=rows), out=out[1:])
+    return keep, out

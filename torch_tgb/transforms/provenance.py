@@ -22,6 +22,12 @@ a frame). Inside a TGB every span of a row (a piece of one record, what
 24 bytes a span plus the row's 8-byte offset: about 26 bytes a document in a
 row of a BFD-packed corpus (``docs/provenance.md`` measures it).
 
+Rows of samples (``PackSamples``: images, clips, robot steps) also carry
+:data:`COUNTS_KEY` ``[samples, K]`` int32: how many entries each sample put
+in each of the row's K media keys (:func:`media_keys`: the ragged keys
+other than provenance and ``sample_keys``, by name), so that an excision
+can take a sample's pixels, grids and states out with its tokens.
+
 :func:`record_hash` maps ``(unit, record)`` to the 64-bit key the lineage
 index sorts by; :func:`span_provenance` turns a window's document ids and its
 packed spans into the rows' provenance.
@@ -31,18 +37,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from torch_tgb.transforms.sample_keys import SAMPLE_KEYS
+
 __all__ = [
+    "COUNTS_KEY",
     "DOC_PROVENANCE",
     "PROVENANCE_KEY",
+    "PROVENANCE_KEYS",
     "PROVENANCE_WIDTH",
     "RecordId",
     "SourceInfo",
     "doc_ids",
+    "media_keys",
     "pack_extent",
     "record_hash",
     "source_id_of",
@@ -54,6 +65,10 @@ __all__ = [
 
 #: the ragged key of a row's provenance (int64 ``[spans, 3]``: unit key, record, extent)
 PROVENANCE_KEY = "provenance"
+#: the ragged key of a sample row's entries per sample and media key (int32 ``[samples, K]``, :func:`media_keys`)
+COUNTS_KEY = "provenance_counts"
+#: the keys a trainer's default batch leaves out (what it trains on is the rest)
+PROVENANCE_KEYS = frozenset({PROVENANCE_KEY, COUNTS_KEY})
 #: a document dict's id: ``(unit key, record, start in the record)``, as sources yield it
 DOC_PROVENANCE = "__provenance__"
 #: the columns of one span's provenance
@@ -64,6 +79,12 @@ _SOURCE_BITS = 31
 #: bits of a span's length in its extent (a span is at most a row: 16 Mi tokens)
 LENGTH_BITS = 24
 MAX_SPAN = (1 << LENGTH_BITS) - 1
+
+
+def media_keys(ragged: Iterable[str]) -> tuple[str, ...]:
+    """The columns of :data:`COUNTS_KEY`: the ragged keys of sample rows other than provenance, its counts and
+    ``sample_keys`` (one entry per sample already), sorted by name."""
+    return tuple(sorted(k for k in ragged if k not in PROVENANCE_KEYS and k != SAMPLE_KEYS))
 
 
 def unit_key(source_id: int, unit: int) -> int:
@@ -166,9 +187,9 @@ def pack_extent(start: np.ndarray | int, length: Sequence[int] | np.ndarray | in
     """``start << 24 | length`` (int64): a span's place in its record, as one number."""
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    if length.size and (int(length.min()) < 0 or int(length.max()) > MAX_SPAN):
-        raise ValueError(f"a span holds 0..{MAX_SPAN} tokens, got {int(length.max())}")
-    if start.size and (int(start.min()) < 0 or int(start.max()) >= 1 << (63 - LENGTH_BITS)):
+    if ((length >> LENGTH_BITS) | (start >> (63 - LENGTH_BITS))).any():  # one pass: a negative shifts to -1
+        if length.size and (int(length.min()) < 0 or int(length.max()) > MAX_SPAN):
+            raise ValueError(f"a span holds 0..{MAX_SPAN} tokens, got {int(length.max())}")
         raise ValueError(f"a span starts at 0..2**{63 - LENGTH_BITS} tokens into its record")
     out: np.ndarray = (start << LENGTH_BITS) | length
     return out

@@ -19,6 +19,12 @@ row ``r``'s image ``i`` is the ``i``-th run of image tokens in its
 ``input_ids``. ``ragged_keys`` lists them for ``GlobalBatches`` (which
 passes them to ``Producer.append`` as ragged keys).
 
+With provenance (on when the source names its records) a row also has
+``provenance`` (a span per sample) and ``provenance_counts`` (int32
+``[samples, K]``: each sample's entries in each media key, by name:
+``transforms.provenance.media_keys``), which ``tgb excise`` needs to take a
+sample's pixels out with its tokens; a trainer's default batch has neither.
+
 ``sample_keys=True`` adds the ragged uint8 field ``sample_keys``: the row's
 samples' ``__key__`` (``transforms.encode_sample_keys``: UTF-8, each ended
 by a NUL, in the row's sample order), so a trainer can audit which samples it
@@ -45,7 +51,7 @@ from torch_tgb.datapipes.produce._sample_map import OnBadInput
 from torch_tgb.datapipes.produce.pack import Pack, PackStats
 from torch_tgb.errors import MediaError
 from torch_tgb.transforms import IGNORE_INDEX, SAMPLE_KEYS, encode_sample_keys, pack_bfd, pack_rows
-from torch_tgb.transforms.provenance import PROVENANCE_KEY, span_provenance
+from torch_tgb.transforms.provenance import COUNTS_KEY, PROVENANCE_KEY, PROVENANCE_KEYS, media_keys, span_provenance
 
 __all__ = ["RAGGED_KEYS", "PackSamples", "SamplePackStats"]
 
@@ -87,6 +93,7 @@ class PackSamples(Pack):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.label_ignore_ids = tuple(int(i) for i in label_ignore_ids)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
+        self._counted: tuple[str, ...] = ()  # the media keys provenance counts per sample (COUNTS_KEY)
         self.on_error = on_error
         self.sample_keys = bool(sample_keys)
         self._counts = dict.fromkeys(("rows", "documents", "tokens", "splits", "patches", "skipped"), 0)
@@ -96,9 +103,9 @@ class PackSamples(Pack):
         """The ragged fields of the rows (given, or those of ``RAGGED_KEYS`` the first sample has; + ``sample_keys``
         and ``provenance`` when asked for)."""
         media = self._ragged if self._ragged is not None else ("pixel_values", "image_grid_thw")
-        media = tuple(k for k in media if k not in (SAMPLE_KEYS, PROVENANCE_KEY))
+        media = tuple(k for k in media if k not in (SAMPLE_KEYS, *PROVENANCE_KEYS))
         keys = (*media, SAMPLE_KEYS) if self.sample_keys else media
-        return (*keys, PROVENANCE_KEY) if self.provenance else keys
+        return (*keys, PROVENANCE_KEY, COUNTS_KEY) if self.provenance else keys
 
     def stats(self) -> SamplePackStats:
         c = self._counts
@@ -122,6 +129,7 @@ class PackSamples(Pack):
             return
         if self._ragged is None:
             self._ragged = tuple(k for k in RAGGED_KEYS if k in samples[0])
+        self._counted = media_keys(self._ragged)
         docs = [s["tokens"].reshape(-1).numpy() for s in samples]
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
         bins = pack_bfd(lengths, self.seq_len)  # no sample exceeds seq_len: none is split
@@ -139,6 +147,10 @@ class PackSamples(Pack):
             if ids is not None:
                 doc, start, end = (np.asarray(c, dtype=np.int64) for c in zip(*row)) if row else (np.zeros(0, np.int64),) * 3
                 out[PROVENANCE_KEY] = torch.from_numpy(span_provenance(ids, doc, start, end - start))
+            if ids is not None:  # each sample's entries in each media key: what an excision takes out with it
+                counts = [[int(self._ragged_value(samples[doc], k).shape[0]) for k in self._counted]
+                          for doc, _, _ in row]
+                out[COUNTS_KEY] = torch.tensor(counts, dtype=torch.int32).reshape(len(row), len(self._counted))
             for key in self._ragged:
                 if key == SAMPLE_KEYS:
                     continue  # made below from the samples' keys
