@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "torch_tgb"
 
 #: bottom to top; a package may import from its own floor and the floors below it
 FLOORS: list[set[str]] = [
-    {"torch_tgb", "errors", "_lazy", "_progress", "_options", "_queues"},
+    {"torch_tgb", "errors", "_lazy", "_progress", "_options", "_queues", "_on_error"},
     {"storage", "observability"},
     {"cursor", "layout"},
     {"distributed", "format"},

@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
-    p.add_argument("--on-error", choices=("raise", "skip_and_count"), default="raise",
+    p.add_argument("--on-error", type=_on_error, default="raise", metavar="{raise,skip}",
                    help="--source: a corrupt record (an unreadable .npy member, an empty tar, a text the tokenizer "
                    "refuses) stops the run (raise) or is skipped and counted (the summary's 'skipped' by reason)")
     p.add_argument("--shard", default=None, metavar="I/N",
@@ -159,3 +159,13 @@ def run(args: argparse.Namespace) -> int:
     from torch_tgb.cli._produce_impl import produce
 
     return produce(args)
+
+
+def _on_error(text: str) -> str:
+    """``--on-error``: one of the ``on_error`` words (the old ``skip_and_count`` is refused, naming ``skip``)."""
+    from torch_tgb._on_error import check_on_error
+
+    try:
+        return check_on_error(text, where="--on-error")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
