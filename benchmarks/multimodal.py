@@ -61,7 +61,8 @@ from torch_tgb import datapipes
 from torch_tgb.testing.media import encode_image, photos, synthetic_image
 from torch_tgb.transforms import Resolution, micro_batch_plan, pack_bfd, simulated_step_time, target_size
 from torch_tgb.transforms.balance import part_costs, row_costs
-from torch_tgb.transforms.vlm_balance import encoder_costs, imbalance
+from torch_tgb.transforms.balancer import imbalance
+from torch_tgb.transforms.vlm_balance import encoder_costs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import add_results_arg, machine, results_dir

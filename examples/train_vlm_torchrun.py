@@ -90,7 +90,7 @@ def pipeline(urls: list[str], shard: int, shards: int, world: int, args: argpars
     from torch_tgb.transforms import Resolution, VLMCost
 
     docs = sources.WebDataset(urls, shard=(shard, shards), seed=1, epochs=None, shuffle_buffer=8,
-                              text_field="txt", tokenizer=word_tokenizer, on_error="skip_and_count")
+                              text_field="txt", tokenizer=word_tokenizer, on_error="skip")
     images = datapipes.DecodeImages(docs, on_error="skip")
     resized = datapipes.ResizeImages(images, Resolution(max_pixels=args.max_pixels), patch=PATCH, merge=MERGE)
     patches = datapipes.Patchify(resized, patch=PATCH, merge=MERGE)

@@ -30,6 +30,7 @@ __all__ = [
     "NamespaceSealed",
     "ObjectNotFound",
     "ProvenanceError",
+    "RegistryError",
     "SchemaMismatch",
     "ShardComplete",
     "SourceError",
@@ -86,6 +87,10 @@ class AmbiguousWriteError(TransientStorageError):
 
 class ConditionalWriteUnsupported(StorageError):
     """The store does not honour create-if-absent; it cannot host a namespace."""
+
+
+class RegistryError(TGBError, ValueError):
+    """A name a registry does not know (the error lists those it does), or a name registered twice."""
 
 
 class MissingExtra(TGBError, ImportError):

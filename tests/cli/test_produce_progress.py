@@ -72,7 +72,7 @@ def test_produce_counts_skipped_samples_by_reason_and_warns(tmp_path):
     with tarfile.open(empty, "w"):
         pass  # a valid tar of no members: a bad record under on_error, not "not a tar file"
     proc = tgb_cli("produce", str(tmp_path / "ns"), "--source", f"webdataset:{shards[0]},{empty}",
-                   "--on-error", "skip_and_count", "--global-batch", "1", "--seq-len", "4", "--json")
+                   "--on-error", "skip", "--global-batch", "1", "--seq-len", "4", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert summary["skipped"] == {"bad_record": 3} and summary["written"] >= 1

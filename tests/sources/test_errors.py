@@ -79,7 +79,7 @@ def test_webdataset_truncated_tar_raises_even_when_skipping(tmp_path, docs):
     for size in (len(data) // 2 + 100, 4096, 3600):
         cut.write_bytes(data[:size])
         with pytest.raises(SourceError, match="cut.tar"):
-            list(sources.WebDataset([str(cut)], on_error="skip_and_count"))
+            list(sources.WebDataset([str(cut)], on_error="skip"))
 
 
 @pytest.mark.parametrize("shuffle_buffer", [0, 2])
@@ -87,7 +87,7 @@ def test_webdataset_corrupt_record_raises_or_is_counted(tmp_path, shuffle_buffer
     bad_tar(tmp_path / "bad.tar")
     with pytest.raises(SourceError, match=r"bad.tar sample 1 \(key 'b'\): 'tokens.npy' is not a valid .npy"):
         list(sources.WebDataset([str(tmp_path / "bad.tar")], shuffle_buffer=shuffle_buffer))
-    node = sources.WebDataset([str(tmp_path / "bad.tar")], on_error="skip_and_count", shuffle_buffer=shuffle_buffer)
+    node = sources.WebDataset([str(tmp_path / "bad.tar")], on_error="skip", shuffle_buffer=shuffle_buffer)
     got = sorted(d["tokens"].tolist() for d in node)
     assert got == [[0, 1], [0, 1, 2]]
     assert node.stats() == sources.SourceStats(records=2, tokens=5, skipped=1)
@@ -95,7 +95,7 @@ def test_webdataset_corrupt_record_raises_or_is_counted(tmp_path, shuffle_buffer
 
 def test_webdataset_missing_member_is_a_record_error(tmp_path, docs):
     (path,) = write_tars(tmp_path, docs[:3], per_tar=3)
-    node = sources.WebDataset([path], field="other.npy", on_error="skip_and_count")
+    node = sources.WebDataset([path], field="other.npy", on_error="skip")
     assert list(node) == [] and node.stats().skipped == 3
     with pytest.raises(SourceError, match="no member 'other.npy'"):
         list(sources.WebDataset([path], field="other.npy"))
@@ -144,7 +144,7 @@ def test_parquet_tokenizer_failure_is_per_record(tmp_path):
     path = _parquet(tmp_path, pa.table({"text": ["ab", "a BAD one", "c", None]}))
     with pytest.raises(SourceError, match=r"t.parquet row group 0 row 1: the tokenizer failed"):
         list(sources.Parquet(path, column="text", tokenizer=byte_tokenizer))
-    node = sources.Parquet(path, column="text", tokenizer=byte_tokenizer, on_error="skip_and_count")
+    node = sources.Parquet(path, column="text", tokenizer=byte_tokenizer, on_error="skip")
     assert [d["tokens"].tolist() for d in node] == [[97, 98], [99]]
     assert node.stats() == sources.SourceStats(records=2, tokens=3, skipped=2)  # BAD and the null row
 
@@ -174,7 +174,7 @@ def test_lance_null_tokens_counted(tmp_path):
     lance.write_dataset(pa.table({"tokens": pa.array([[1, 2], None, [3]], pa.list_(pa.int64()))}), uri)
     with pytest.raises(SourceError, match=r"n.lance fragment 0 row 1: null tokens"):
         list(sources.Lance(uri))
-    node = sources.Lance(uri, on_error="skip_and_count")
+    node = sources.Lance(uri, on_error="skip")
     assert [d["tokens"].tolist() for d in node] == [[1, 2], [3]] and node.stats().skipped == 1
 
 

@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torch_tgb.transforms.balancer import imbalance
 from torch_tgb.transforms.vlm_balance import (
     VLMCost,
     balance_vector,
     encoder_costs,
-    imbalance,
     micro_batch_plan,
     simulated_step_time,
 )

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommandError",
+    "RegistryChoices",
     "add_json_flag",
     "add_storage_option_flag",
     "argument_errors",
@@ -154,6 +155,30 @@ def _json_default(value: object) -> object:
     if callable(item):
         return item()
     return str(value)
+
+
+class RegistryChoices:
+    """argparse ``choices`` that are the names of a registry (``module:NAME``), imported only when asked.
+
+    argparse asks ``in`` when the flag is given and iterates only for help,
+    usage and errors: building the parser imports nothing (``tgb --help`` stays
+    fast), and a plugin's name is a choice like a built-in one.
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def _registry(self) -> Any:
+        import importlib
+
+        module, _, name = self.where.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry().names())
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -26,12 +26,9 @@ if TYPE_CHECKING:
     from torch_tgb.sources._inputs import Tokenizer
 
 __all__ = [
-    "SOURCE_KINDS", "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",
+    "named_sources", "open_source", "parse_shard", "produce_source", "source_layout",
     "source_metadata", "source_pipeline",
 ]
-
-SOURCE_KINDS = ("token-file", "webdataset", "lance", "parquet")
-
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``."""
@@ -57,10 +54,6 @@ def _tokenizer(path: str | None) -> Tokenizer | None:
     except Exception as e:
         raise CommandError(f"cannot load tokenizer {path!r}: {e}") from e
     return lambda texts: [enc.ids for enc in tok.encode_batch(texts)]
-
-
-def _paths(where: str) -> str | list[str]:
-    return where.split(",") if "," in where else where
 
 
 def _specs(args: argparse.Namespace) -> list[str]:
@@ -107,25 +100,24 @@ def _weights(text: str) -> dict[str, float]:
 
 
 def open_source(args: argparse.Namespace, shard: tuple[int, int], spec: str | None = None) -> UnitSource:
-    """The source node that ``spec`` (default: the one ``--source``) names, reading shard ``shard``."""
-    from torch_tgb import sources
+    """The source node that ``spec`` (default: the one ``--source``) names, reading shard ``shard``.
+
+    ``KIND`` is looked up in ``sources.kinds.SOURCE_KINDS`` (built-in kinds and
+    plugins' alike); its factory gets the flags as a ``SourceArgs``.
+    """
+    from torch_tgb.sources.kinds import SOURCE_KINDS, SourceArgs, split_spec
 
     if spec is None:
         (spec,) = named_sources(args).values()
-    kind, sep, where = spec.partition(":")
-    if not sep or not where or kind not in SOURCE_KINDS:
-        raise CommandError(f"--source {spec!r} must be KIND:WHERE with KIND one of {', '.join(SOURCE_KINDS)}")
-    tokenizer = _tokenizer(args.tokenizer)
-    common: dict[str, Any] = {"shard": shard, "seed": args.seed, "on_error": getattr(args, "on_error", "raise")}
-    if kind == "token-file":
-        dtype = None if where.endswith(".npy") else args.dtype
-        return sources.TokenFile(where, offsets=args.offsets, dtype=dtype, **common)
-    if kind == "webdataset":
-        return sources.WebDataset(_paths(where), field=args.column or "tokens.npy", text_field=args.text_field,
-                                  tokenizer=tokenizer, **common)
-    if kind == "lance":
-        return sources.Lance(where, column=args.column or "tokens", tokenizer=tokenizer, **common)
-    return sources.Parquet(_paths(where), column=args.column or "input_ids", tokenizer=tokenizer, **common)
+    try:
+        kind, where = split_spec(spec)
+        factory = SOURCE_KINDS[kind]
+        source_args = SourceArgs(shard=shard, seed=args.seed, on_error=getattr(args, "on_error", "raise"),
+                                 column=args.column, text_field=args.text_field, tokenizer=_tokenizer(args.tokenizer),
+                                 offsets=args.offsets, dtype=args.dtype)
+    except ValueError as e:
+        raise CommandError(f"--source {spec!r} (KIND:WHERE): {e}") from e
+    return factory(where, source_args)
 
 
 def source_batching(args: argparse.Namespace) -> Batching:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from torch_tgb.cli._common import add_json_flag, add_storage_option_flag
+from torch_tgb.cli._common import RegistryChoices, add_json_flag, add_storage_option_flag
 
 __all__ = ["add_parser", "run"]
 
@@ -47,8 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="[NAME=]KIND:WHERE",
         help="read documents from token-file:PATH (.npy or raw --dtype .bin), webdataset:URLS (tar shards, "
-        "{a..b} ranges or comma-separated), lance:URI or parquet:PATHS (files or directories, comma-separated); "
-        "repeat as NAME=KIND:WHERE with --mix to mix several (--offsets/--column/--tokenizer apply to all)",
+        "{a..b} ranges or comma-separated), lance:URI or parquet:PATHS (files or directories, comma-separated), "
+        "or a kind a plugin registers in sources.kinds.SOURCE_KINDS; repeat as NAME=KIND:WHERE with --mix to mix several (--offsets/--column/--tokenizer apply to all)",
     )
     p.add_argument("--mix", default=None, metavar="NAME=W,...",
                    help="mix the named --source by these relative weights, drawn per document "
@@ -65,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text-field", default=None, help="webdataset: a UTF-8 text member to tokenize (needs --tokenizer)")
     p.add_argument("--tokenizer", default=None, metavar="FILE", help="a Hugging Face tokenizers JSON file (local)")
-    p.add_argument("--on-error", choices=("raise", "skip_and_count"), default="raise",
+    p.add_argument("--on-error", type=_on_error, default="raise", metavar="{raise,skip}",
                    help="--source: a corrupt record (an unreadable .npy member, an empty tar, a text the tokenizer "
                    "refuses) stops the run (raise) or is skipped and counted (the summary's 'skipped' by reason)")
     p.add_argument("--shard", default=None, metavar="I/N",
@@ -75,10 +75,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pack", "--packing", dest="packing", choices=("bfd", "concat", "none"), default="bfd",
                    help="--source: best-fit-decreasing packing with document ids (default), concat (documents in "
                    "order, cut at row ends, with document ids) or none (concat-and-chunk, input_ids/labels only)")
-    p.add_argument("--balance", choices=("greedy", "kk"), default=None,
+    p.add_argument("--balance", choices=RegistryChoices("torch_tgb.transforms.balance:BALANCERS"), default=None,
+                   metavar="METHOD",
                    help="--source: permute the rows of every global batch over the --dp slices to even out their "
-                   "cost (sum of len^2 + alpha*len per document; greedy or Karmarkar-Karp); batches then also "
-                   "carry row_index and row_cost (default: no balancing)")
+                   "cost (sum of len^2 + alpha*len per document; greedy, kk (Karmarkar-Karp), round_robin or a "
+                   "method a plugin registers in transforms.BALANCERS); batches then also carry row_index and "
+                   "row_cost (default: no balancing)")
     p.add_argument("--alpha", type=float, default=0.0,
                    help="--balance: weight of the token-linear cost next to attention's len^2 (default 0)")
     p.add_argument("--attention-metadata", action="store_true",
@@ -100,7 +102,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="synthetic stream seed (batch i depends on seed, i only); --source: shuffle seed")
     p.add_argument("--tokens", metavar="FILE", default=None, help="flat token file (.npy or raw binary)")
     p.add_argument("--dtype", default="uint16", help="dtype of a raw --tokens file (default uint16)")
-    p.add_argument("--commit-policy", default="dac", help="dac | naive | fixed:K | incr | aimd (default dac)")
+    p.add_argument("--commit-policy", default="dac",
+                   help="dac | naive | fixed:K | incr | aimd | a plugin's name in producer.COMMIT_POLICIES (default dac)")
     p.add_argument("--max-lag", type=int, default=None, help="pause while this many steps ahead of the safe boundary")
     p.add_argument("--rate", type=float, default=None, help="at most this many batches per second")
     p.add_argument(
@@ -159,3 +162,13 @@ def run(args: argparse.Namespace) -> int:
     from torch_tgb.cli._produce_impl import produce
 
     return produce(args)
+
+
+def _on_error(text: str) -> str:
+    """``--on-error``: one of the ``on_error`` words (the old ``skip_and_count`` is refused, naming ``skip``)."""
+    from torch_tgb._on_error import check_on_error
+
+    try:
+        return check_on_error(text, where="--on-error")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e

@@ -4,6 +4,7 @@ from torch_tgb.producer.config import ProducerConfig
 from torch_tgb.producer.options import ProduceOptions, ProduceSettings
 from torch_tgb.producer.pipeline import ProduceReport, produce
 from torch_tgb.producer.policies import (
+    COMMIT_POLICIES,
     AIMDPolicy,
     CommitPolicy,
     DACConfig,
@@ -18,6 +19,7 @@ from torch_tgb.producer.stats import ProducerStats
 
 __all__ = [
     "AIMDPolicy",
+    "COMMIT_POLICIES",
     "CommitPolicy",
     "DACConfig",
     "DACPolicy",

@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import abc
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from torch_tgb._registry import Registry
 from torch_tgb.producer import dac
 from torch_tgb.producer.config import ProducerConfig
 
 __all__ = [
     "AIMDPolicy",
+    "COMMIT_POLICIES",
     "CommitPolicy",
     "DACPolicy",
     "FixedPolicy",
     "IncrPolicy",
     "NaivePolicy",
+    "PolicyFactory",
     "make_policy",
 ]
 
@@ -221,21 +225,49 @@ class DACPolicy(CommitPolicy):
         return max(self.config.min_active_s, self.config.active_gaps * cycle)
 
 
+#: ``factory(arg) -> CommitPolicy`` for ``commit_policy="NAME"`` (``arg`` None) or ``"NAME:ARG"``
+PolicyFactory = Callable[[str | None], CommitPolicy]
+
+#: commit policies by name (``Producer(commit_policy=...)``, ``tgb produce --commit-policy``)
+COMMIT_POLICIES: Registry[PolicyFactory] = Registry("commit policy", group="torch_tgb.commit_policies")
+
+
+def _no_argument(cls: type[CommitPolicy], name: str) -> PolicyFactory:
+    def make(arg: str | None) -> CommitPolicy:
+        if arg is not None:
+            raise ValueError(f"commit_policy='{name}:{arg}': only 'fixed' takes an argument")
+        return cls()
+
+    return make
+
+
+def _fixed(arg: str | None) -> CommitPolicy:
+    raw = arg or "10"
+    if not raw.isdigit():
+        raise ValueError(f"commit_policy='fixed:{arg}': fixed takes an integer, e.g. 'fixed:10'")
+    return FixedPolicy(int(raw))
+
+
+COMMIT_POLICIES.register("fixed", _fixed)
+for _name, _cls in (("naive", NaivePolicy), ("incr", IncrPolicy), ("aimd", AIMDPolicy), ("dac", DACPolicy)):
+    COMMIT_POLICIES.register(_name, _no_argument(_cls, _name))
+
+
 def make_policy(spec: str | CommitPolicy) -> CommitPolicy:
-    """``"naive"``, ``"fixed:10"``, ``"incr"``, ``"aimd"``, ``"dac"`` (or a policy, returned as is)."""
+    """``"naive"``, ``"fixed:10"``, ``"incr"``, ``"aimd"``, ``"dac"``, a plugin's name (or a policy, returned as is).
+
+    ``"NAME:ARG"`` hands ``ARG`` to the factory registered as ``NAME`` in
+    :data:`COMMIT_POLICIES`; ``"fixedK"`` is ``"fixed:K"``.
+    """
     if isinstance(spec, CommitPolicy):
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"commit_policy must be a name or a CommitPolicy, got {type(spec).__name__}")
-    name, _, arg = spec.strip().lower().partition(":")
-    if name == "fixed" or (name.startswith("fixed") and name[5:].isdigit() and not arg):
-        raw = arg or name[5:] or "10"
-        if not raw.isdigit():
-            raise ValueError(f"commit_policy={spec!r}: fixed takes an integer, e.g. 'fixed:10'")
-        return FixedPolicy(int(raw))
-    if arg:
-        raise ValueError(f"commit_policy={spec!r}: only 'fixed' takes an argument")
-    factories = {"naive": NaivePolicy, "incr": IncrPolicy, "aimd": AIMDPolicy, "dac": DACPolicy}
-    if name not in factories:
-        raise ValueError(f"unknown commit_policy={spec!r}; choose naive, fixed:<k>, incr, aimd or dac")
-    return factories[name]()
+    name, sep, arg = spec.strip().lower().partition(":")
+    if name.startswith("fixed") and name[5:].isdigit() and not sep:
+        name, sep, arg = "fixed", ":", name[5:]
+    policy = COMMIT_POLICIES[name](arg if sep else None)
+    if not isinstance(policy, CommitPolicy):
+        raise TypeError(f"commit_policy={spec!r}: the factory registered as {name!r} returned "
+                        f"{type(policy).__name__}, not a CommitPolicy")
+    return policy

@@ -36,13 +36,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterator
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
 from torch_tgb._lazy import require
+from torch_tgb._on_error import OnError, check_on_error
 from torch_tgb.errors import SourceError, TGBError
 from torch_tgb.sources._work import SourceWork, epoch_records, measure_work
 from torch_tgb.transforms.partition import shard_assignment, window_permutation
@@ -51,7 +52,6 @@ from torch_tgb.transforms.provenance import DOC_PROVENANCE, SourceInfo, unit_key
 __all__ = [
     "DOC_PROVENANCE",
     "Document",
-    "OnError",
     "ReadOptions",
     "SourceStats",
     "UnitSource",
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 Document = dict[str, Any]
-OnError = Literal["raise", "skip_and_count"]
 
 
 class ReadOptions(TypedDict, total=False):
@@ -70,7 +69,7 @@ class ReadOptions(TypedDict, total=False):
     epoch: int  # first epoch; 0
     epochs: int | None  # epochs to read, None = forever; 1
     shuffle_buffer: int  # records per shuffle window, 0 = read order; 0
-    on_error: OnError  # "raise" | "skip_and_count" for corrupt records; "raise"
+    on_error: OnError  # "raise" | "skip" (counted) for corrupt records; "raise"
     name: str | None  # the source's name in provenance (SOURCE of SOURCE:UNIT:RECORD); None: from its files
 
 
@@ -80,7 +79,7 @@ class SourceStats:
 
     records: int = 0  # documents yielded
     tokens: int = 0  # tokens in them
-    skipped: int = 0  # corrupt records skipped under on_error="skip_and_count"
+    skipped: int = 0  # corrupt records skipped under on_error="skip"
 
 
 class UnitSource(BaseNode[Document]):
@@ -117,8 +116,7 @@ class UnitSource(BaseNode[Document]):
         if seed < 0 or epoch < 0 or shuffle_buffer < 0 or (epochs is not None and epochs < 1):
             raise ValueError(f"need seed, epoch, shuffle_buffer >= 0 and epochs >= 1, got {seed=} {epoch=} "
                              f"{shuffle_buffer=} {epochs=}")
-        if on_error not in ("raise", "skip_and_count"):
-            raise ValueError(f"on_error must be 'raise' or 'skip_and_count', got {on_error!r}")
+        check_on_error(on_error, where=type(self).__name__)
         self.shard = (index, count)
         self.seed = seed
         self.first_epoch = epoch

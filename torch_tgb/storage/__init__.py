@@ -8,14 +8,15 @@ extra ``azure``). Wrappers:
 :class:`LatencyStore` (tests, benchmarks), :class:`HotTierStore` (a node-local cache of a remote
 namespace's TGB objects, :func:`with_hot_tier`), :class:`NodeSharedStore` (the reader processes of a node
 share their manifest reads, :func:`with_node_share`); :class:`StoreWrapper` and
-:class:`ForwardingStore` are the bases for one's own. :func:`open_store` picks and wraps.
+:class:`ForwardingStore` are the bases for one's own. :func:`open_store` picks (by the URL's scheme, in
+the :data:`STORES` registry, which a package extends with one registration) and wraps.
 """
 
 from torch_tgb.storage._azure import AzureBlobStore
 from torch_tgb.storage._base import CachingStore, ObjectInfo, ObjectStore, PartialObject, RangeFailure, RangeRequest
 from torch_tgb.storage._gcs import GCSStore
 from torch_tgb.storage._keys import validate_key, validate_prefix
-from torch_tgb.storage._open import open_store
+from torch_tgb.storage._open import STORES, StoreFactory, open_store
 from torch_tgb.storage._wrapper import ForwardingStore, StoreWrapper
 from torch_tgb.storage.capabilities import CAPABILITIES_KEY, ensure_conditional_writes
 from torch_tgb.storage.faulty import FaultPlan, FaultRates, FaultyStore
@@ -49,6 +50,8 @@ __all__ = [
     "RangeRequest",
     "RetryPolicy",
     "RetryingStore",
+    "STORES",
+    "StoreFactory",
     "StoreWrapper",
     "ensure_conditional_writes",
     "open_store",

@@ -8,7 +8,9 @@ out): no I/O, no torchdata, no torch_tgb layer above ``errors``. The
 - ``shuffle``: permutations and ZeroBatch block-shuffle orders of (size, seed, epoch).
 - ``packing``: BFD and concat packing of documents into rows, with document masks and ``cu_seqlens``.
 - ``attention``: block-diagonal causal masks (dense for SDPA, ``BlockMask`` for flex_attention).
-- ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp).
+- ``balance``: row costs and equal-count partitions into dp slices (round robin, greedy LPT, Karmarkar–Karp),
+  registered by name in ``BALANCERS``.
+- ``balancer``: ``Balancer``, the pure plan of a global batch's rows over dp ranks x micro-batches.
 - ``mixing``: mixture weight schedules over steps and the deterministic draw of a source.
 - ``reweight``: mixture weights from per-domain losses (DoReMi's exponentiated gradient).
 - ``partition``: permutation-then-partition of source units over shards, seeded window shuffles.
@@ -25,6 +27,7 @@ from torch_tgb.transforms.audio import AUDIO_EXTS, decode_audio
 from torch_tgb.transforms.audio_features import LogMel, audio_token_count, mel_filters
 from torch_tgb.transforms.balance import (
     BALANCERS,
+    BalanceMethod,
     balance,
     balance_greedy,
     balance_kk,
@@ -32,6 +35,16 @@ from torch_tgb.transforms.balance import (
     max_cost,
     part_costs,
     row_costs,
+)
+from torch_tgb.transforms.balancer import (
+    Balancer,
+    PhasedCost,
+    Plan,
+    RowCost,
+    imbalance,
+    plan_imbalances,
+    price_lengths,
+    price_rows,
 )
 from torch_tgb.transforms.bucketing import (
     BUCKET_KEYS,
@@ -89,11 +102,16 @@ __all__ = [
     "AUDIO_EXTS",
     "BALANCERS",
     "BUCKET_KEYS",
+    "BalanceMethod",
+    "Balancer",
     "BucketResize",
     "IGNORE_INDEX",
     "LogMel",
     "PACKERS",
+    "PhasedCost",
+    "Plan",
     "Resolution",
+    "RowCost",
     "SAMPLE_KEYS",
     "Schedule",
     "Span",
@@ -122,6 +140,7 @@ __all__ = [
     "exponentiated_gradient",
     "flatten_cu_seqlens",
     "image_token_count",
+    "imbalance",
     "learn_edges",
     "linear",
     "max_cost",
@@ -140,6 +159,9 @@ __all__ = [
     "permutation",
     "piecewise",
     "plan_bucket_batches",
+    "plan_imbalances",
+    "price_lengths",
+    "price_rows",
     "resolution_schedule",
     "row_costs",
     "shard_assignment",

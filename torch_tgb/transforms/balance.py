@@ -19,6 +19,13 @@ their arrival order inside a slice) and needs ``len(costs) % parts == 0``:
   singletons; the two partial partitions with the largest spread are merged
   (heaviest subset of one with the lightest of the other) until one is left.
   Every subset grows by one row per merge, so counts stay equal.
+
+They are registered by name in :data:`BALANCERS` (``"round_robin"``,
+``"greedy"``, ``"kk"``; ``transforms.vlm_balance`` adds ``"vector"``), which
+``GlobalBatches(balance=...)``, ``Batching``, ``tgb produce --balance`` and
+:class:`~torch_tgb.transforms.balancer.Balancer` read: a new method is one
+``BALANCERS.register(name, fn)`` (or an entry point in group
+``torch_tgb.balancers``) with ``fn(costs, parts) -> partition``.
 """
 
 from __future__ import annotations
@@ -26,13 +33,16 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from torch_tgb.errors import LayoutError
+from torch_tgb._registry import Registry
+from torch_tgb.errors import LayoutError, RegistryError
 
 __all__ = [
     "BALANCERS",
+    "BalanceMethod",
     "balance",
     "balance_greedy",
     "balance_kk",
@@ -151,16 +161,44 @@ def balance_kk(costs: Sequence[float] | np.ndarray, parts: int) -> Partition:
     return greedy if max_cost(values, greedy) < max_cost(values, kk) else kk
 
 
-#: balancers by name (``GlobalBatches(balance=...)``, benchmarks)
-BALANCERS: dict[str, Callable[[Sequence[float] | np.ndarray, int], Partition]] = {
-    "greedy": balance_greedy,
-    "kk": balance_kk,
-    "round_robin": balance_round_robin,
-}
+@dataclass(frozen=True)
+class BalanceMethod:
+    """A registered balancing method: ``split(costs, parts)`` -> ``parts`` equal-count lists of row indices.
+
+    ``phases=False``: ``split`` gets the rows' total costs, float64 ``[n]``.
+    ``phases=True``: it gets their per-phase costs, float64 ``[n, 2]`` (encoder,
+    backbone: ``transforms.VLMCost.parts``), and needs a cost that has phases.
+    Calling the method calls ``split``.
+    """
+
+    split: Callable[[np.ndarray, int], Partition]
+    phases: bool = False
+
+    def __call__(self, costs: Sequence[float] | np.ndarray, parts: int) -> Partition:
+        return self.split(np.asarray(costs, dtype=np.float64), parts)
+
+
+def _as_method(entry: object) -> BalanceMethod:
+    """A :class:`BalanceMethod` as is; a plain function ``(costs, parts) -> partition`` as one of total costs."""
+    if isinstance(entry, BalanceMethod):
+        return entry
+    if callable(entry):
+        return BalanceMethod(entry)
+    raise RegistryError(f"a balance method is a function (costs, parts) -> partition or a BalanceMethod, "
+                        f"got {type(entry).__name__}")
+
+
+#: balancing methods by name (``GlobalBatches(balance=...)``, ``Balancer``, ``tgb produce --balance``)
+BALANCERS: Registry[BalanceMethod] = Registry("balance method", group="torch_tgb.balancers", coerce=_as_method)
+BALANCERS.register("greedy", balance_greedy)
+BALANCERS.register("kk", balance_kk)
+BALANCERS.register("round_robin", balance_round_robin)
 
 
 def balance(costs: Sequence[float] | np.ndarray, parts: int, method: str) -> Partition:
-    """Dispatch to a balancer by name (``"greedy"``, ``"kk"``, ``"round_robin"``)."""
-    if method not in BALANCERS:
-        raise ValueError(f"unknown balance method {method!r}; choose from {sorted(BALANCERS)}")
-    return BALANCERS[method](costs, parts)
+    """The partition of a registered method (``"greedy"``, ``"kk"``, ``"round_robin"``, a plugin's) by name."""
+    entry = BALANCERS[method]
+    if entry.phases:
+        raise ValueError(f"balance method {method!r} balances per-phase costs, not totals: use "
+                         f"transforms.Balancer(method={method!r}, ...).plan(costs, phases=...)")
+    return entry(costs, parts)

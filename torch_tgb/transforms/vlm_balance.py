@@ -9,11 +9,10 @@ included, through the backbone (``balance.row_costs``: Σ over documents of
 from a packed row.
 
 :func:`micro_batch_plan` cuts ``B`` rows into ``dp`` ranks × ``m``
-micro-batches of ``B / (dp·m)`` rows each (Alg. 1/2: micro-batches first,
-then micro-batches to ranks): the rows are balanced into ``dp·m`` bins with
-a ``transforms.balance`` method on the combined cost, or with ``"vector"``
-(:func:`balance_vector`) on both costs at once, then the bins into ``dp``
-groups of ``m``. Every micro-batch of every rank then carries about
+micro-batches of ``B / (dp·m)`` rows each (``transforms.Balancer``'s plan:
+micro-batches first, then micro-batches to ranks) with a registered method on
+the combined cost, or with ``"vector"`` (:func:`balance_vector`, registered
+here in ``BALANCERS`` as a method of per-phase costs) on both costs at once. Every micro-batch of every rank then carries about
 ``1/(dp·m)`` of the batch's cost, which is what a step waits for when each
 micro-batch synchronises the ranks (FSDP's gathers, the encoder's
 all-to-all, pipeline stages): :func:`simulated_step_time`.
@@ -28,33 +27,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from torch_tgb.transforms.balance import Partition, _check, balance, part_costs, row_costs
+from torch_tgb.transforms.balance import BALANCERS, BalanceMethod, Partition, _check, row_costs
+from torch_tgb.transforms.balancer import Balancer, Plan
 
 __all__ = [
-    "VLM_BALANCERS",
     "VLMCost",
     "balance_vector",
     "encoder_costs",
-    "imbalance",
     "micro_batch_plan",
     "simulated_step_time",
 ]
-
-Plan = list[list[list[int]]]  # plan[rank][micro] = row indices
-#: the balance methods of ``micro_batch_plan``: those of ``transforms.balance`` and ``"vector"``
-VLM_BALANCERS = ("greedy", "kk", "round_robin", "vector")
 
 
 def encoder_costs(patches_per_row: Sequence[Sequence[int] | np.ndarray], *, beta: float = 0.0) -> np.ndarray:
     """Σ over the images of each row of ``patches² + beta·patches``; float64 (``row_costs`` over images)."""
     return row_costs(patches_per_row, alpha=beta)
-
-
-def imbalance(costs: Sequence[float] | np.ndarray) -> float:
-    """max / mean of ``costs`` (1.0 = perfect; 1.0 for no cost at all)."""
-    values = np.asarray(costs, dtype=np.float64).reshape(-1)
-    mean = float(values.mean()) if values.size else 0.0
-    return float(values.max()) / mean if mean > 0 else 1.0
 
 
 def balance_vector(encoder: Sequence[float] | np.ndarray, backbone: Sequence[float] | np.ndarray, parts: int) -> Partition:
@@ -83,6 +70,14 @@ def balance_vector(encoder: Sequence[float] | np.ndarray, backbone: Sequence[flo
     return [sorted(o) for o in out]
 
 
+def _vector(phases: np.ndarray, parts: int) -> Partition:
+    return balance_vector(phases[:, 0], phases[:, 1], parts)
+
+
+#: ``"vector"``: both phases even at once (``GlobalBatches(balance="vector", cost=VLMCost(...))``)
+BALANCERS.register("vector", BalanceMethod(_vector, phases=True))
+
+
 def micro_batch_plan(
     costs: Sequence[float] | np.ndarray,
     dp: int,
@@ -92,33 +87,20 @@ def micro_batch_plan(
     encoder: Sequence[float] | np.ndarray | None = None,
     backbone: Sequence[float] | np.ndarray | None = None,
 ) -> Plan:
-    """``plan[rank][k]``: the rows (ascending) of micro-batch ``k`` of ``rank``; equal counts everywhere.
+    """``Balancer(method, dp, micro_batches).plan(costs, ...)`` with the phases given as ``encoder``/``backbone``.
 
-    ``method=None`` keeps arrival order: rank ``r`` gets the ``r``-th block of
-    ``B/dp`` rows and micro-batch ``k`` the ``k``-th block of that; a
-    ``transforms.balance`` method balances ``costs``; ``"vector"``
-    (:func:`balance_vector`) balances ``encoder`` and ``backbone`` together
-    into the micro-batches (then their totals into ranks with ``kk``). Needs
-    ``len(costs) % (dp·m) == 0``.
+    ``plan[rank][k]``: the rows (ascending) of micro-batch ``k`` of ``rank``;
+    ``"vector"`` (:func:`balance_vector`) balances ``encoder`` and ``backbone``
+    together into the micro-batches (then their totals into ranks with ``kk``).
     """
-    values = np.asarray(costs, dtype=np.float64).reshape(-1)
-    n, bins = len(values), dp * micro_batches
-    if dp < 1 or micro_batches < 1 or n % bins:
-        raise ValueError(f"{n} rows cannot be cut into dp={dp} x micro_batches={micro_batches} equal parts")
-    size = n // bins
-    if method is None:
-        return [[list(range((r * micro_batches + k) * size, (r * micro_batches + k + 1) * size))
-                 for k in range(micro_batches)] for r in range(dp)]
-    if method == "vector":
-        if encoder is None or backbone is None:
-            raise ValueError("method='vector' needs the encoder= and backbone= costs of the rows")
-        parts = balance_vector(encoder, backbone, bins)
-    else:
-        parts = balance(values, bins, method)
-    group_method = "kk" if method == "vector" else method
-    groups = balance(part_costs(values, parts), dp, group_method) if micro_batches > 1 else [[r] for r in range(dp)]
-    # inside a rank, micro-batches in the order of their first row: deterministic, close to arrival order
-    return [sorted((parts[b] for b in group), key=lambda rows: rows[0] if rows else -1) for group in groups]
+    balancer = Balancer(method, dp, micro_batches)
+    if encoder is None or backbone is None:
+        if balancer.phases:
+            raise ValueError(f"method={method!r} needs the encoder= and backbone= costs of the rows")
+        return balancer.plan(costs)
+    phases = np.stack([np.asarray(encoder, dtype=np.float64).reshape(-1),
+                       np.asarray(backbone, dtype=np.float64).reshape(-1)], axis=1)
+    return balancer.plan(costs, phases)
 
 
 def simulated_step_time(encoder: np.ndarray, backbone: np.ndarray, plan: Plan) -> float:

@@ -1,17 +1,15 @@
-"""The row fields ``GlobalBatches`` reads: a padding row, a row's attention cost, its real tokens. Pure."""
+"""The row fields ``GlobalBatches`` reads: a padding row, its real tokens (costs: ``transforms.price_rows``). Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import torch
 
-from torch_tgb.errors import LayoutError
-from torch_tgb.transforms import IGNORE_INDEX, row_costs
+from torch_tgb.transforms import IGNORE_INDEX
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
 
-__all__ = ["attention_cost", "pad_row", "real_tokens"]
+__all__ = ["pad_row", "real_tokens"]
 
 
 def pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0, ragged: Sequence[str] = ()) -> dict[str, torch.Tensor]:
@@ -34,19 +32,6 @@ def pad_row(like: Mapping[str, torch.Tensor], pad_id: int = 0, ragged: Sequence[
         else:
             out[name] = torch.zeros_like(t)
     return out
-
-
-def attention_cost(row: Mapping[str, torch.Tensor], *, alpha: float) -> float:
-    """``Σ len² + alpha·len`` over the documents of ``row`` (its ``seq_lens``, or from its ``document_ids``)."""
-    if SEQ_LENS_KEY in row:
-        lens = row[SEQ_LENS_KEY].numpy().astype(np.int64)
-        return float((lens * lens).sum() + alpha * lens.sum())
-    if "document_ids" not in row:
-        raise LayoutError(f"cost='attention' needs rows with seq_lens or document_ids (row has {sorted(row)}); "
-                          "pass cost=callable")
-    ids = row["document_ids"].reshape(-1)
-    lengths = torch.bincount(ids[ids >= 0].to(torch.int64)).numpy() if bool((ids >= 0).any()) else np.zeros(0)
-    return float(row_costs([lengths], alpha=alpha)[0])
 
 
 def real_tokens(row: Mapping[str, torch.Tensor]) -> int:

@@ -16,16 +16,16 @@ pulled from the source, is also the step clock of ``ResizeImages``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_tgb._on_error import OnError, check_on_error
 from torch_tgb.errors import MediaError, SourceError
 
-__all__ = ["MediaStats", "OnBadInput", "SampleMap"]
+__all__ = ["MediaStats", "SampleMap"]
 
 Document = dict[str, Any]
-OnBadInput = Literal["raise", "skip"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,9 @@ class SampleMap(BaseNode[Document]):
     SOURCE_KEY = "source"
     COUNTS_KEY = "counts"
 
-    def __init__(self, source: BaseNode[Any], *, on_error: OnBadInput = "skip") -> None:
+    def __init__(self, source: BaseNode[Any], *, on_error: OnError = "skip") -> None:
         super().__init__()
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        check_on_error(on_error, where=type(self).__name__)
         self.source = source
         self.on_error = on_error
         self._counts: dict[str, int] = {}

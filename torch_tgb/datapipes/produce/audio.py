@@ -37,7 +37,8 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.produce._sample_map import Document, OnBadInput, SampleMap
+from torch_tgb._on_error import OnError
+from torch_tgb.datapipes.produce._sample_map import Document, SampleMap
 from torch_tgb.errors import MediaError
 from torch_tgb.transforms.audio import AUDIO_EXTS, CHANNEL_LAYOUTS, decode_audio
 from torch_tgb.transforms.audio_features import LogMel, audio_token_count
@@ -68,7 +69,7 @@ class DecodeAudio(SampleMap):
         max_seconds: float | None = 600.0,
         features: LogMel | None = None,
         waveform: bool = True,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
         exts: Sequence[str] = AUDIO_EXTS,
         field: str | None = None,
         require: bool = True,
@@ -149,7 +150,7 @@ class SpliceAudioTokens(SampleMap):
         downsample: int = 4,
         start_id: int | None = None,
         end_id: int | None = None,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
     ) -> None:
         super().__init__(source, on_error=on_error)
         audio_token_count(0, hop_length=hop_length, downsample=downsample)  # the same checks, now

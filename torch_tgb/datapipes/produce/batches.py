@@ -22,6 +22,7 @@ from torch_tgb._options import with_fields
 from torch_tgb.datapipes.produce.global_batches import GlobalBatches
 from torch_tgb.datapipes.produce.pack import METHODS, ROW_FORMATS, Pack
 from torch_tgb.layout import Layout
+from torch_tgb.transforms.balance import BALANCERS
 
 __all__ = ["Batching", "BatchingSettings", "document_batches", "token_dtype_for"]
 
@@ -42,8 +43,8 @@ class Batching:
     uint16 for a ``TokenFile`` or Arrow column of uint16 ids, else uint32; a
     caller that knows the vocabulary fits picks uint16) and int64 for arrays;
     an id it cannot hold is an error, never wrapped. ``balance``: ``None``,
-    ``"greedy"`` or ``"kk"`` over the dp slices, cost ``Σ len² + alpha·len``
-    per row (packed rows only).
+    ``"greedy"``, ``"kk"`` or any name in ``transforms.BALANCERS`` over the dp
+    slices, cost ``Σ len² + alpha·len`` per row (packed rows only).
     """
 
     seq_len: int
@@ -67,6 +68,8 @@ class Batching:
             raise ValueError(f"packing must be one of {list(METHODS)} or None, got {self.packing!r}")
         if self.rows not in ROW_FORMATS:
             raise ValueError(f"rows must be one of {ROW_FORMATS}, got {self.rows!r}")
+        if self.balance is not None:
+            BALANCERS[self.balance]  # an unknown method: RegistryError listing the registered ones
         if self.balance is not None and self.packing == "none":
             raise ValueError(f"balance={self.balance!r} needs packed rows (packing 'bfd' or 'concat'): "
                              "concat-and-chunk rows are one sequence each and all cost the same")

@@ -21,9 +21,10 @@ ragged key without a step per row.
 ``Pack`` writes by default), else from ``document_ids >= 0`` (per-token rows,
 ``Pack(rows="arrays")``); a row with neither counts all of its ``input_ids``.
 
-**Balance.** With ``balance="greedy"`` or ``"kk"`` (``transforms.balance``)
-rows are permuted so every dp slice gets ``B/dp`` rows and the largest slice
-cost is small. ``cost="attention"``: ``Σ len² + alpha·len`` over the
+**Balance.** The rows are priced by the pure ``transforms.price_rows`` and
+planned by a pure ``transforms.Balancer``; this node applies the plan: with ``balance="greedy"``, ``"kk"`` or any name
+registered in ``transforms.BALANCERS`` (a plugin's too) rows are permuted so
+every dp slice gets ``B/dp`` rows and the largest slice cost is small. ``cost="attention"``: ``Σ len² + alpha·len`` over the
 documents of a row (lengths from ``seq_lens`` or ``document_ids``); or any callable
 ``row -> float``. The batch then also carries:
 
@@ -34,13 +35,14 @@ documents of a row (lengths from ``seq_lens`` or ``document_ids``); or any calla
   over its rows, so every rank can compute its own.
 
 **Micro-batches and VLM cost.** ``micro_batches=m`` also balances inside each
-slice (``transforms.vlm_balance.micro_batch_plan``): a slice's ``B/dp`` rows
+slice (``Balancer(balance, dp, m).plan``): a slice's ``B/dp`` rows
 are ``m`` consecutive micro-batches of ``B/(dp·m)`` rows, each carrying about
 ``1/(dp·m)`` of the batch's cost (``B`` must be a multiple of ``dp·m``).
-``cost=transforms.VLMCost(...)`` costs a row as encoder (its images'
-patches) plus backbone (its documents) and reports the two imbalances
-separately in ``BatchStats``; with it, ``balance="vector"`` evens out both
-parts at once (``transforms.vlm_balance.balance_vector``) instead of their sum.
+A cost with phases (``transforms.PhasedCost``, as ``transforms.VLMCost``)
+costs a row as encoder (its images' patches) plus backbone (its documents)
+and reports the two imbalances separately in ``BatchStats``; with it,
+``balance="vector"`` (a method of per-phase costs) evens out both parts at
+once instead of their sum.
 
 ``stats()`` (:class:`BatchStats`) reports the slice costs of the last batch
 and the mean imbalance (max/mean slice cost) so far.
@@ -56,7 +58,7 @@ state to resume at batch ``k + 1`` (``tgb.produce`` commits it with offset ``k``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,19 +68,16 @@ from torchdata.nodes import BaseNode
 
 from torch_tgb.datapipes.produce._one_thread import cat_rows, take_rows
 from torch_tgb.datapipes.produce._steer import mix_of
-from torch_tgb.datapipes.produce._row_fields import attention_cost, pad_row, real_tokens
+from torch_tgb.datapipes.produce._row_fields import pad_row, real_tokens
 from torch_tgb.errors import LayoutError
 from torch_tgb.layout import RaggedRows
+from torch_tgb.transforms.balancer import Balancer, PhasedCost, Plan, RowCost, plan_imbalances, price_lengths, price_rows
 from torch_tgb.transforms.derive import SEQ_LENS_KEY
-from torch_tgb.transforms.vlm_balance import VLM_BALANCERS, VLMCost, imbalance, micro_batch_plan
 
 if TYPE_CHECKING:
     from torch_tgb.layout import Layout
 
-__all__ = ["BatchStats", "GlobalBatches", "RowCost"]
-
-#: a row's cost: ``"attention"`` or a function of the row's tensors
-RowCost = str | Callable[[Mapping[str, torch.Tensor]], float]
+__all__ = ["BatchStats", "GlobalBatches"]
 
 
 @dataclass(frozen=True)
@@ -142,10 +141,10 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         if not isinstance(micro_batches, int) or micro_batches < 1 or global_batch_size % (layout.dp * micro_batches):
             raise LayoutError(f"global_batch_size={global_batch_size} is not divisible by dp={layout.dp} x "
                               f"micro_batches={micro_batches}: every micro-batch must get the same number of rows")
-        if balance is not None and balance not in VLM_BALANCERS:
-            raise ValueError(f"unknown balance method {balance!r}; choose from None or {sorted(VLM_BALANCERS)}")
-        if balance == "vector" and not isinstance(cost, VLMCost):
-            raise ValueError("balance='vector' balances a VLMCost's encoder and backbone parts: pass cost=VLMCost(...)")
+        self.balancer = Balancer(balance, layout.dp, micro_batches)  # an unknown name: the error lists them
+        if self.balancer.phases and not isinstance(cost, PhasedCost):
+            raise ValueError(f"balance={balance!r} balances a cost's encoder and backbone phases: pass "
+                             "cost=VLMCost(...) (or another transforms.PhasedCost)")
         if not callable(cost) and cost != "attention":
             raise ValueError(f"cost must be 'attention' or a callable row -> float, got {cost!r}")
         if alpha < 0:
@@ -192,42 +191,11 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
         source = self._final if self._done else self.source.state_dict()
         return {self.SOURCE_KEY: source, **self._counts, self.DONE_KEY: self._done, self.INFO_KEY: self.info}
 
-    def _row_costs(self, row: Mapping[str, torch.Tensor]) -> tuple[float, float, float]:
-        """(cost, encoder, backbone) of a row; encoder 0 and backbone = cost unless the cost is a VLMCost."""
-        if isinstance(self.cost, VLMCost):
-            encoder, backbone = self.cost.parts(row)
-            return self.cost.cost(encoder, backbone), encoder, backbone
-        cost = float(self.cost(row)) if callable(self.cost) else attention_cost(row, alpha=self.alpha)
-        return cost, 0.0, cost
-
-    def _costs(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> tuple[np.ndarray, int]:
-        """(cost, encoder, backbone) per row, padding rows to the batch size with zeros; and the real tokens.
-
-        Token rows priced by attention (the text pipeline's default) are priced
-        from their ``seq_lens`` at once; anything else row by row.
-        """
-        if self.cost == "attention" and all(SEQ_LENS_KEY in r for r in rows):
-            lens = [r[SEQ_LENS_KEY].numpy() for r in rows]
-            flat = np.concatenate(lens) if lens else np.zeros(0, dtype=np.int32)
-            return self._attention_parts(flat, [len(x) for x in lens]), int(flat.sum())
-        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
-        for i, r in enumerate(rows):
-            parts[i] = self._row_costs(r)
-        return parts, sum(real_tokens(r) for r in rows)
-
-    def _attention_parts(self, lengths: np.ndarray, counts: Sequence[int] | np.ndarray) -> np.ndarray:
-        """(cost, 0, cost) per row of the batch: ``Σ len² + alpha·len`` over each row's sequence ``lengths``.
-
-        ``lengths``: the rows' ``seq_lens`` in row order, ``counts[r]`` of them
-        for row ``r``; rows after the last counted (padding) cost 0.
-        """
-        flat = lengths.astype(np.float64)
-        rows = len(counts)
-        parts = np.zeros((self.global_batch_size, 3), dtype=np.float64)
-        parts[:rows, 0] = parts[:rows, 2] = np.bincount(
-            np.repeat(np.arange(rows), counts), weights=flat * flat + self.alpha * flat, minlength=rows
-        )
-        return parts
+    def _tokens(self, rows: Sequence[Mapping[str, torch.Tensor]]) -> int:
+        """The real tokens of ``rows``: their ``seq_lens`` summed at once where they all carry them."""
+        if rows and all(SEQ_LENS_KEY in r for r in rows):
+            return int(np.concatenate([r[SEQ_LENS_KEY].numpy() for r in rows]).sum())
+        return sum(real_tokens(r) for r in rows)
 
     def _ragged_keys(self) -> tuple[str, ...]:
         if self.ragged is not None:
@@ -250,7 +218,8 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             raise StopIteration
         real = len(rows)
         ragged = self._ragged_keys()
-        parts, tokens = self._costs(rows)
+        parts = price_rows(rows, self.cost, alpha=self.alpha, size=self.global_batch_size)
+        tokens = self._tokens(rows)
         rows.extend(pad_row(rows[0], self.pad_id, ragged) for _ in range(self.global_batch_size - real))
         plan = self._plan(parts)
         order = [i for rank in plan for micro in rank for i in micro]
@@ -314,7 +283,7 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             lens = np.concatenate([np.diff(b.ragged[name][1]) for b in blocks])
             lengths[name] = np.concatenate([lens, np.zeros(size - real, dtype=lens.dtype)])
         seq_lens = values[SEQ_LENS_KEY].numpy()
-        parts_costs = self._attention_parts(seq_lens, lengths[SEQ_LENS_KEY])
+        parts_costs = price_lengths(seq_lens, lengths[SEQ_LENS_KEY], alpha=self.alpha, size=size)
         plan = self._plan(parts_costs)
         order = [i for rank in plan for micro in rank for i in micro]
         reordered = order != list(range(size))
@@ -329,10 +298,9 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
                 batch[name] = RaggedRows.from_lengths(torch.cat([rows[i] for i in order]), lengths[name][order])
         return self._finish(batch, parts_costs, plan, real, int(seq_lens.sum()))
 
-    def _plan(self, parts: np.ndarray) -> list[list[list[int]]]:
+    def _plan(self, parts: np.ndarray) -> Plan:
         """Each dp slice's micro-batches of rows (row indices) for rows priced ``parts`` (cost, encoder, backbone)."""
-        return micro_batch_plan(parts[:, 0], self.layout.dp, self.micro_batches, self.balance, encoder=parts[:, 1],
-                                backbone=parts[:, 2])
+        return self.balancer.plan(parts[:, 0], parts[:, 1:] if self.balancer.phases else None)
 
     def _names(self, fields: list[str]) -> list[str]:
         """The fields that go into the batch (``keys``, default all of the rows')."""
@@ -343,22 +311,18 @@ class GlobalBatches(BaseNode[dict[str, torch.Tensor]]):
             raise LayoutError(f"GlobalBatches(keys=): rows have no {missing} (they have {sorted(fields)})")
         return list(self.keys)
 
-    def _finish(self, batch: dict[str, Any], parts: np.ndarray, plan: list[list[list[int]]], real: int,
+    def _finish(self, batch: dict[str, Any], parts: np.ndarray, plan: Plan, real: int,
                 tokens: int) -> dict[str, Any]:
         """``batch`` (rows in ``plan``'s order) with the balance's ``row_index``/``row_cost``; counters updated."""
-        order = [i for rank in plan for micro in rank for i in micro]
-        ordered = parts[order]  # (cost, encoder, backbone) of each row, in the batch's order
         if self.balance is not None:
+            order = [i for rank in plan for micro in rank for i in micro]
             batch["row_index"] = torch.tensor(order, dtype=torch.int64)
-            batch["row_cost"] = torch.from_numpy(np.ascontiguousarray(ordered[:, 0]))
-        # micro_batch_plan gives every micro-batch as many rows: their sums, and the slices', by reshaping
-        micro_sums = ordered.reshape(sum(len(rank) for rank in plan), -1, 3).sum(axis=1)
-        slice_sums = micro_sums.reshape(len(plan), -1, 3).sum(axis=1)
-        self._slice_costs = slice_sums[:, 0].tolist()
-        self._imbalance_sum += imbalance(slice_sums[:, 0])
+            batch["row_cost"] = torch.from_numpy(np.ascontiguousarray(parts[order, 0]))
+        even = plan_imbalances(parts, plan)
+        self._slice_costs = even["slice_costs"]
+        self._imbalance_sum += even["imbalance"]
         self._counted += 1
-        self._last = {"encoder": imbalance(slice_sums[:, 1]), "backbone": imbalance(slice_sums[:, 2]),
-                      "micro": imbalance(micro_sums[:, 0])}
+        self._last = {name: even[name] for name in ("encoder", "backbone", "micro")}
         for name, value in self._last.items():
             self._sums[name] = self._sums.get(name, 0.0) + value
         self._counts["batches"] += 1

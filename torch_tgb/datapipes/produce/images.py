@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.produce._sample_map import Document, OnBadInput, SampleMap
+from torch_tgb._on_error import OnError
+from torch_tgb.datapipes.produce._sample_map import Document, SampleMap
 from torch_tgb.errors import MediaError
 from torch_tgb.transforms.media import (
     DEFAULT_MAX_PIXELS,
@@ -62,7 +63,7 @@ class _DecodeMembers(SampleMap):
     OUT_KEY = ""
     MISSING = ""  # the reason of a sample without such a member, when ``require``
 
-    def __init__(self, source: BaseNode[Any], *, on_error: OnBadInput, exts: Sequence[str], require: bool) -> None:
+    def __init__(self, source: BaseNode[Any], *, on_error: OnError, exts: Sequence[str], require: bool) -> None:
         super().__init__(source, on_error=on_error)
         self.exts, self.require = tuple(e.lower() for e in exts), require
 
@@ -100,7 +101,7 @@ class DecodeImages(_DecodeMembers):
         self,
         source: BaseNode[Any],
         *,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
         max_pixels: int = DEFAULT_MAX_PIXELS,
         formats: Sequence[str] = IMAGE_FORMATS,
         decoder: str = "auto",
@@ -132,7 +133,7 @@ class DecodeVideos(_DecodeMembers):
         *,
         fps: float | None = None,
         num_frames: int | None = None,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
         max_pixels: int = 1920 * 1080,
         max_frames: int = 256,
         exts: Sequence[str] = VIDEO_EXTS,
@@ -171,7 +172,7 @@ class ResizeImages(SampleMap):
         merge: int = 1,
         documents_per_step: int = 1,
         mode: str = "bicubic",
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
     ) -> None:
         super().__init__(source, on_error=on_error)
         if patch < 1 or merge < 1 or documents_per_step < 1 or mode not in ("bicubic", "bilinear"):
@@ -223,7 +224,7 @@ class Patchify(SampleMap):
         temporal_patch: int = 1,
         merge: int = 1,
         channels: int = 3,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
     ) -> None:
         super().__init__(source, on_error=on_error)
         if min(patch, temporal_patch, merge, channels) < 1:
@@ -278,7 +279,7 @@ class SpliceImageTokens(SampleMap):
         merge: int = 1,
         start_id: int | None = None,
         end_id: int | None = None,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
     ) -> None:
         super().__init__(source, on_error=on_error)
         if merge < 1:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_tgb.datapipes.produce._sample_map import OnBadInput
+from torch_tgb._on_error import OnError, check_on_error
 from torch_tgb.datapipes.produce.pack import Pack, PackStats
 from torch_tgb.errors import MediaError
 from torch_tgb.transforms import IGNORE_INDEX, SAMPLE_KEYS, encode_sample_keys, pack_bfd, pack_rows
@@ -85,12 +85,11 @@ class PackSamples(Pack):
         label_ignore_ids: Sequence[int] = (),
         ragged_keys: Sequence[str] | None = None,
         attention_metadata: bool = True,
-        on_error: OnBadInput = "skip",
+        on_error: OnError = "skip",
         sample_keys: bool = False,
     ) -> None:
         super().__init__(source, seq_len, window=window, pad_id=pad_id, attention_metadata=attention_metadata)
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        check_on_error(on_error, where="PackSamples")
         self.label_ignore_ids = tuple(int(i) for i in label_ignore_ids)
         self._ragged = None if ragged_keys is None else tuple(ragged_keys)
         self._counted: tuple[str, ...] = ()  # the media keys provenance counts per sample (COUNTS_KEY)
