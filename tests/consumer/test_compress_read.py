@@ -91,6 +91,24 @@ def test_a_coded_namespace_reads_as_the_plain_one_decoded_on_read_ahead_threads(
     list(plain_it)
 
 
+def test_a_local_coded_namespace_decodes_its_steps_each_on_a_reader_thread(namespaces, monkeypatch) -> None:
+    """Steps already committed are not grouped into one read on a local namespace: each goes to a reader thread
+    of its own, so the steps of a compressed one decode side by side (grouped, one thread decoded them in turn)."""
+    from torch_tgb.datapipes.read.range_reader import RangeReader
+
+    plain, coded = namespaces
+    groups: list[int] = []
+    read_group = RangeReader.read_group
+
+    def recorded(self, tasks):  # type: ignore[no-untyped-def]
+        groups.append(len(tasks))
+        return read_group(self, tasks)
+
+    monkeypatch.setattr(RangeReader, "read_group", recorded)
+    same(steps(coded, 0), steps(plain, 0))  # sealed: every step is committed when the feeder starts
+    assert len(groups) == 6 and set(groups) == {1}
+
+
 def test_coded_steps_resume_exactly_and_read_through_loader_workers(namespaces) -> None:
     plain, coded = namespaces
     mesh = tgb.Mesh(dp_rank=1, dp_size=2)

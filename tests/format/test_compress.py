@@ -229,3 +229,24 @@ def test_without_zstandard_coded_objects_and_codec_choices_name_the_extra(monkey
     with pytest.raises(MissingExtra, match=r"torch-tgb\[compress\]"):
         Producer(str(tmp_path / "ns"), producer_id="p", layout=_Layout(dp=1), codecs={"pixel_values": "zstd"})
     assert not (tmp_path / "ns" / "data").exists()  # refused before anything was written
+
+
+def test_decoding_writes_into_the_tensors_buffer_with_no_copy_of_the_tensor_on_the_way() -> None:
+    """zstd decodes straight into the destination and the delta filter is undone there: what the decode allocates
+    besides is a small fraction of the tensor (decoding to fresh bytes and copying them allocated all of it)."""
+    import tracemalloc
+
+    items = np.add.outer(np.arange(4096), np.arange(3 * 14 * 14)).astype(np.uint8)  # 2.4 MB of smooth 'patches'
+    codec = parse_codec(IMAGE_CODEC)
+    stored = codec.encode(items)
+    dst = bytearray(items.nbytes)
+    codec.decode_into(memoryview(stored), memoryview(dst), dtype=items.dtype, shape=items.shape, where="warm-up")
+    dst[:] = bytes(len(dst))
+    tracemalloc.start()
+    try:
+        codec.decode_into(memoryview(stored), memoryview(dst), dtype=items.dtype, shape=items.shape, where="t")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert bytes(dst) == items.tobytes()
+    assert peak < items.nbytes // 16

@@ -22,7 +22,9 @@ delivered step frees a slot at once, so reads stay continuously in flight
 assumes). Results are delivered strictly in step order. Upcoming steps the
 source already has (``available()``, up to ``prefetch``) are read together:
 their ranges go out as one ordered batched ``get_ranges`` call
-(:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`), whose soft failures
+(:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`; a local namespace,
+which has no batched call, reads each step on a thread of its own, so the
+steps of a compressed one decode in parallel), whose soft failures
 (missing object, timeout, 5xx) are re-read within the ``errors`` budget and
 whose hard failures are raised. Errors (a timeout, a corrupt object) are
 delivered in order too, at the first step of the read they happened in; a
@@ -336,8 +338,10 @@ class RangeReader(BaseNode[StepBatch]):
                 task = next(self.source)
                 group.append((task, self.source.state_dict()))
                 # upcoming steps already committed join this step's batched read (one call), as far as
-                # the window has room: a step delivered frees a slot, so reads stay continuously in flight
-                while self._source_lookahead and self._slots.acquire(blocking=False):
+                # the window has room: a step delivered frees a slot, so reads stay continuously in flight.
+                # Not on a local namespace (read ahead: its slices stored compressed): it has no batched
+                # call to share, and steps read one per thread decode side by side, not one after another
+                while self._source_lookahead and not self._local and self._slots.acquire(blocking=False):
                     if self.source.available(1) <= 0:  # type: ignore[attr-defined]
                         self._slots.release()
                         break
