@@ -195,9 +195,23 @@ def test_delta_decode_undoes_delta_encode_for_any_block_and_integer_dtype(block,
     info = np.iinfo(dtype)
     array = np.random.default_rng(seed).integers(info.min, info.max, (items, int(np.prod(block))), dtype=dtype,
                                                  endpoint=True)
+    for short_runs in ("numpy", "torch", None):  # each axis of short runs by numpy adds, torch's cumsum_, or as chosen
+        work = array.copy()
+        delta_encode(work, block)
+        delta_decode(work, block, short_runs=short_runs)
+        assert np.array_equal(work, array), short_runs
+
+
+@pytest.mark.parametrize("block", [(3, 14, 14), (3, 2, 14, 14), (2, 70)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("short_runs", ["numpy", "torch"])
+def test_delta_decode_of_patch_blocks_by_either_way_is_exact(block, dtype, short_runs) -> None:
+    """Patch blocks mix axes of long runs (colour planes: numpy adds) and short ones (rows, columns): each way of
+    summing the short ones undoes the filter bit for bit, wrapping included."""
+    array = np.random.default_rng(7).integers(0, 256, (33, int(np.prod(block))), dtype=np.uint8).view(dtype)
     work = array.copy()
     delta_encode(work, block)
-    delta_decode(work, block)
+    delta_decode(work, block, short_runs=short_runs)
     assert np.array_equal(work, array)
 
 
