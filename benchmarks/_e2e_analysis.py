@@ -95,7 +95,7 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
         row = {key: spread([r[key] for r in rows if r.get(key) is not None and not _nan(r[key])])
                for key in ("steps_per_s", "step_p50_ms", "step_p95_ms", "wait_ms_per_step", "wait_fraction",
                            "cpu_T_s_per_step", "cores_T_busy_s_per_step", "bytes_per_step", "first_step_s",
-                           "D_run_s", "compute_ms_per_step", "compute_cpu_ms_per_step")}
+                           "D_run_s", "compute_ms_per_step", "compute_cpu_ms_per_step", "reader_cpu_ms_per_step")}
         row["ratio_to_bound"] = spread([r["steps_per_s"] / b for r, b in zip(rows, bounds[kind]) if r["steps_per_s"]])
         row["errors"] = [r["error"] for r in rows if r.get("error")]
         row["exactly_once"] = all(r.get("exactly_once", {}).get("ok", False) for r in rows)
@@ -119,8 +119,30 @@ def per_resolution(cal: list[dict[str, Any]], runs: dict[str, list[dict[str, Any
                     for i in range(rounds)]
         ratios["b_shared_over_best_a_shared"] = spread([runs["b_shared"][i]["steps_per_s"] / shared_a[i]
                                                         for i in range(rounds)])
+    if "b_zstd" in runs and "b" in runs:  # the same producers and trainer, the patches stored compressed
+        ratios["b_zstd_over_b"] = spread([runs["b_zstd"][i]["steps_per_s"] / runs["b"][i]["steps_per_s"]
+                                          for i in range(rounds)])
     out["ratios"] = ratios
+    out["compressed"] = compressed(cal)
     return out
+
+
+def compressed(cal: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The calibration's two reads on T of the same batches, plain and stored compressed (rounds alternate which
+    goes first): the trainer's steps/s fed by its reader (wall; and CPU of the process, decoding included), the
+    decoding's CPU per step, the producer's CPU per step and the bytes at rest."""
+    cal = [c for c in cal if c.get("S_read_zstd_s")]
+    if not cal:
+        return None
+    return {
+        "reader_zstd_over_plain": spread([c["S_read_wall_s"] / c["S_read_zstd_wall_s"] for c in cal]),
+        "reader_zstd_over_plain_cpu": spread([c["S_read_s"] / c["S_read_zstd_s"] for c in cal]),
+        "S_read_wall_s": spread([c["S_read_wall_s"] for c in cal]),
+        "S_read_zstd_wall_s": spread([c["S_read_zstd_wall_s"] for c in cal]),
+        "decode_cpu_ms_per_step": spread([(c["S_read_zstd_s"] - c["S_read_s"]) * 1e3 for c in cal]),
+        "D_zstd_s": spread([c["D_zstd_s"] for c in cal]),
+        "at_rest_ratio": spread([c["at_rest_bytes_per_step"] / c["at_rest_zstd_bytes_per_step"] for c in cal]),
+    }
 
 
 def quiet_rounds(runs: dict[str, list[dict[str, Any]]], cal: list[dict[str, Any]], *, t: int, p: int,

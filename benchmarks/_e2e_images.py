@@ -44,6 +44,8 @@ import torch_tgb as tgb
 from torch_tgb.layout import RaggedRows
 
 PATCH, MERGE = 14, 2
+#: the compressed namespace's codecs (``b_zstd``, the calibration's coded read): a patch's 3 planes of 14x14
+CODECS = {"pixel_values": f"zstd:1+delta:3x{PATCH}x{PATCH}"}
 IMAGE_TOKEN, START_ID, END_ID = 1000, 1001, 1002
 VOCAB = 1024
 CAPTION_WORDS = (140, 150)

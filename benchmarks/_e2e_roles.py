@@ -133,7 +133,7 @@ def producer(cfg: dict[str, Any]) -> None:
     # shard i of a job of n declared shards: the namespace is sealed when every shard is done, whatever the
     # order they start and finish in (a producer sealing on its own could end the stream before another registered)
     report = tgb.produce(cfg["ns"], node, shard=tuple(cfg["shard"]), layout=img.layout(),
-                         commit_policy=cfg.get("commit_policy", "dac"), progress=False)
+                         commit_policy=cfg.get("commit_policy", "dac"), progress=False, codecs=cfg.get("codecs") or {})
     if report.already_complete:  # a replacement of a producer killed after its shard was done: nothing left to do
         Path(cfg["out"]).write_text(json.dumps({"batches": 0, "cpu_s_per_step": None, "sealed_before_start": True}))
         return
@@ -320,17 +320,18 @@ def calibrate(cfg: dict[str, Any]) -> None:
     model = img.Trainer(img.ModelSpec(**cfg["model"]), device)
     # S is CPU seconds on the trainer's core; on a GPU, wall seconds of a step that ends on its loss read back
     clock = time.perf_counter if device == "cuda" else time.process_time
-    fed = []  # first, in a fresh process: each byte range is checksummed on its first read, as in a run
+    fed, fed_wall = [], []  # first, in a fresh process: each byte range is checksummed on its first read, as in a run
     it = iter(tgb.DataLoader(cfg["ns"], mesh=tgb.Mesh(0, 1), device="cuda" if device == "cuda" else None))
     model.step(next(it))  # opening (dataset.json, the first poll and footer) and the model's first call
     while True:
-        c = clock()
+        c, w = clock(), time.perf_counter()
         try:
             b = next(it)
         except StopIteration:
             break
         model.step(b)
-        fed.append(clock() - c)
+        fed.append(clock() - c)  # the process's CPU: a compressed namespace's decoding on the read-ahead threads too
+        fed_wall.append(time.perf_counter() - w)
     batches = [{k: v.clone().to(device) for k, v in b.items()} for b in tgb.TGBDataset(cfg["ns"], mesh=tgb.Mesh(0, 1))]
     memory = []
     for b in batches:
@@ -339,6 +340,7 @@ def calibrate(cfg: dict[str, Any]) -> None:
         memory.append(clock() - c)
     Path(cfg["out"]).write_text(json.dumps({"S_s": sorted(memory)[len(memory) // 2], "S_steps": memory,
                                             "S_read_s": sorted(fed)[len(fed) // 2], "S_read_steps": fed,
+                                            "S_read_wall_s": sorted(fed_wall)[len(fed_wall) // 2],
                                             "bytes_per_step": img.batch_bytes(batches[0])}))
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import _e2e_cpu as cpu
+import _e2e_images as img
 from _common import pct
 import _e2e_roles
 from _e2e_proc import Proc
@@ -54,13 +55,15 @@ def run_role(role: str, cfg: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class Setup:
     """``kind``: "colocated" | "processes" | "fleet"; ``shared``: trainer and data both on T ∪ P;
-    ``read_ahead``: the trainer's tgb.DataLoader reads on a thread of its own (``inline_local=False``)."""
+    ``read_ahead``: the trainer's tgb.DataLoader reads on a thread of its own (``inline_local=False``);
+    ``codecs``: the producers store the patches compressed (``_e2e_images.CODECS``), the trainer decodes them."""
 
     name: str
     kind: str
     workers: int = 0
     shared: bool = False
     read_ahead: bool = False
+    codecs: bool = False
 
     def describe(self, t: list[int], p: list[int]) -> str:
         both = sorted(t + p)
@@ -70,12 +73,15 @@ class Setup:
         data = both if self.shared else p
         what = "tgb.produce process(es)" if self.kind == "processes" else "a Ray fleet (driver, GCS, raylet, actors)"
         reads = ", reading ahead on a thread" if self.read_ahead else ""
+        if self.codecs:
+            what += " storing pixel_values compressed (zstd:1 + delta), which the trainer's read-ahead decodes"
         return f"trainer on cores {both if self.shared else t}{reads}; {what} on cores {data}"
 
 
 SETUPS = {s.name: s for s in (
     Setup("a0", "colocated", 0), Setup("a1", "colocated", 1), Setup("a2", "colocated", 2),
-    Setup("b", "processes"), Setup("c", "fleet"), Setup("b_ahead", "processes", read_ahead=True),
+    Setup("b", "processes"), Setup("b_zstd", "processes", codecs=True), Setup("c", "fleet"),
+    Setup("b_ahead", "processes", read_ahead=True),
     Setup("a1_shared", "colocated", 1, shared=True), Setup("a2_shared", "colocated", 2, shared=True),
     Setup("b_shared", "processes", shared=True),
 )}
@@ -125,25 +131,38 @@ class Runner:
 
     # --- calibration: D on P alone, then S and S + R on T alone ----------------------------------------
 
-    def calibrate(self, resolution: int, seq: int, steps: int) -> dict[str, Any]:
+    def calibrate(self, resolution: int, seq: int, steps: int, *, coded_first: bool = False) -> dict[str, Any]:
+        """S, S + R and D of the plain namespace; S + R and D of the same batches stored compressed (``_zstd``):
+        the trainer's read of each on T, in the order ``coded_first`` says (rounds alternate it)."""
         self.gate()
-        ns = self._path("ns-cal")
-        prod = self._path("producer").with_suffix(".json")
-        cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "shard": [0, 1], "out": str(prod)}
-        if self.start("producer", cfg, self.p).wait(timeout=self.timeout) != 0:
-            raise RuntimeError(f"calibration producer failed at resolution {resolution}")
-        out = self._path("calibrate").with_suffix(".json")
-        cal = {"ns": str(ns), "model": self.model, "out": str(out), "device": self.device}
-        if self.start("calibrate", cal, self.t).wait(timeout=self.timeout) != 0:
-            raise RuntimeError(f"calibration trainer failed at resolution {resolution}")
-        shutil.rmtree(ns, ignore_errors=True)
-        d, s = json.loads(prod.read_text()), json.loads(out.read_text())
+        made: dict[bool, tuple[dict[str, Any], dict[str, Any]]] = {}
+        for coded in (coded_first, not coded_first):
+            ns = self._path("ns-cal")
+            prod = self._path("producer").with_suffix(".json")
+            cfg = {**self.base(resolution, seq, steps), "ns": str(ns), "shard": [0, 1], "out": str(prod),
+                   "codecs": img.CODECS if coded else None}
+            if self.start("producer", cfg, self.p).wait(timeout=self.timeout) != 0:
+                raise RuntimeError(f"calibration producer failed at resolution {resolution}")
+            at_rest = sum(f.stat().st_size for f in (ns / "data").rglob("*") if f.is_file())
+            out = self._path("calibrate").with_suffix(".json")
+            cal = {"ns": str(ns), "model": self.model, "out": str(out), "device": self.device}
+            if self.start("calibrate", cal, self.t).wait(timeout=self.timeout) != 0:
+                raise RuntimeError(f"calibration trainer failed at resolution {resolution}")
+            shutil.rmtree(ns, ignore_errors=True)
+            made[coded] = json.loads(prod.read_text()), {**json.loads(out.read_text()), "at_rest": at_rest / steps}
+        (d, s), (dz, sz) = made[False], made[True]
         # S + R >= S by construction: a step in memory costing more than one fed by the loader was disturbed
         # (another job on T, seen as S up to 1.5x S + R on this shared machine), so S is the smaller of the two
         return {"S_s": min(s["S_s"], s["S_read_s"]), "S_memory_s": s["S_s"], "S_read_s": s["S_read_s"],
                 "D_s": d["cpu_s_per_step"],
                 "D_pipeline_s": d["pipeline_s_per_step"],
-                "bytes_per_step": s["bytes_per_step"], "steps": steps}
+                "bytes_per_step": s["bytes_per_step"], "steps": steps,
+                # the same batches stored compressed: the trainer's step fed by its reader (CPU of the process,
+                # decoding included; and wall), the producer's CPU per step (encoding included), bytes at rest
+                "S_read_wall_s": s["S_read_wall_s"], "S_read_zstd_s": sz["S_read_s"],
+                "S_read_zstd_wall_s": sz["S_read_wall_s"], "D_zstd_s": dz["cpu_s_per_step"],
+                "at_rest_bytes_per_step": s["at_rest"], "at_rest_zstd_bytes_per_step": sz["at_rest"],
+                "coded_first": coded_first}
 
     # --- one run ---------------------------------------------------------------------------------------
 
@@ -161,7 +180,8 @@ class Runner:
         cfg = {**base, "setup": "colocated" if setup.kind == "colocated" else "tgb", "prefetch": PREFETCH,
                "workers": setup.workers, "ns": str(ns), "steps": steps, "warmup": self.warmup, "model": self.model,
                "out": str(out), "trainer_cpus": t_cores, "kill_at": kill_at, "check_every": check_every,
-               "timeout": self.timeout, "profile": profile, "device": self.device, "read_ahead": setup.read_ahead}
+               "timeout": self.timeout, "profile": profile, "device": self.device, "read_ahead": setup.read_ahead,
+               "codecs": img.CODECS if setup.codecs else None}
         if hold_at is not None:
             cfg["hold"] = {"at": hold_at, "file": str(self._path("hold").with_suffix(".json")), "max_s": 60}
         gate = self.gate()
@@ -209,7 +229,7 @@ class Runner:
                 break
 
     def _producer_cfg(self, cfg: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        out = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns")},
+        out = {**{k: cfg[k] for k in ("urls", "resolution", "batch", "seq", "ns", "codecs")},
                "shard": [index, count], "out": str(self._path(f"producer-p{index}").with_suffix(".json"))}
         if index == 0 and "hold" in cfg:
             out["hold"] = cfg["hold"]
@@ -279,6 +299,9 @@ def summarise(run: dict[str, Any], warmup: int) -> dict[str, Any]:
         compute_cpu_ms_per_step=statistics.fmean(run["compute_cpu"][warmup:]) * 1e3,
         cpu_T_s_per_step=window.get("processes_s", float("nan")) / measured,
         cores_T_busy_s_per_step=window.get("cores_busy_s", float("nan")) / measured,
+        # T's CPU per step besides the model's step: reading (a compressed namespace's decoding) and bookkeeping
+        reader_cpu_ms_per_step=window.get("processes_s", float("nan")) / measured * 1e3
+        - statistics.fmean(run["compute_cpu"][warmup:]) * 1e3,
         bytes_per_step=statistics.fmean(run["bytes"][warmup:]),
         first_step_s=ends[0] - run["started"],
         D_run_s=statistics.fmean(p["cpu_s_per_step"] for p in producers) if producers else None,

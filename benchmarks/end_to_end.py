@@ -23,7 +23,13 @@ with the patches.
   data runs 4 batches per worker past the run's last step, so that a run
   does not end on batches made in advance);
 - (b) ``tgb.produce`` processes on P (one per core), trainer on T reading
-  with ``tgb.DataLoader``; (c) the same producers as a Ray fleet on P;
+  with ``tgb.DataLoader``; ``b_zstd`` the same with ``pixel_values`` stored
+  compressed (``zstd:1+delta:3x14x14``: the producers encode on P, the
+  trainer's reader decodes on T); (c) the same producers as a Ray fleet on P;
+- calibration of the compressed read (issue 48): the same batches written
+  plain and compressed beforehand, each read by the trainer on T (which goes
+  first alternates by round): steps/s compressed / plain, the decoding's CPU
+  per step, the producer's CPU per step with encoding, bytes at rest;
 - equal total CPU: ``a1_shared`` (``a2_shared`` in ``--quick``), ``b_shared``:
   trainer and data both free to use T ∪ P.
 
@@ -58,7 +64,7 @@ core of T) does not describe the run: its figures are the measured steps/s.
 Results go to ``end_to_end_gpu.json``. ``--sweep-only`` runs the sweep alone.
 
 Usage: python benchmarks/end_to_end.py [--quick] [--rounds N] [--results-dir DIR]
-       [--device cuda] [--trainer-cores N] [--read-ahead] [--sweep-only]
+       [--device cuda] [--trainer-cores N] [--read-ahead] [--sweep-only] [--save-as NAME]
        (also: tgb bench e2e [--quick])
 """
 
@@ -118,10 +124,12 @@ class Sweep:
         self.wall: dict[str, float] = {}  # seconds each setup's runs took, start-up included
 
     def calibrate(self, res: int) -> None:
-        c = self.runner.calibrate(res, img.seq_len(res), self.cfg["cal_steps"])
+        c = self.runner.calibrate(res, img.seq_len(res), self.cfg["cal_steps"],
+                                  coded_first=len(self.cal.get(res, [])) % 2 == 1)
         self.cal.setdefault(res, []).append(c)
-        print(f"  calibrate {res}: S {c['S_s'] * 1e3:.0f} ms, S+R {c['S_read_s'] * 1e3:.0f} ms, "
-              f"D {c['D_s'] * 1e3:.0f} ms per step", flush=True)
+        print(f"  calibrate {res}: S {c['S_s'] * 1e3:.0f} ms, S+R {c['S_read_s'] * 1e3:.0f} ms "
+              f"(compressed {c['S_read_zstd_s'] * 1e3:.0f} ms), D {c['D_s'] * 1e3:.0f} ms "
+              f"(compressed {c['D_zstd_s'] * 1e3:.0f} ms) per step", flush=True)
 
     def find_crossover(self, resolutions: list[int]) -> None:
         self.crossover = model.crossover({res: self.cal[res][0]["D_s"] / self.cal[res][0]["S_s"]
@@ -278,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(b_ahead; on with --device cuda)")
     parser.add_argument("--sweep-only", action="store_true",
                         help="the sweep alone: no crossover search, resolution schedule, crash or profiled run")
+    parser.add_argument("--save-as", default=None, help="the results file's name (default end_to_end[_gpu]; "
+                        "docs/benchmarks.md §12 reads end_to_end_compressed from a --sweep-only run)")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--config", default=None, help=argparse.SUPPRESS)
     add_results_arg(parser)
@@ -320,7 +330,7 @@ def measure(args: argparse.Namespace) -> int:
         print(f"one core ({cpus}): T and P are the same core (quick mode checks the pipeline, not the speed)",
               flush=True)
     torch.set_num_threads(1)  # before any torch op: the roles are forked from here (no OpenMP pool to inherit)
-    setups = ["a0", "a1", "a2", "b"]
+    setups = ["a0", "a1", "a2", "b", "b_zstd"]
     ray_note = "measured"
     if importlib.util.find_spec("ray") is not None:  # found, not imported: a forked fleet driver starts Ray itself
         setups.append("c")
@@ -389,7 +399,7 @@ def measure(args: argparse.Namespace) -> int:
                  "disturbed": cfg["quiet"] is not None and (runner.gate_left_s == 0 or bool(disturbed))},
         "load": {"start": load_start, "end": cpu.loadavg()}, "seconds": time.monotonic() - started,
     }
-    save(out_dir, "end_to_end_gpu" if args.device == "cuda" else "end_to_end", result)
+    save(out_dir, args.save_as or ("end_to_end_gpu" if args.device == "cuda" else "end_to_end"), result)
     for res, s in summary.items():
         print(f"{res}: " + ", ".join(f"{key.removesuffix('_over_best_a')} / best (a) {v['median']:.2f}x"
                                      for key, v in s["ratios"].items() if key.endswith("_over_best_a")), flush=True)

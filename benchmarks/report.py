@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import COMMITTED
 from _report_autoscale import autoscale_section
 from _report_common import rng_m, section_run, verdict, when
+from _report_compression import compression_section
 from _report_dac import dac_scale_section
 from _report_e2e import e2e_section
 from _report_e2e_gpu import e2e_gpu_section
@@ -321,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         lines += autoscale_section(results["autoscale"])
     lines += provenance_section(results.get("provenance_cost") or results.get("provenance_cost_quick"),
                                 results.get("lineage_lookup") or results.get("lineage_lookup_quick"))
+    lines += compression_section(results.get("end_to_end_compressed"), results.get("decode_path"))
     copy_plots(args.results_dir, plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

@@ -91,9 +91,9 @@ def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path,
     try:
         import ray  # noqa: F401
 
-        expected = {"a0", "a1", "a2", "b", "c", "a2_shared", "b_shared"}
+        expected = {"a0", "a1", "a2", "b", "b_zstd", "c", "a2_shared", "b_shared"}
     except ImportError:
-        expected = {"a0", "a1", "a2", "b", "a2_shared", "b_shared"}
+        expected = {"a0", "a1", "a2", "b", "b_zstd", "a2_shared", "b_shared"}
     resolutions = set(r["summary"])
     assert {str(x) for x in r["config"]["resolutions"]} <= resolutions
     for res in resolutions:
@@ -107,7 +107,11 @@ def test_bench_e2e_quick_runs_every_setup_and_writes_a_complete_result(tmp_path,
                 assert row["exactly_once"]["complete_expected"] or name.startswith("a"), (res, name)
                 assert row["cpu_T_s_per_step"] > 0 and row["bytes_per_step"] > 0
         s = r["summary"][res]
-        assert {"b_over_best_a", "b_over_best_a_over_ideal"} <= set(s["ratios"])
+        assert {"b_over_best_a", "b_over_best_a_over_ideal", "b_zstd_over_b"} <= set(s["ratios"])
+        # the same batches stored compressed: fewer bytes at rest, read by the trainer's reader side by side
+        assert cal["S_read_zstd_s"] > 0 and cal["D_zstd_s"] > 0
+        assert cal["at_rest_zstd_bytes_per_step"] < cal["at_rest_bytes_per_step"]
+        assert s["compressed"]["reader_zstd_over_plain"]["median"] > 0
         assert s["bound_disaggregated"]["median"] >= s["bound_colocated"]["median"]
     for name, rows in r["schedule"]["runs"].items():
         assert rows and all("after_steps_per_s" in row for row in rows), (name, rows)

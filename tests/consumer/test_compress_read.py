@@ -10,6 +10,7 @@ bytes and their decoding.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from pathlib import Path
 
@@ -89,6 +90,43 @@ def test_a_coded_namespace_reads_as_the_plain_one_decoded_on_read_ahead_threads(
     next(plain_it)
     assert type(plain_ds.path).__name__ == "RunPath"  # unchanged for a plain namespace
     list(plain_it)
+
+
+def test_a_local_coded_namespace_decodes_its_steps_each_on_a_reader_thread(namespaces, monkeypatch) -> None:
+    """Steps already committed are not grouped into one read on a local namespace: each goes to a reader thread
+    of its own, so the steps of a compressed one decode side by side (grouped, one thread decoded them in turn)."""
+    from torch_tgb.datapipes.read.range_reader import RangeReader
+
+    plain, coded = namespaces
+    groups: list[int] = []
+    read_group = RangeReader.read_group
+
+    def recorded(self, tasks):  # type: ignore[no-untyped-def]
+        groups.append(len(tasks))
+        return read_group(self, tasks)
+
+    monkeypatch.setattr(RangeReader, "read_group", recorded)
+    same(steps(coded, 0), steps(plain, 0))  # sealed: every step is committed when the feeder starts
+    assert len(groups) == 6 and set(groups) == {1}
+
+
+def test_the_slices_of_one_coded_step_decode_on_a_pool_of_decoding_threads(namespaces, monkeypatch) -> None:
+    """A reader of one rank over a dp=2 namespace reads two slices a step: stored compressed, they go to the
+    reader's decoding pool (side by side where it has free threads), and the step is the plain one's."""
+    from torch_tgb.format import SliceReader
+
+    plain, coded = namespaces
+    threads: list[str] = []
+    read = SliceReader.read
+
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        threads.append(threading.current_thread().name)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(SliceReader, "read", recorded)
+    got = list(tgb.TGBDataset(coded, mesh=tgb.Mesh(dp_rank=0, dp_size=1)))
+    assert any(name.startswith("tgb-decode") for name in threads)
+    same(got, list(tgb.TGBDataset(plain, mesh=tgb.Mesh(dp_rank=0, dp_size=1))))
 
 
 def test_coded_steps_resume_exactly_and_read_through_loader_workers(namespaces) -> None:

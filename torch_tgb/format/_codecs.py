@@ -34,8 +34,10 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +45,7 @@ from torch_tgb._lazy import require
 from torch_tgb.errors import CorruptObject
 from torch_tgb.format._delta import delta_decode, delta_encode, delta_problem
 from torch_tgb.format._spec import CODEC_VERSION
+from torch_tgb.format._zstd_frame import frame_size
 
 __all__ = ["CODECS", "MAX_CODECS", "Backend", "Codec", "codec_table", "parse_codec"]
 
@@ -122,8 +125,10 @@ class Codec:
                     where: str) -> None:
         """Decode ``src`` (stored bytes) into ``dst`` (exactly the shape's bytes), or raise :class:`CorruptObject`.
 
-        At most ``len(dst)`` bytes are decoded: a frame declaring another size is refused before decoding,
-        and one that would write past ``len(dst)`` fails inside zstd. A frame without a content checksum is
+        Decoded straight into ``dst`` (no intermediate bytes), and the delta filter undone there in place. At
+        most ``len(dst)`` bytes are decoded: a frame declaring another size, or with bytes before or after it
+        (``_zstd_frame.py``), is refused before decoding, and one that decodes to more is refused at its first
+        byte beyond ``len(dst)``. A frame without a content checksum is
         refused (every writer writes one), and zstd checks it: decoded bytes that differ from those encoded
         are a :class:`CorruptObject`, whatever the CRC policy let through.
         """
@@ -140,16 +145,42 @@ class Codec:
         if not checksummed:
             raise CorruptObject(f"{where}: its {self.name} frame carries no content checksum (a torch_tgb writer "
                                 "always writes one): rewrite the object")
+        size = frame_size(src, zstd.frame_header_size(src))
+        if isinstance(size, str):
+            raise CorruptObject(f"{where}: {self.name} frame does not decode to its {len(dst)} bytes ({size})")
+        if size != len(src):
+            raise CorruptObject(f"{where}: its {self.name} frame ends at byte {size} of its {len(src)} stored bytes: "
+                                f"{len(src) - size} bytes of unused data after it")
         try:
-            # the frame's declared size (== len(dst)) is the output buffer: zstd refuses to write past it
-            out = zstd.ZstdDecompressor().decompress(src, allow_extra_data=False)
+            # straight into ``dst`` (no intermediate bytes, no copy): at most len(dst) bytes are written, and
+            # the read after them must find the frame's end (where zstd checks its checksum)
+            reader = _decompressor(zstd).stream_reader(src, read_size=len(src))
+            done = 0
+            while done < len(dst):
+                n = reader.readinto(dst[done:])
+                if n <= 0:
+                    break
+                done += n
+            more = reader.read(1)
         except zstd.ZstdError as e:
             raise CorruptObject(f"{where}: {self.name} frame does not decode to its {len(dst)} bytes ({e})") from e
-        if len(out) != len(dst):
-            raise CorruptObject(f"{where}: {self.name} frame decoded to {len(out)} bytes, its shape needs {len(dst)}")
-        dst[:] = out
+        if done != len(dst) or more:
+            said = f"{done} bytes" if done != len(dst) else "more bytes"
+            raise CorruptObject(f"{where}: {self.name} frame does not decode to its {len(dst)} bytes: it decoded "
+                                f"to {said}")
         if self.delta:
             delta_decode(np.frombuffer(dst, dtype=dtype).reshape(shape), self.delta)
+
+
+_THREAD = threading.local()
+
+
+def _decompressor(zstd: ModuleType) -> Any:
+    """This thread's ``ZstdDecompressor`` (a decoding context is not shared between threads; made once per thread)."""
+    dctx = getattr(_THREAD, "dctx", None)
+    if dctx is None:
+        dctx = _THREAD.dctx = zstd.ZstdDecompressor()
+    return dctx
 
 
 @functools.lru_cache(maxsize=64)

@@ -22,7 +22,10 @@ delivered step frees a slot at once, so reads stay continuously in flight
 assumes). Results are delivered strictly in step order. Upcoming steps the
 source already has (``available()``, up to ``prefetch``) are read together:
 their ranges go out as one ordered batched ``get_ranges`` call
-(:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`), whose soft failures
+(:func:`~torch_tgb.datapipes.read.batch_fetch.fetch_ranges`; a local namespace,
+which has no batched call, reads each step on a thread of its own, so the
+steps of a compressed one decode in parallel, and the slices of one step on
+a pool of decoding threads), whose soft failures
 (missing object, timeout, 5xx) are re-read within the ``errors`` budget and
 whose hard failures are raised. Errors (a timeout, a corrupt object) are
 delivered in order too, at the first step of the read they happened in; a
@@ -112,6 +115,10 @@ class RangeReader(BaseNode[StepBatch]):
         self._local: bool | None = None
         #: local reads inline (decided with ``_local`` at the first task: not when its TGB is stored compressed)
         self._inline = inline_local
+        #: whether the namespace's slices are stored compressed (decided with ``_local``), and the pool that
+        #: decodes the slices of one such step side by side (made when a step first has several)
+        self._coded = False
+        self._decoders: concurrent.futures.ThreadPoolExecutor | None = None
         self.errors = errors
         self.names = names
         self.skip_errors = skip_errors
@@ -183,17 +190,24 @@ class RangeReader(BaseNode[StepBatch]):
     def _read_local(self, task: ReadTask) -> StepBatch:
         """One task of a mapped local namespace: a slice view per piece, no request objects, one stats update."""
         started = time.perf_counter()
-        parts = []
         nbytes = useful = 0
         try:
+            reads = []
             for piece in task.pieces:
                 entry = task.entries[piece.tgb]
                 footer = task.footers[entry.address]
                 info = footer.slice(piece.dp, piece.cp, self.names)
-                parts.append(self._slices.read(entry.key, footer, info))
+                reads.append((entry.key, footer, info))
                 nbytes += info.end - info.start
                 for tensor in info.tensors:
                     useful += tensor.length
+            if len(reads) > 1 and self._coded and self.prefetch > 1:  # the step's slices decode side by side
+                if self._decoders is None:
+                    self._decoders = concurrent.futures.ThreadPoolExecutor(self.prefetch,
+                                                                           thread_name_prefix="tgb-decode")
+                parts = list(self._decoders.map(lambda read: self._slices.read(*read), reads))
+            else:
+                parts = [self._slices.read(*read) for read in reads]
         except CorruptObject as e:  # the format names object/slice/tensor; add the step
             raise CorruptObject(f"{self.store.url}: step={task.cursor.step}: {e}") from e
         self.stats.fetch_latency(time.perf_counter() - started)
@@ -210,7 +224,8 @@ class RangeReader(BaseNode[StepBatch]):
         if self._local is None:  # one namespace lives on one backend: ask once
             key = next((t.entries[p.tgb].key for t in tasks for p in t.pieces), None)
             self._local = key is not None and self.store.local_path(key) is not None
-            self._inline = self.inline_local and not any(f.codecs for t in tasks for f in t.footers.values())
+            self._coded = any(f.codecs for t in tasks for f in t.footers.values())
+            self._inline = self.inline_local and not self._coded
         if self.skip_errors:
             return self._read_group_skipping(tasks)
         if not self._local:
@@ -336,8 +351,10 @@ class RangeReader(BaseNode[StepBatch]):
                 task = next(self.source)
                 group.append((task, self.source.state_dict()))
                 # upcoming steps already committed join this step's batched read (one call), as far as
-                # the window has room: a step delivered frees a slot, so reads stay continuously in flight
-                while self._source_lookahead and self._slots.acquire(blocking=False):
+                # the window has room: a step delivered frees a slot, so reads stay continuously in flight.
+                # Not on a local namespace (read ahead: its slices stored compressed): it has no batched
+                # call to share, and steps read one per thread decode side by side, not one after another
+                while self._source_lookahead and not self._local and self._slots.acquire(blocking=False):
                     if self.source.available(1) <= 0:  # type: ignore[attr-defined]
                         self._slots.release()
                         break
@@ -371,4 +388,7 @@ class RangeReader(BaseNode[StepBatch]):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._decoders is not None:
+            self._decoders.shutdown(wait=True, cancel_futures=True)
+            self._decoders = None
         self._queue = None
