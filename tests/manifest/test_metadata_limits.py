@@ -10,7 +10,6 @@ pipeline state nested deeper than a version can hold.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest

@@ -1,10 +1,10 @@
-"""Object names of the manifest log (see docs/protocol.md, *Object names* and *Manifest keys spread over prefixes*).
+"""Object names of the manifest log (see docs/protocol.md, *Objects* and *Manifest keys spread over prefixes*).
 
 Numbers are zero-padded to 20 digits. Where the numbered objects (versions,
 snapshots, snapshot parts) physically live is the namespace's
 :class:`KeyLayout`, recorded in ``dataset.json`` at creation: :data:`FLAT`
-(``_tgb/log/<v>.json``: namespaces created before spreading, or without a
-``dataset.json``) or spread over K prefixes (``_tgb/log/<p>/<v>.json``, the
+(``_tgb/log/<v>.json``: namespaces created before spreading, and logs an
+older torch_tgb wrote before any ``dataset.json``) or spread over K prefixes (``_tgb/log/<p>/<v>.json``, the
 default for new namespaces), so that S3 can partition the manifest's load.
 The module-level ``version_key``/``snapshot_key``/``snapshot_part_key`` are
 the flat layout's names.
@@ -155,7 +155,7 @@ class KeyLayout(NamedTuple):
         return cls(prefixes)
 
 
-#: the layout of namespaces created before spreading (and of those without a dataset.json)
+#: the layout of namespaces created before spreading (dataset.json without ``keys``)
 FLAT = KeyLayout(1)
 #: the layout new namespaces get (tests set it to FLAT to run the same test on the old layout)
 NEW_NAMESPACE_KEYS = KeyLayout(SPREAD_PREFIXES)
