@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from _report_common import verdict, when
@@ -128,6 +129,38 @@ def _discovery(d: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | {c['manifest_requests_per_s']:.2f} | {cx:.3f}× ({verdict(cx <= 0.5)}) | "
                    f"{i['manifest_requests_per_s']:.2f} | {ix:.3f}× ({verdict(ix <= 0.1)}) | {lat['mean']} s "
                    f"({lat['p95']} s) |")
+    if d.get("layouts"):
+        out += ["", *layouts_table(d["layouts"], when=when(d["layouts"]))]
+    return out
+
+
+def layouts_table(layouts: dict[str, Any], *, when: str) -> list[str]:
+    """Flat vs spread manifest keys (``_scale_discovery.py --layouts``): prefixes taken, busiest prefix at R = 8,192."""
+    s = layouts["summary"]
+    out = [f"**Manifest keys spread over prefixes** (`_scale_discovery.py --layouts`; {when}; node share on; "
+           f"{layouts['rounds']} rounds interleaved, medians [range]; {layouts['busy_s']:.0f} s caught up at one "
+           f"version per second, {layouts['idle_s']:.0f} s idle): the prefixes (key up to its last `/`) the node's "
+           "manifest requests went to, and the busiest one's requests projected to R = 8,192 ranks (1,024 nodes) "
+           "against one prefix's ~5,500/s. Counts, not times: the shared 2-core box was loaded (load average "
+           f"{layouts.get('machine', {}).get('loadavg_at_end', ['?'])[0]:.4g} at the end).", "",
+           "| keys | caught up: prefixes | caught up: busiest prefix at R = 8,192 | caught up: busiest log prefix | "
+           "idle: prefixes | idle: busiest prefix at R = 8,192 | all manifest requests at R = 8,192, caught up |",
+           "|---|---|---|---|---|---|---|"]
+    for name in ("flat", "spread"):
+        if name not in s:
+            continue
+        c, i = s[name]["caught_up"], s[name]["idle"]
+        busiest = layouts["runs"][name][0]["spread"]["caught_up"]["busiest_prefix"]
+
+        def x(w: dict[str, Any]) -> str:
+            lo, hi = w["busiest_x_prefix_limit_R8192_range"]
+            return f"{w['busiest_x_prefix_limit_R8192_median']:.3f}× [{lo:.3f}–{hi:.3f}]"
+
+        logs = [max(v for p, v in r["caught_up"]["manifest_by_prefix_per_s"].items() if p.startswith("_tgb/log/"))
+                * 8192 / 8 / PREFIX_LIMIT for r in layouts["runs"][name]]  # 8 ranks per node
+        out.append(f"| {name} | {c['prefixes_median']:g} | {x(c)} (`{busiest}`) | {statistics.median(logs):.3f}× "
+                   f"[{min(logs):.3f}–{max(logs):.3f}] | {i['prefixes_median']:g} | {x(i)} | "
+                   f"{c['all_manifest_x_prefix_limit_R8192_median']:.3f}× |")
     return out
 
 

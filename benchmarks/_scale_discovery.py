@@ -15,7 +15,15 @@ Projected to R = 1,024 and 8,192 ranks at 8 ranks per node against S3's
 ~5,500 GET/HEAD per second per partitioned prefix (the goals of issue 41:
 caught up <= 0.5x of it at R = 8,192, idle <= 0.1x).
 
+``--layouts``: the same node (with the node share) on a namespace of flat
+manifest keys and on one spread over 16 prefixes (docs/protocol.md,
+*Manifest keys spread over prefixes*), interleaved over ``--rounds``: how
+many prefixes the manifest's requests spread over and the busiest prefix's
+share, projected to R = 8,192. It adds ``layouts`` to scale_discovery.json
+and leaves the runs above as they are.
+
     python benchmarks/_scale_discovery.py [--quick] [--readers 8] [--results-dir DIR]
+    python benchmarks/_scale_discovery.py --layouts [--rounds 3] [--results-dir DIR]
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from typing import Any
 
 from torch_tgb.datapipes.read.poller import ManifestPoller, PollPolicy
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import Committer, Manifest, TGBEntry
+from torch_tgb.manifest import Committer, KeyLayout, Manifest, TGBEntry
+from torch_tgb.manifest.keys import FLAT, SPREAD_PREFIXES
 from torch_tgb.storage import LatencyStore, LocalStore, NodeSharedStore, ObjectStore
 from torch_tgb.storage.node_share import DEFAULT_BOUNDARY_TTL, DEFAULT_TTL
 from torch_tgb.testing.counting import REQUEST_TYPES, CountingStore, merge_reports
@@ -92,7 +101,11 @@ def _rates(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dic
     def per_s(a: float, b: float) -> float:
         return round((b - a) / seconds, 3)
 
+    prefixes = {p: per_s(before.get("manifest_by_prefix", {}).get(p, 0), n)
+                for p, n in after.get("manifest_by_prefix", {}).items()}
+    prefixes = {p: r for p, r in sorted(prefixes.items()) if r > 0}
     return {
+        "manifest_by_prefix_per_s": prefixes,
         "requests_per_s": per_s(before["requests"], after["requests"]),
         "manifest_requests_per_s": per_s(before["manifest_requests"], after["manifest_requests"]),
         "by_type_per_s": {t: per_s(before["by_type"][t], after["by_type"][t]) for t in REQUEST_TYPES},
@@ -115,12 +128,13 @@ def project(per_node: float) -> dict[str, Any]:
 
 def measure(*, share: bool, readers: int = RANKS_PER_NODE, rate: float = 1.0, busy_s: float = 10.0,
             idle_s: float = 8.0, rtt: float = 0.020, ttl: float = DEFAULT_TTL,
-            boundary_ttl: float = DEFAULT_BOUNDARY_TTL, warmup_s: float = 3.0) -> dict[str, Any]:
+            boundary_ttl: float = DEFAULT_BOUNDARY_TTL, warmup_s: float = 3.0,
+            keys: KeyLayout | None = None) -> dict[str, Any]:
     """One node of ``readers`` processes, caught up at ``rate`` new steps/s then idle: its requests and latencies."""
     with tempfile.TemporaryDirectory(prefix="tgb-scale-") as tmp:
         root = os.path.join(tmp, "ns")
         store = LocalStore(root)
-        Manifest(store).ensure_dataset(Layout(), {"x": {"dtype": "int32", "shape": [-1]}})
+        Manifest(store).ensure_dataset(Layout(), {"x": {"dtype": "int32", "shape": [-1]}}, keys=keys)
         committer = Committer(Manifest(store), "p0")
         committer.start()
         for _ in range(HISTORY):
@@ -166,6 +180,50 @@ def measure(*, share: bool, readers: int = RANKS_PER_NODE, rate: float = 1.0, bu
     }
 
 
+def spread_of(rates: dict[str, Any]) -> dict[str, Any]:
+    """How many prefixes the manifest's requests of a window took, and the busiest one's rate projected per fleet."""
+    by_prefix = rates["manifest_by_prefix_per_s"]
+    busiest = max(by_prefix.values(), default=0.0)
+    total = sum(by_prefix.values())
+    return {
+        "prefixes": len(by_prefix),
+        "busiest_prefix": max(by_prefix, key=lambda p: by_prefix[p]) if by_prefix else None,
+        "busiest_share": round(busiest / total, 3) if total else None,
+        "projected_busiest": project(busiest),
+    }
+
+
+def measure_layouts(*, rounds: int, readers: int, busy_s: float, idle_s: float) -> dict[str, Any]:
+    """Flat vs spread keys, both with the node share, interleaved ``rounds`` times; medians and spread per side."""
+    sides: dict[str, list[dict[str, Any]]] = {"flat": [], "spread": []}
+    for i in range(rounds):
+        for name, keys in (("flat", FLAT), ("spread", KeyLayout(SPREAD_PREFIXES))):
+            r = measure(share=True, readers=readers, busy_s=busy_s, idle_s=idle_s, keys=keys)
+            r["spread"] = {w: spread_of(r[w]) for w in ("caught_up", "idle")}
+            sides[name].append(r)
+            s = r["spread"]
+            print(f"round {i + 1} {name:6s}: caught up {r['caught_up']['manifest_requests_per_s']:.2f} req/s/node "
+                  f"over {s['caught_up']['prefixes']} prefixes, busiest {s['caught_up']['busiest_prefix']} "
+                  f"{s['caught_up']['projected_busiest']['R=8192']['x_prefix_limit']:.3f}x at R=8192; idle over "
+                  f"{s['idle']['prefixes']}, busiest {s['idle']['projected_busiest']['R=8192']['x_prefix_limit']:.3f}x",
+                  flush=True)
+    summary = {}
+    for name, runs in sides.items():
+        summary[name] = {}
+        for w in ("caught_up", "idle"):
+            xs = [r["spread"][w]["projected_busiest"]["R=8192"]["x_prefix_limit"] for r in runs]
+            ps = [r["spread"][w]["prefixes"] for r in runs]
+            total = [r[w]["projected"]["R=8192"]["x_prefix_limit"] for r in runs]
+            summary[name][w] = {
+                "prefixes_median": statistics.median(ps), "prefixes_range": [min(ps), max(ps)],
+                "busiest_x_prefix_limit_R8192_median": statistics.median(xs),
+                "busiest_x_prefix_limit_R8192_range": [min(xs), max(xs)],
+                "all_manifest_x_prefix_limit_R8192_median": statistics.median(total),
+            }
+    return {"rounds": rounds, "busy_s": busy_s, "idle_s": idle_s, "readers": readers, "share": True,
+            "summary": summary, "runs": sides}
+
+
 def _line(name: str, r: dict[str, Any]) -> str:
     c, i, lat = r["caught_up"], r["idle"], r["notice_latency_s"]
     big = c["projected"][f"R={FLEETS[-1]}"]["x_prefix_limit"]
@@ -181,8 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readers", type=int, default=RANKS_PER_NODE)
     parser.add_argument("--ttl", type=float, default=DEFAULT_TTL)
     parser.add_argument("--boundary-ttl", type=float, default=DEFAULT_BOUNDARY_TTL)
+    parser.add_argument("--layouts", action="store_true", help="flat vs spread manifest keys (adds 'layouts')")
+    parser.add_argument("--rounds", type=int, default=3)
     add_results_arg(parser)
     args = parser.parse_args(argv)
+    if args.layouts:
+        return _layouts_main(args)
     busy, idle = (4.0, 4.0) if args.quick else (10.0, 8.0)
     model = LatencyStore(LocalStore(tempfile.gettempdir()), rtt=0.020).describe()
     print(model)
@@ -197,6 +259,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: idle by type {r['idle']['by_type_per_s']}, by class {r['idle']['by_class_per_s']}")
     save(results_dir(args), "scale_discovery", {"model": model, "s3_prefix_limit": S3_PREFIX_LIMIT,
                                                 "ranks_per_node": RANKS_PER_NODE, "runs": runs})
+    return 0
+
+
+def _layouts_main(args: argparse.Namespace) -> int:
+    """Measure flat vs spread keys and add them to scale_discovery.json, the other runs left as they are."""
+    # 16 s busy at one version per second: every one of the 16 prefixes gets one version in the window
+    busy, idle = (8.0, 4.0) if args.quick else (16.0, 8.0)
+    layouts = measure_layouts(rounds=args.rounds, readers=args.readers, busy_s=busy, idle_s=idle)
+    path = results_dir(args) / "scale_discovery.json"
+    import json
+
+    from _common import machine
+
+    existing = json.loads(path.read_text()) if path.exists() else {
+        "benchmark": "scale_discovery", "machine": machine(), "s3_prefix_limit": S3_PREFIX_LIMIT,
+        "ranks_per_node": RANKS_PER_NODE, "runs": {}}
+    existing["layouts"] = {"machine": machine(), **layouts}
+    path.write_text(json.dumps(existing, indent=1, default=str))
+    print(f"wrote {path} (layouts)", flush=True)
+    for name, s in layouts["summary"].items():
+        print(name, s)
     return 0
 
 

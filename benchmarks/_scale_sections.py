@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from torch_tgb.layout import Layout, Mesh
-from torch_tgb.manifest import ProducerState, TGBEntry, Version, records, version_key
+from torch_tgb.manifest import ProducerState, TGBEntry, Version, records
 from torch_tgb.manifest import _reads
 from torch_tgb.storage import LatencyStore, MemoryStore
 from torch_tgb.testing.counting import CountingStore
@@ -59,12 +59,13 @@ def write_producers(store: Any, producers: int, state_bytes: int) -> tuple[int, 
     Returns (newest version, the table or None).
     """
     pids = [f"p{i:06d}" for i in range(producers)]
+    version_key = _keys(store).version_key
     if not FORMAT2:
         states = {}
         for i, pid in enumerate(pids):
             states[pid] = ProducerState(1, 0, 1.0, _state(i, state_bytes))
             store.put(version_key(i + 1), Version(i + 1, _token(), 0, (), {pid: states[pid]}).encode())
-        _reads.put_snapshot(store, records.ManifestState(producers, 0, False, states), where="")
+        _reads.put_snapshot(store, records.ManifestState(producers, 0, False, states), _keys(store), where="")
         return producers, None
     from torch_tgb.manifest._producers import encode_bucket
     from torch_tgb.manifest._table import BUCKETS, TableRef, bucket_key, bucket_of, bucket_ref, state_key, state_ref
@@ -91,6 +92,7 @@ def append_versions(store: Any, after: int, table: Any, versions: int, per_versi
                     tgb: Any, first_step: int = 0) -> int:
     """``versions`` versions of ``per_version`` entries each, by producer ``w``, all naming TGB ``tgb``."""
     step, offset, number = first_step, 0, after
+    version_key = _keys(store).version_key
     for _ in range(versions):
         number += 1
         record = {"slice_record": tgb.slice_record} if getattr(tgb, "slice_record", 0) else {}  # version 3 only
@@ -114,6 +116,13 @@ def write_tgb_object(store: Any, layout: Layout, *, rows: int, seq: int, key: st
 
     batch = {"input_ids": torch.arange(rows * seq, dtype=torch.int32).reshape(rows, seq).to(torch.int16)}
     return write_tgb(store, key, layout.cut(batch), layout=layout)
+
+
+def _keys(store: Any) -> Any:
+    """The namespace's manifest key layout (docs/protocol.md, *Manifest keys spread over prefixes*)."""
+    from torch_tgb.manifest import Manifest
+
+    return Manifest(store).key_layout()
 
 
 def _dataset(store: Any, layout: Layout) -> None:

@@ -120,14 +120,13 @@ def test_commit_that_becomes_the_gc_boundary_is_kept(namespace: str) -> None:
     boundary version is kept by definition: the committer must not delete it.
     """
     from torch_tgb.manifest import Manifest
-    from torch_tgb.manifest.keys import version_key
-
     from torch_tgb.manifest.watermarks import retire
 
     record_watermark(namespace, "all-read", {"tgb_cursor": {"step": 11, "version": 0}})
     retire(namespace, "ck")
     p = tgb.Producer(namespace, producer_id="p1", layout=LAYOUT, commit_policy="naive")
     target = Manifest(LocalStore(namespace)).latest_version() + 1
+    version_key = Manifest(LocalStore(namespace)).version_key  # the namespace's key layout
     hook = HookStore(
         LocalStore(namespace),
         lambda op, key: op == "put_if_absent" and key == version_key(target),

@@ -14,12 +14,14 @@ from torch_tgb.errors import ManifestError, StorageError
 from torch_tgb.manifest import Manifest
 from torch_tgb.storage import MemoryStore
 
+from tests._key_layouts import KEY_LAYOUTS, create_namespace
+
 LATER = 10 * 3600.0  # a clock this far ahead makes every object older than the default grace period
 
 
-@pytest.fixture
-def store():
-    s = MemoryStore(f"rc-{uuid.uuid4().hex}")
+@pytest.fixture(params=KEY_LAYOUTS)
+def store(request):
+    s = create_namespace(MemoryStore(f"rc-{uuid.uuid4().hex}"), request.param)
     yield s
     s.destroy()
 
@@ -54,12 +56,32 @@ def test_deletes_everything_below_the_safe_step(store):
     assert (report.safe_step, report.boundary_step, report.boundary_version) == (14, 14, 6)
     assert report.objects == 14 and report.bytes == 14 * 64
     assert report.versions == 5  # versions 1..5
+    m = Manifest(store)
+    keys = m.key_layout()  # what is left under the log and snapshot prefixes, whatever the key layout:
+    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(6, m.latest_version() + 1))
+    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(6)]  # older ones (16 per snapshot_every) gone
     assert [k for k in ns.keys if store.exists(k)] == ns.keys[14:]
     assert Manifest(store).gc_boundary().step == 14
     assert_resumable(store, 14, ns.keys)
     assert_resumable(store, 20, ns.keys)
     again = Reclaimer(store).run_once()
     assert (again.objects, again.versions, again.orphans, again.bytes) == (0, 0, 0, 0)
+
+
+def test_old_snapshots_and_versions_go_in_either_key_layout(store):
+    """The Reclaimer finds what is below the boundary by LIST in each layout (spread keys sort by prefix first)."""
+    filled(store)
+    reclaimer = Reclaimer(store)
+    record_watermark(store, "ck-6", cursor(6))
+    assert reclaimer.run_once().boundary_version == 4  # steps 6..8
+    retire(store, "ck-6")
+    record_watermark(store, "ck-21", cursor(21))
+    report = reclaimer.run_once()
+    assert (report.boundary_version, report.versions, report.snapshots) == (9, 5, 1)  # versions 4..8, snapshot 4
+    m = Manifest(store)
+    keys = m.key_layout()
+    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(9)]
+    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(9, m.latest_version() + 1))
 
 
 def test_boundary_follows_retirements_and_never_moves_back(store):
@@ -155,15 +177,16 @@ def metadata_names(keys: list[str]) -> list[str]:
     return sorted(k.rsplit("-", 1)[0] if k.startswith("_tgb/producers/") else k for k in keys if not k.startswith("data/"))
 
 
-def test_killed_at_every_point_then_rerun_is_consistent():
+@pytest.mark.parametrize("keys", ["no-dataset", "spread"])
+def test_killed_at_every_point_then_rerun_is_consistent(keys):
     """Kill after each possible number of writes/deletes; the namespace stays readable and a rerun finishes."""
-    reference = MemoryStore(f"ref-{uuid.uuid4().hex}")
+    reference = create_namespace(MemoryStore(f"ref-{uuid.uuid4().hex}"), keys)
     ref_ns = scenario(reference)
     Reclaimer(reference, clock=lambda: time.time() + LATER).run_once()
     expected = reference.list()
     budget = 0
     while True:
-        store = MemoryStore(f"kill-{uuid.uuid4().hex}")
+        store = create_namespace(MemoryStore(f"kill-{uuid.uuid4().hex}"), keys)
         ns = scenario(store)
         try:
             Reclaimer(KillAfter(store, budget), clock=lambda: time.time() + LATER).run_once()

@@ -22,7 +22,7 @@ def _interrupt_after_first_commit(args: list[str], ns: Path) -> subprocess.Compl
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while len(list((ns / "_tgb" / "log").glob("*.json"))) < 2:  # version 1 registers the producer: wait for TGBs
+        while len(list((ns / "_tgb" / "log").rglob("*.json"))) < 2:  # version 1 registers the producer: wait for TGBs
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)

@@ -54,8 +54,11 @@ def test_verify_finds_missing_and_truncated_objects(small_ns, capsys):
 
 def test_verify_reports_malformed_version(small_ns, capsys):
     # a log object past the newest version, not JSON: a hole/garbage in the log
-    latest = Manifest(open_store(small_ns)).latest_version()
-    (Path(small_ns) / "_tgb" / "log" / f"{latest + 2:020d}.json").write_bytes(b"not json")
+    manifest = Manifest(open_store(small_ns))
+    latest = manifest.latest_version()
+    path = Path(small_ns) / manifest.version_key(latest + 2)  # in the namespace's key layout
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not json")
     code, report = _verify_json(small_ns, capsys)
     assert code == 1
     versions = [p["version"] for p in report["problems"]]
@@ -82,7 +85,7 @@ def test_verify_finds_a_broken_step_sequence(small_ns, capsys):
     import json as _json
 
     # version 3 claims to start 3 steps later than it does: the sequence no longer adds up
-    path = Path(small_ns) / "_tgb" / "log" / f"{3:020d}.json"
+    path = Path(small_ns) / Manifest(open_store(small_ns)).version_key(3)  # in the namespace's key layout
     record = _json.loads(path.read_bytes())
     true_first = record["first_step"]
     record["first_step"] = true_first + 3

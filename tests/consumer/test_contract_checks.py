@@ -115,7 +115,7 @@ def valid(batch: dict[str, Any]) -> Encoder:
 def rewrite(root: Path, tgbs: list[Encoder], *, segment: bool) -> None:
     """Step ``i`` of the namespace at ``root`` becomes ``tgbs[i]``: its object rewritten, its manifest entry too."""
     entries = {}
-    for path in sorted((root / "_tgb" / "log").iterdir()):
+    for path in sorted((root / "_tgb" / "log").rglob("*.json")):  # spread keys: under 16 prefix directories
         version = json.loads(path.read_bytes())
         for i in range(entry_count(version)):
             entries[get_entry_field(version, i, "offset")] = (path, version, i)

@@ -7,18 +7,25 @@ from collections import Counter
 import pytest
 import torch
 
+from tests._key_layouts import new_namespaces
 from tests.consumer._support import GLOBAL_BATCH, LAYOUT, SEQ_LEN, make_batch, produce
 from torch_tgb.consumer import Cursor, TGBDataset, cursor_of
 from torch_tgb.errors import DataTimeout, LayoutError
 from torch_tgb.layout import Mesh
+from torch_tgb.manifest import Manifest
+from torch_tgb.storage import LocalStore
 
 N_STEPS = 6
 
 
-@pytest.fixture(scope="module")
-def namespace(tmp_path_factory: pytest.TempPathFactory) -> str:
+@pytest.fixture(scope="module", params=["flat", "spread"])
+def namespace(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> str:
+    """A sealed namespace of flat manifest keys (created before spreading) or spread ones (the default)."""
     ns = str(tmp_path_factory.mktemp("ns"))
-    produce(ns, N_STEPS)
+    with pytest.MonkeyPatch.context() as patch:
+        layout = new_namespaces(patch, request.param)
+        produce(ns, N_STEPS)
+    assert Manifest(LocalStore(ns)).key_layout() == layout
     return ns
 
 

@@ -236,7 +236,6 @@ def test_a_bad_footer_location_inside_a_run_fails_at_its_own_step(tmp_path) -> N
     import json
 
     from torch_tgb.errors import ManifestError
-    from torch_tgb.manifest.keys import version_key
     from torch_tgb.testing.version_json import entry_count, get_entry_field, set_entry_field
 
     ns = str(tmp_path / "ns")
@@ -244,7 +243,7 @@ def test_a_bad_footer_location_inside_a_run_fails_at_its_own_step(tmp_path) -> N
     store = open_store(ns)
     manifest = Manifest(store)
     for number in range(1, manifest.latest_version() + 1):
-        path = os.path.join(ns, version_key(number))
+        path = os.path.join(ns, manifest.version_key(number))  # in the namespace's key layout
         v = json.loads(open(path, "rb").read())
         if v["first_step"] <= 5 < v["first_step"] + entry_count(v):
             i = 5 - v["first_step"]

@@ -77,8 +77,12 @@ def legacy_log(store: ObjectStore, versions: int, per_version: int = 3, *, produ
     """
     import uuid
 
-    from torch_tgb.manifest import ProducerState, Version, version_key
+    from torch_tgb.manifest import ProducerState, Version
 
+    from torch_tgb.manifest.keys import FLAT
+
+    info = Manifest(store).dataset()  # the namespace's keys; without a dataset.json, the flat ones old versions wrote
+    version_key = (FLAT if info is None else info.keys).version_key
     number, step, offset = start, 0, 0
     if start:
         head = Manifest(store).state_at(start)

@@ -8,16 +8,18 @@ import pytest
 from _manifest_helpers import CountingStore, commit, entries, legacy_log, started
 
 from torch_tgb.checkpoint import Reclaimer, record_watermark
-from torch_tgb.manifest import Committer, JobSpec, Manifest, version_key
+from torch_tgb.manifest import Committer, JobSpec, Manifest
 from torch_tgb.manifest._state import fold
 from torch_tgb.manifest._table import PRODUCERS_PREFIX, STATE_PREFIX
 from torch_tgb.manifest.records import FORMAT2, INLINE_STATE_BYTES
 from torch_tgb.storage import MemoryStore
 
+from tests._key_layouts import KEY_LAYOUTS, create_namespace
 
-@pytest.fixture
-def store() -> MemoryStore:
-    s = MemoryStore(f"format2-{uuid.uuid4().hex}")
+
+@pytest.fixture(params=KEY_LAYOUTS)
+def store(request) -> MemoryStore:
+    s = create_namespace(MemoryStore(f"format2-{uuid.uuid4().hex}"), request.param)
     yield s
     s.destroy()
 
@@ -52,7 +54,7 @@ def test_readers_read_no_producer_state(store) -> None:
     read = [k for k in counting.range_keys] + [k for k, _ in counting.calls.items()]
     assert not [k for k in counting.range_keys if k.startswith((PRODUCERS_PREFIX, STATE_PREFIX))], read
     for number in range(1, head.version + 1):
-        raw = store.get(version_key(number))
+        raw = store.get(Manifest(store).version_key(number))
         assert b"blob" not in raw and FORMAT2.encode() in raw
 
 

@@ -10,13 +10,15 @@ import pytest
 from _manifest_helpers import HookStore, commit, entries, reclaim_to, started
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError
-from torch_tgb.manifest import Committer, Manifest, version_key
+from torch_tgb.manifest import Committer, Manifest
 from torch_tgb.storage import FaultyStore, ForwardingStore, MemoryStore, ObjectStore
 
+from tests._key_layouts import KEY_LAYOUTS, create_namespace
 
-@pytest.fixture
-def store() -> MemoryStore:
-    s = MemoryStore(f"commit-{uuid.uuid4().hex}")
+
+@pytest.fixture(params=KEY_LAYOUTS)
+def store(request) -> MemoryStore:
+    s = create_namespace(MemoryStore(f"commit-{uuid.uuid4().hex}"), request.param)
     yield s
     s.destroy()
 
@@ -173,12 +175,12 @@ def test_commit_into_reclaimed_slot_is_detected(store) -> None:
     m.write_snapshot(8)
     m.advance_gc_boundary(8, m.read_version(8).first_step)
     m.delete_versions_below(8)
-    assert not store.exists(version_key(2))
+    assert not store.exists(Manifest(store).version_key(2))
 
     stalled._rate.rate = 0.0  # it saw nobody else commit: it probes for version 2 only (no hint)
     result = stalled.attempt(entries("s", 0, 2))  # reads 2: missing; creates 2: lands in a reclaimed slot
     assert result.reclaimed_slot and not result.committed and result.version == 2
-    assert not store.exists(version_key(2))  # undone
+    assert not store.exists(Manifest(store).version_key(2))  # undone
     result = stalled.attempt(entries("s", 0, 2))  # rebased on the boundary's snapshot
     assert result.committed and result.version == 13
     head = Manifest(store).head()
@@ -250,11 +252,12 @@ def test_commit_that_becomes_the_boundary_is_kept(store) -> None:
     c = started(store, "p0")
     commit(c, 2)
     target = c.view.version + 1
-    c.store = HookStore(store, "put_if_absent", lambda k: k == version_key(target),  # type: ignore[assignment]
+    key = Manifest(store).version_key(target)
+    c.store = HookStore(store, "put_if_absent", lambda k: k == key,  # type: ignore[assignment]
                         lambda: reclaim_to(store, target))
     result = c.attempt(entries("p0", 2, 2))
     assert c.store.fired and result.committed and result.version == target
-    assert store.exists(version_key(target))
+    assert store.exists(Manifest(store).version_key(target))
     assert c.attempt(entries("p0", 4, 1)).version == target + 1  # the chain goes on from there
     m = Manifest(store)
     assert m.head().producers["p0"].next_offset == 5
@@ -272,7 +275,8 @@ def test_commit_reclaimed_past_right_after_create_counts_as_committed(store) -> 
             commit(b, 1)
         reclaim_to(store, target + 2)
 
-    a.store = HookStore(store, "put_if_absent", lambda k: k == version_key(target),  # type: ignore[assignment]
+    key = Manifest(store).version_key(target)
+    a.store = HookStore(store, "put_if_absent", lambda k: k == key,  # type: ignore[assignment]
                         others_then_reclaim)
     result = a.attempt(entries("a", 0, 2))
     assert result.committed and not result.reclaimed_slot

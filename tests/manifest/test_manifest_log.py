@@ -12,19 +12,28 @@ from _manifest_helpers import CountingStore, HookStore, commit, entries, legacy_
 from torch_tgb.errors import ManifestError, ObjectNotFound, SchemaMismatch
 from torch_tgb.layout import Layout
 from torch_tgb.manifest import (
+    DATASET_KEY,
     GC_BOUNDARY_KEY,
     GC_BOUNDARY_PREFIX,
     SNAPSHOT_HINT_KEY,
     boundary_key,
     Manifest,
-    snapshot_key,
-    version_key,
 )
 from torch_tgb.storage import LocalStore, MemoryStore
 
+from tests._key_layouts import KEY_LAYOUTS, create_namespace
+
+
+@pytest.fixture(params=KEY_LAYOUTS)
+def store(request) -> MemoryStore:
+    s = create_namespace(MemoryStore(f"manifest-{uuid.uuid4().hex}"), request.param)
+    yield s
+    s.destroy()
+
 
 @pytest.fixture
-def store() -> MemoryStore:
+def bare() -> MemoryStore:
+    """A store without a dataset.json (tests of what a namespace without one costs and reads)."""
     s = MemoryStore(f"manifest-{uuid.uuid4().hex}")
     yield s
     s.destroy()
@@ -36,8 +45,8 @@ def build(store, versions: int, per_version: int = 3, snapshot_every: int = 8) -
     return [commit(c, per_version) for _ in range(versions)]
 
 
-def test_empty_namespace(store) -> None:
-    m = Manifest(store)
+def test_empty_namespace(bare) -> None:
+    m = Manifest(bare)
     assert m.latest_version() == 0
     head = m.head()
     assert (head.version, head.num_steps, head.sealed, dict(head.producers)) == (0, 0, False, {})
@@ -47,9 +56,9 @@ def test_empty_namespace(store) -> None:
     assert m.dataset() is None
 
 
-def test_latest_version_by_probing_is_logarithmic(store) -> None:
-    build(store, 200, per_version=1, snapshot_every=10_000)  # no snapshot: probing starts at 0
-    counting = CountingStore(store)
+def test_latest_version_by_probing_is_logarithmic(bare) -> None:
+    build(bare, 200, per_version=1, snapshot_every=10_000)  # no snapshot: probing starts at 0
+    counting = CountingStore(bare)
     m = Manifest(counting)
     assert m.latest_version() == 201
     # boundary + hint + exponential and binary probing over 201 versions
@@ -58,7 +67,7 @@ def test_latest_version_by_probing_is_logarithmic(store) -> None:
     counting.reset()
     assert m.latest_version() == 201  # warm and idle: one probe plus the boundary ...
     assert counting.total == 3  # ... a LIST of its generations, none yet: also the pre-generation object
-    store.put_if_absent(boundary_key(0, 0), b"{}")  # what creating dataset.json writes
+    bare.put_if_absent(boundary_key(0, 0), b"{}")  # what creating dataset.json writes
     counting.reset()
     assert m.latest_version() == 201
     assert counting.calls["exists"] == 1 and counting.calls["list"] == 1 and counting.total == 2
@@ -104,6 +113,7 @@ def test_entries_with_empty_versions_between(store) -> None:
 
 def test_snapshot_and_hint_written_every_k(store) -> None:
     build(store, 20, snapshot_every=8)
+    snapshot_key = Manifest(store).key_layout().snapshot_key
     assert store.exists(snapshot_key(8)) and store.exists(snapshot_key(16))
     assert not store.exists(snapshot_key(9))
     m = Manifest(store)
@@ -124,7 +134,7 @@ def test_write_snapshot_any_version_idempotent(store) -> None:
 
 def test_corrupt_version_fails_loud_naming_it(store) -> None:
     build(store, 5)
-    store.put(version_key(3), b'{"format": "tgb-manifest/2", "version": 3}')
+    store.put(Manifest(store).version_key(3), b'{"format": "tgb-manifest/2", "version": 3}')
     assert Manifest(store).head().version == 6  # format 2: the newest version alone names the state
     with pytest.raises(ManifestError, match="version=3"):
         Manifest(store).entries(0, 100)
@@ -132,7 +142,7 @@ def test_corrupt_version_fails_loud_naming_it(store) -> None:
 
 def test_corrupt_version_of_a_format1_log_fails_loud_on_replay(store) -> None:
     legacy_log(store, 5)
-    store.put(version_key(3), b'{"format": "tgb-manifest/1", "version": 3}')
+    store.put(Manifest(store).version_key(3), b'{"format": "tgb-manifest/1", "version": 3}')
     with pytest.raises(ManifestError, match="version=3: missing field"):
         Manifest(store).head()
     with pytest.raises(ManifestError, match="version=3"):
@@ -148,7 +158,7 @@ def test_non_monotonic_first_step_detected(store, log) -> None:
     m = Manifest(store)
     bad = m.read_version(4)
     forged = dataclasses.replace(bad, first_step=100)
-    store.put(version_key(4), forged.encode())
+    store.put(Manifest(store).version_key(4), forged.encode())
     if log == "format1":  # a replay folds every version; format 2 reads the newest only
         with pytest.raises(ManifestError, match="version=4: first_step=100"):
             Manifest(store).head()
@@ -175,7 +185,7 @@ def test_gc_boundary_protocol(store) -> None:
     with pytest.raises(ManifestError, match="only forward"):
         m.advance_gc_boundary(9, 0)
     assert m.delete_versions_below(10) == 9
-    assert not store.exists(version_key(9)) and store.exists(version_key(10))
+    assert not store.exists(Manifest(store).version_key(9)) and store.exists(Manifest(store).version_key(10))
 
     cold = Manifest(store)  # hint points below the boundary: start from the boundary's snapshot
     head = cold.head()
@@ -212,11 +222,11 @@ def test_warm_reader_notices_reclamation(store) -> None:
     assert (head.version, head.num_steps) == (16, 15)
 
 
-def test_dataset_created_once_and_mismatch_names_both(store) -> None:
-    m = Manifest(store)
+def test_dataset_created_once_and_mismatch_names_both(bare) -> None:
+    m = Manifest(bare)
     schema = {"input_ids": {"dtype": "int32", "shape": [16]}}
     info = m.ensure_dataset(Layout(dp=2, seq_keys=("input_ids",)), schema)
-    assert Manifest(store).dataset() == info
+    assert Manifest(bare).dataset() == info
     assert m.ensure_dataset(Layout(dp=2, seq_keys=("input_ids",)), schema) == info
     other = {"input_ids": {"dtype": "int64", "shape": [16]}}
     with pytest.raises(SchemaMismatch) as e:
@@ -238,15 +248,15 @@ def test_missing_version_is_object_not_found(store) -> None:
         Manifest(store).read_version(9)
 
 
-def test_malformed_hint_and_boundary_fail_loud(store) -> None:
-    build(store, 2)
-    store.put(SNAPSHOT_HINT_KEY, b"[]")
+def test_malformed_hint_and_boundary_fail_loud(bare) -> None:
+    build(bare, 2)
+    bare.put(SNAPSHOT_HINT_KEY, b"[]")
     with pytest.raises(ManifestError, match="snapshot_hint"):
-        Manifest(store).head()
-    store.put(SNAPSHOT_HINT_KEY, b'{"format": "tgb-manifest/1", "version": 0}')
-    store.put(GC_BOUNDARY_KEY, b'{"format": "tgb-manifest/1", "version": "x", "step": 0}')
+        Manifest(bare).head()
+    bare.put(SNAPSHOT_HINT_KEY, b'{"format": "tgb-manifest/1", "version": 0}')
+    bare.put(GC_BOUNDARY_KEY, b'{"format": "tgb-manifest/1", "version": "x", "step": 0}')
     with pytest.raises(ManifestError, match="gc_boundary"):
-        Manifest(store).latest_version()
+        Manifest(bare).latest_version()
 
 
 def test_local_directory_store(tmp_path) -> None:
@@ -254,7 +264,8 @@ def test_local_directory_store(tmp_path) -> None:
     build(store, 12, snapshot_every=4)
     m = Manifest(store)
     assert m.head().num_steps == 36
-    assert sorted(k for k in store.list("_tgb/snapshots/")) == [snapshot_key(4), snapshot_key(8), snapshot_key(12)]
+    snapshot_key = Manifest(store).key_layout().snapshot_key
+    assert sorted(store.list("_tgb/snapshots/")) == sorted([snapshot_key(4), snapshot_key(8), snapshot_key(12)])
 
 
 def test_replay_uses_threads_for_a_remote_store_only(tmp_path, store, monkeypatch) -> None:
@@ -296,10 +307,10 @@ def warm_reader(store, *, later: int) -> Manifest:
     return reader
 
 
-def test_warm_reader_with_stale_boundary_recovers(store) -> None:
+def test_warm_reader_with_stale_boundary_recovers(bare) -> None:
     """B7: the cached state's replay hits deleted versions; the fallback re-reads the boundary."""
-    reader = warm_reader(store, later=10)
-    hooked = HookStore(store, "get", lambda k: k == GC_BOUNDARY_KEY, lambda: reclaim_to(store, 8))
+    reader = warm_reader(bare, later=10)
+    hooked = HookStore(bare, "get", lambda k: k == GC_BOUNDARY_KEY, lambda: reclaim_to(bare, 8))
     reader.store = hooked
     head = reader.head()
     assert hooked.fired and head.num_steps == 11
@@ -310,11 +321,12 @@ def test_giant_metadata_is_not_read_whole(store) -> None:
     build(store, 1)
     from torch_tgb.manifest._json import MAX_METADATA_BYTES
 
-    store.put(version_key(3), b" " * (MAX_METADATA_BYTES + 1024 * 1024))
+    store.put(Manifest(store).version_key(3), b" " * (MAX_METADATA_BYTES + 1024 * 1024))
     counting = CountingStore(store)
     with pytest.raises(ManifestError, match="version=3: more than .* exceeds the metadata limit"):
         Manifest(counting).read_version(3)
-    assert counting.calls["get"] == 0 and counting.calls["get_range"] == 1
+    # one bounded read of the version (and of dataset.json, where the key layout comes from)
+    assert counting.calls["get"] == 0 and counting.range_keys == {Manifest(store).version_key(3): 1, DATASET_KEY: 1}
 
 
 def test_warm_reader_never_replays_a_zombie_version_below_the_boundary(store) -> None:
@@ -325,7 +337,7 @@ def test_warm_reader_never_replays_a_zombie_version_below_the_boundary(store) ->
     reclaim_to(store, 8)
     # a stalled committer's version 3, built on the view it had: well-formed, but it does not follow version 2
     zombie = dataclasses.replace(reader.read_version(2), number=3, first_step=0, token="0" * 32)
-    store.put(version_key(3), zombie.encode())
+    store.put(Manifest(store).version_key(3), zombie.encode())
     head = reader.head()
     assert (head.version, head.num_steps) == (12, 11)
 
@@ -340,9 +352,10 @@ def test_a_zombie_that_folds_cleanly_is_not_trusted(store) -> None:
     def reclaim_then_recreate() -> None:
         reclaim_to(store, 6)
         entry = dataclasses.replace(real.entries[0], key=zombie_key)
-        store.put(version_key(5), dataclasses.replace(real, token="1" * 32, entries=(entry,)).encode())
+        store.put(Manifest(store).version_key(5), dataclasses.replace(real, token="1" * 32, entries=(entry,)).encode())
 
-    hooked = HookStore(store, "get", lambda k: k == version_key(4), reclaim_then_recreate)
+    fourth = Manifest(store).version_key(4)
+    hooked = HookStore(store, "get", lambda k: k == fourth, reclaim_then_recreate)
     hooked.max_in_flight = 1  # the replay reads versions in order
     reader.store = hooked
     head = reader.head()

@@ -10,7 +10,6 @@ pipeline state nested deeper than a version can hold.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest
@@ -25,11 +24,13 @@ from torch_tgb.manifest import Manifest, ManifestState, ProducerState
 from torch_tgb.manifest import _reads, _snapshot_parts
 from torch_tgb.manifest._json import load_json
 from torch_tgb.manifest.jobs import JobSpec
-from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key, snapshot_part_key
+from torch_tgb.manifest.keys import FLAT, SNAPSHOT_PREFIX, SPREAD_PREFIXES, KeyLayout, snapshot_key, snapshot_part_key
 from torch_tgb.manifest._checks import MAX_STATE_DEPTH
 from torch_tgb.manifest.records import MAX_VERSION_ENTRIES
 from torch_tgb.producer import Producer, ProducerConfig
 from torch_tgb.storage import LocalStore, MemoryStore
+
+from tests._key_layouts import create_namespace
 
 LAYOUT = tgb.Layout(dp=1, seq_keys=("input_ids",))
 BATCH = {"input_ids": torch.zeros(1, 4, dtype=torch.int16)}
@@ -85,17 +86,24 @@ def test_join_refuses_parts_of_another_snapshot_or_another_split() -> None:
         _snapshot_parts.parts_of({"parts": 0, "producers": {}}, what="h")
 
 
-def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole() -> None:
+@pytest.mark.parametrize("layout", [FLAT, KeyLayout(SPREAD_PREFIXES)], ids=["flat", "spread"])
+def test_a_snapshot_over_the_reader_limit_is_written_in_parts_and_read_whole(layout: KeyLayout) -> None:
     store = MemoryStore(f"parts-{uuid.uuid4().hex}")
     state = _state([30_000] * 300, version=16)  # 300 shards at about the state limit: ~9 MiB of JSON
     assert len(state.encode()) > _reads.MAX_METADATA_BYTES
-    _reads.put_snapshot(store, state, where="")
+    _reads.put_snapshot(store, state, layout, where="")
     keys = store.list(SNAPSHOT_PREFIX)
-    assert keys[0] == snapshot_key(16) and keys[1:] == [snapshot_part_key(16, k) for k in range(len(keys) - 1)]
+    parts = [layout.snapshot_part_key(16, k) for k in range(len(keys) - 1)]
+    assert sorted(keys) == sorted([layout.snapshot_key(16), *parts]) and len(parts) > 1
+    if not layout.spread:  # flat: a snapshot's parts sort right after it
+        assert keys == [snapshot_key(16), *parts] and parts[0] == snapshot_part_key(16, 0)
+    else:  # spread: the parts of one snapshot take the prefixes in turn
+        assert len({k.rsplit("/", 2)[1] for k in parts}) == min(len(parts), SPREAD_PREFIXES)
+    assert [layout.snapshot_of(k) for k in parts] == [(16, k) for k in range(len(parts))]
     assert all(store.stat(k).size <= _reads.MAX_METADATA_BYTES for k in keys)
-    assert _reads.read_snapshot(store, 16, where="") == state
-    store.delete(snapshot_part_key(16, 1))  # the Reclaimer deletes an old snapshot part by part
-    assert _reads.read_snapshot(store, 16, where="") is None
+    assert _reads.read_snapshot(store, 16, layout, where="") == state
+    store.delete(layout.snapshot_part_key(16, 1))  # the Reclaimer deletes an old snapshot part by part
+    assert _reads.read_snapshot(store, 16, layout, where="") is None
     store.destroy()
 
 
@@ -108,9 +116,9 @@ def test_a_job_of_many_shards_keeps_snapshots_small_resumes_and_reclaims(tmp_pat
                       config=ProducerConfig(snapshot_every=4)) as p:
             p.append(BATCH, offset=0, state={"shard": i, "pad": "y" * 300})
             p.close(seal=i % 2 == 1)  # odd shards finish, even ones stop and resume below
-    names = os.listdir(tmp_path / SNAPSHOT_PREFIX)
+    names = store.list(SNAPSHOT_PREFIX)  # in the namespace's key layout (spread: under 16 prefixes)
     assert names and not any(".part" in n for n in names)
-    assert max(os.path.getsize(tmp_path / SNAPSHOT_PREFIX / n) for n in names) < 2048  # 12 states of 300+ bytes
+    assert max(store.stat(n).size for n in names) < 2048  # 12 states of 300+ bytes
     for i in range(0, 12, 2):
         with Producer(store, producer_id=spec.producer_id(i), layout=LAYOUT, job=spec) as p:
             assert p.resume_offset == 1 and p.resume_state == {"shard": i, "pad": "y" * 300}
@@ -120,9 +128,9 @@ def test_a_job_of_many_shards_keeps_snapshots_small_resumes_and_reclaims(tmp_pat
     assert sum(1 for _ in tgb.DataLoader(str(tmp_path), mesh=tgb.Mesh(dp_rank=0, dp_size=1))) == 12
     record_watermark(store, "ck", {"tgb_cursor": {"step": 12, "version": fresh.latest_version()}})
     Reclaimer(store).run_once()
-    kept = os.listdir(tmp_path / SNAPSHOT_PREFIX)
+    kept = [fresh.key_layout().snapshot_of(k) for k in store.list(SNAPSHOT_PREFIX)]
     boundary = fresh.gc_boundary().version
-    assert boundary > 0 and all(int(n[:20]) >= boundary for n in kept)  # older headers and parts are gone
+    assert boundary > 0 and kept and all(s is not None and s[0] >= boundary for s in kept)  # older ones are gone
     assert Manifest(LocalStore(str(tmp_path))).head() == fresh.head()
 
 
@@ -184,10 +192,10 @@ def test_snapshot_parts_on_each_object_store(cloud_namespace, monkeypatch) -> No
 
     monkeypatch.setattr(_snapshot_parts, "WHOLE_BYTES", 512)
     monkeypatch.setattr(_snapshot_parts, "PART_BYTES", 256)
-    store = open_store(*cloud_namespace)
+    store = create_namespace(open_store(*cloud_namespace), "spread")
     state = _state([100] * 6, version=32)
-    _reads.put_snapshot(store, state, where="")
+    _reads.put_snapshot(store, state, Manifest(store).key_layout(), where="")
     assert len(store.list(SNAPSHOT_PREFIX)) > 2
     assert Manifest(store).read_snapshot(32) == state
-    store.delete(snapshot_part_key(32, 0))
+    store.delete(Manifest(store).key_layout().snapshot_part_key(32, 0))
     assert Manifest(store).read_snapshot(32) is None

@@ -25,7 +25,7 @@ from torch_tgb.errors import ManifestError
 from torch_tgb.manifest import Manifest, ManifestState, ProducerState
 from torch_tgb.manifest import _reads, _snapshot_parts
 from torch_tgb.manifest._json import dump_json, load_json
-from torch_tgb.manifest.keys import SNAPSHOT_HINT_KEY, snapshot_key, snapshot_part_key
+from torch_tgb.manifest.keys import FLAT, SNAPSHOT_HINT_KEY, snapshot_key, snapshot_part_key
 from torch_tgb.manifest.records import FORMAT
 from torch_tgb.storage import MemoryStore
 from torch_tgb.testing.counting import CountingStore
@@ -110,9 +110,9 @@ def test_a_snapshot_joined_from_two_writers_that_split_it_differently_falls_back
     c = started(store, "p00")  # a producer starts and commits on it too
     commit(c, 1)
     assert Manifest(store).head().num_steps == truth.num_steps + 1
-    _reads.put_snapshot(store, truth, where="")  # writing the snapshot again repairs it
+    _reads.put_snapshot(store, truth, FLAT, where="")  # writing the snapshot again repairs it
     store.reset()
-    assert _reads.read_snapshot(store, truth.version, where="") == truth
+    assert _reads.read_snapshot(store, truth.version, FLAT, where="") == truth
 
 
 def test_a_refused_hint_falls_back_to_the_boundary_snapshot_not_to_the_start(namespace, caplog, monkeypatch):

@@ -10,7 +10,9 @@ from typing import Any
 import torch
 
 import torch_tgb as tgb
-from torch_tgb.manifest.keys import GC_BOUNDARY_PREFIX, version_key
+from torch_tgb.manifest import Manifest
+from torch_tgb.manifest.keys import FLAT, GC_BOUNDARY_PREFIX, version_key
+from torch_tgb.storage import LocalStore
 
 LAYOUT = tgb.Layout(dp=1)
 
@@ -30,8 +32,16 @@ class Tamper:
                 p.append(batch(offset), offset=offset)
                 p.flush()
             p.close(seal=True)
+        self.keys = Manifest(LocalStore(self.ns)).key_layout()  # spread over prefixes: the default
 
     def path(self, key: str) -> Path:
+        """Where ``key`` lies; a version or snapshot named by its flat key (``version_key(n)``) lies where the
+        namespace's key layout puts it (docs/protocol.md, *Manifest keys spread over prefixes*)."""
+        if (number := FLAT.version_of(key)) is not None:
+            key = self.keys.version_key(number)
+        elif (snapshot := FLAT.snapshot_of(key)) is not None:
+            number, part = snapshot
+            key = self.keys.snapshot_key(number) if part is None else self.keys.snapshot_part_key(number, part)
         return self.root.joinpath(*key.split("/"))
 
     def version(self, number: int) -> dict[str, Any]:

@@ -38,6 +38,8 @@ from torch_tgb.storage import node_share
 from torch_tgb.testing.counting import CountingStore
 from torch_tgb.testing.store_contract import StoreContract
 
+from tests._key_layouts import SPREAD, create_namespace
+
 DATASET = b'{"created_at": 1}'
 VERSION = b'{"a version": 1}'
 V1, V2 = version_key(1), version_key(2)
@@ -117,6 +119,17 @@ def test_its_keys_are_the_manifests():
     assert node_share.HINT_KEY == manifest_keys.SNAPSHOT_HINT_KEY
     assert node_share.BOUNDARY_PREFIX == manifest_keys.GC_BOUNDARY_PREFIX
     assert node_share.LEGACY_BOUNDARY_KEY == manifest_keys.GC_BOUNDARY_KEY
+
+
+@pytest.mark.parametrize("layout", [manifest_keys.FLAT, SPREAD], ids=["flat", "spread"])
+def test_both_key_layouts_classify_alike(layout):
+    """Versions, snapshots and their parts are immutable answers in both layouts (spread keys lie under the same
+    prefixes); the hint, the boundary and dataset.json keep their own kinds."""
+    for key in (layout.version_key(7), layout.snapshot_key(16), layout.snapshot_part_key(16, 3)):
+        assert node_share._kind(key) == node_share._IMMUTABLE, key
+    assert node_share._kind(manifest_keys.SNAPSHOT_HINT_KEY) == node_share._MUTABLE
+    assert node_share._kind(manifest_keys.DATASET_KEY) == node_share._DATASET
+    assert node_share._kind(manifest_keys.boundary_key(1, 2)) is None  # a LIST of them is shared, not a key
     assert node_share.MAX_ANSWER_BYTES == MAX_METADATA_BYTES
 
 
@@ -338,15 +351,17 @@ def test_a_damaged_local_answer_is_refetched(node, remote, damage):
     assert b.get(V1) == VERSION and log_gets(remote, V1) == 2  # written again whole: a hit
 
 
-def test_a_manifest_reads_through_a_damaged_answer(tmp_path):
-    inner = MemoryStore(f"share-manifest-{uuid.uuid4().hex}")
+@pytest.mark.parametrize("keys", ["flat", "spread"])  # the share needs a dataset.json: its incarnation
+def test_a_manifest_reads_through_a_damaged_answer(tmp_path, keys):
+    inner = create_namespace(MemoryStore(f"share-manifest-{uuid.uuid4().hex}"), keys)
     try:
-        inner.put("_tgb/dataset.json", DATASET)
         committer = started(inner)
         commit(committer, 3)
         remote = CountingStore(inner)
         first = NodeSharedStore(remote, tmp_path)
         head = Manifest(first).head()
+        version_key = Manifest(inner).version_key
+        assert (version_key(head.version).count("/") == 3) == (keys == "spread")  # _tgb/log/<p>/<v>.json
         path = first.answer_path(version_key(head.version))
         with open(path, "r+b") as f:
             f.write(b"[not json")  # bit rot: the trailer's CRC no longer matches
@@ -463,8 +478,7 @@ def _follow(root: str, directory: str, ttl: float, last: int, results) -> None: 
 
 def test_four_processes_of_a_node_fetch_each_version_once(tmp_path):
     root = tmp_path / "ns"
-    store = LocalStore(root)
-    store.put("_tgb/dataset.json", DATASET)
+    store = create_namespace(LocalStore(root), "spread")  # the default for new namespaces
     committer = started(store)
     first = commit(committer, 1)
     ttl, versions = 0.25, 8
@@ -491,6 +505,8 @@ def test_four_processes_of_a_node_fetch_each_version_once(tmp_path):
             gets[key] = gets.get(key, 0) + n
         for key, n in found.items():
             fetched[key] = fetched.get(key, 0) + n
+    version_key = Manifest(store).version_key
+    assert version_key(last) != manifest_keys.version_key(last)  # spread keys: still shared by the node
     for v in range(1, last + 1):
         assert fetched.get(version_key(v), 0) <= 1, (v, fetched)  # each version fetched once for the node
     absent = sum(n for k, n in gets.items() if k.startswith("_tgb/log/")) - last

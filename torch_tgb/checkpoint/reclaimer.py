@@ -70,7 +70,6 @@ from torch_tgb.checkpoint._superseded import doomed_replacements, doomed_superse
 from torch_tgb.checkpoint._table_gc import reclaim_table_objects
 from torch_tgb.errors import ObjectNotFound, StorageFull
 from torch_tgb.manifest.commit import Committer
-from torch_tgb.manifest.keys import SNAPSHOT_PREFIX, snapshot_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import DATA_PREFIX, GCBoundary, ManifestState, TGBEntry
 from torch_tgb.manifest.skips import delete_skips_below
@@ -401,9 +400,7 @@ class Reclaimer:
         return keys, len(keys), sum(size for key, size in {e.key: e.total_size for e in entries}.items() if key in keys)
 
     def _delete_old_snapshots(self, boundary: GCBoundary) -> int:
-        doomed = [
-            k for k in self.store.list(SNAPSHOT_PREFIX) if k.endswith(".json") and k < snapshot_key(boundary.version)
-        ]
+        doomed = self.manifest.snapshot_keys_below(boundary.version)
         if doomed:
             self.store.delete(doomed)
         return len(doomed)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from torch_tgb import manifest as manifest_mod
 from torch_tgb import storage
 from torch_tgb.cli._common import CommandError, format_table, human_bytes, plural
-from torch_tgb.manifest.keys import number_of
 
 if TYPE_CHECKING:
     from torch_tgb.manifest import ManifestState
@@ -102,8 +101,9 @@ def inspect_namespace(ns: str, *, storage_options: dict[str, Any] | None = None,
         boundary = manifest.gc_boundary()
         newest = manifest.read_version(latest) if latest > 0 else None
         snapshot_keys = store.list(manifest_mod.SNAPSHOT_PREFIX)
+        keys = manifest.key_layout()
         snapshot_versions = sorted(  # a snapshot's parts (<v>.part<k>.json) are not snapshots of their own
-            n for k in snapshot_keys if (n := number_of(k, manifest_mod.SNAPSHOT_PREFIX)) is not None
+            s[0] for k in snapshot_keys if (s := keys.snapshot_of(k)) is not None and s[1] is None
         )
         log_keys = store.list(manifest_mod.LOG_PREFIX)
         retired = retired_ids(store)

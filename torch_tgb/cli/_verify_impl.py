@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from torch_tgb import storage
 from torch_tgb.cli._common import human_bytes, plural
 from torch_tgb.errors import TGBError
-from torch_tgb.manifest import DATASET_KEY, LOG_PREFIX, SNAPSHOT_PREFIX, Manifest, version_key
+from torch_tgb.manifest import DATASET_KEY, LOG_PREFIX, SNAPSHOT_PREFIX, Manifest
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from torch_tgb.format import SegmentIndex
     from torch_tgb.manifest import GCBoundary, ManifestState, TGBEntry, Version
+    from torch_tgb.manifest.keys import KeyLayout
     from torch_tgb.storage import ObjectStore
 
 __all__ = ["Problem", "VerifyReport", "verify_namespace"]
@@ -201,7 +202,8 @@ def _check_log(
     Returns every kept entry as ``(version, step, entry)``, or ``None`` when
     the log cannot be replayed at all.
     """
-    for number in sorted(n for n in _numbers(store, LOG_PREFIX) if n > latest):
+    keys = manifest.key_layout()
+    for number in sorted(n for n in _numbers(store, LOG_PREFIX, keys) if n > latest):
         problem(f"log object exists beyond the newest contiguous version {latest} (a hole before it?)", version=number)
     base = None
     producers: dict[str, tuple[int, int]] = {}  # producer → (epoch, next_offset) after the last version read
@@ -213,14 +215,14 @@ def _check_log(
         producers = {pid: (s.epoch, s.next_offset) for pid, s in base.producers.items()}
     expected_first: int | None = 0 if base is None else None
     sealed_at: int | None = None
-    snapshots = _numbers(store, SNAPSHOT_PREFIX)
+    snapshots = _numbers(store, SNAPSHOT_PREFIX, keys)
     entries: list[tuple[int, int, TGBEntry]] = []
     newest: Version | None = None  # the newest version read: its replacements are the ones in effect
     for number in range(max(1, boundary.version), latest + 1):
         try:
             version = manifest.read_version(number)
         except TGBError as e:
-            problem(f"unreadable: {e}", version=number, key=version_key(number))
+            problem(f"unreadable: {e}", version=number, key=keys.version_key(number))
             expected_first = None  # the next version's first_step cannot be checked
             continue
         report.versions_checked += 1
@@ -387,11 +389,9 @@ def _check_watermarks(store: ObjectStore, problem: _Report, *, boundary_step: in
             )
 
 
-def _numbers(store: ObjectStore, prefix: str) -> set[int]:
-    """Version numbers of the ``<number>.json`` objects under ``prefix`` (one LIST)."""
-    numbers = set()
-    for key in store.list(prefix):
-        stem = key[len(prefix) :].split(".")[0]
-        if stem.isdigit():
-            numbers.add(int(stem))
-    return numbers
+def _numbers(store: ObjectStore, prefix: str, keys: KeyLayout) -> set[int]:
+    """Version numbers of the versions (``prefix``: the log) or snapshots (their parts too) listed (one LIST)."""
+    listed = store.list(prefix)
+    if prefix == LOG_PREFIX:
+        return {n for k in listed if (n := keys.version_of(k)) is not None}
+    return {s[0] for k in listed if (s := keys.snapshot_of(k)) is not None}

@@ -50,7 +50,7 @@ from typing import Any
 from torch_tgb.consumer._written import Written
 from torch_tgb.format import SliceReader, SliceRun, parse_footer_run
 from torch_tgb.manifest import Manifest
-from torch_tgb.manifest.keys import DATASET_KEY, version_key
+from torch_tgb.manifest.keys import DATASET_KEY
 from torch_tgb.manifest.records import GCBoundary, ManifestState, TGBEntry
 from torch_tgb.storage import ObjectStore
 
@@ -80,10 +80,10 @@ def identity_of(store: ObjectStore, manifest: Manifest) -> Identity | None:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, manifest.stored_gc_boundary()
 
 
-def _written_after_seal(store: ObjectStore, known: KnownNamespace) -> bool:
+def _written_after_seal(store: ObjectStore, manifest: Manifest, known: KnownNamespace) -> bool:
     """Whether a version landed after the sealed head the cache holds (an excision's replacement version)."""
     sealed = known.sealed
-    return sealed is not None and store.exists(version_key(sealed.version + 1))
+    return sealed is not None and store.exists(manifest.version_key(sealed.version + 1))
 
 
 class _Bounded:
@@ -185,7 +185,7 @@ class OpenCache:
             known = self._known.get(path)
         if known is None:
             return None
-        if identity_of(store, manifest) != known.identity or _written_after_seal(store, known):
+        if identity_of(store, manifest) != known.identity or _written_after_seal(store, manifest, known):
             with self._lock:
                 if self._known.get(path) is known:
                     del self._known[path]

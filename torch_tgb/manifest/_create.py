@@ -13,7 +13,6 @@ from typing import Protocol
 from torch_tgb.errors import AmbiguousWriteError, ManifestError, StorageError
 from torch_tgb.manifest._json import MAX_METADATA_BYTES
 from torch_tgb.manifest._state import fold
-from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.records import ManifestState, Version
 from torch_tgb.storage import ObjectStore
 
@@ -26,12 +25,14 @@ class _Log(Protocol):
 
     def try_read_version(self, number: int) -> Version | None: ...
 
+    def slot_key(self, number: int) -> str: ...
+
 
 def create_version(store: ObjectStore, log: _Log, number: int, data: bytes, token: str, *,
                    retries: int) -> tuple[bool, bool]:
     """``(created, recognised)``: whether version ``number`` now holds ``data`` (ours), and whether that was
     learnt by reading our ``token`` back (a lost acknowledgement)."""
-    key = version_key(number)
+    key = log.slot_key(number)
     for _ in range(retries):
         created: bool | None
         try:

@@ -16,7 +16,8 @@ from torch_tgb.errors import (
 )
 from torch_tgb.manifest._json import MAX_DATASET_BYTES, dump_json
 from torch_tgb.manifest._reads import read_bounded
-from torch_tgb.manifest.keys import DATASET_KEY, boundary_key
+from torch_tgb.manifest import keys as _keys
+from torch_tgb.manifest.keys import DATASET_KEY, FLAT, KeyLayout, boundary_key
 from torch_tgb.manifest.records import DatasetInfo, GCBoundary
 from torch_tgb.manifest.reserve import create_reserve
 from torch_tgb.storage import ObjectStore
@@ -71,8 +72,13 @@ def ensure_dataset(
     metadata: Mapping[str, Any] | None,
     *,
     read: Callable[[], DatasetInfo | None],
+    keys: KeyLayout | None = None,
 ) -> DatasetInfo:
-    """Create the dataset description or check ours against it (see ``Manifest.ensure_dataset``)."""
+    """Create the dataset description or check ours against it (see ``Manifest.ensure_dataset``).
+
+    A namespace created here gets ``keys`` (default :data:`~torch_tgb.manifest.keys.NEW_NAMESPACE_KEYS`),
+    except one that already holds a flat log without a dataset.json: it stays flat.
+    """
     from torch_tgb.format import check_schema, schema_fingerprint
     from torch_tgb.layout import Layout
 
@@ -80,7 +86,10 @@ def ensure_dataset(
         layout = Layout.from_json(layout)
     metadata = dict(metadata or {})
     fingerprint = schema_fingerprint(layout, schema, metadata)
-    ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time())
+    keys = _keys.NEW_NAMESPACE_KEYS if keys is None else keys
+    if keys.spread and store.exists(FLAT.version_key(1)):
+        keys = FLAT  # versions written before any dataset.json (the low-level API): they keep their keys
+    ours = DatasetInfo(layout.to_json(), dict(schema), metadata, fingerprint, time.time(), keys)
     data = ours.encode()
     if len(data) > MAX_DATASET_BYTES:  # written once, read by every rank: never write what readers refuse
         raise ValueError(

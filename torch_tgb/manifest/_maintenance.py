@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from torch_tgb.errors import ManifestError, StorageError
 from torch_tgb.manifest import _reads
-from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.records import GCBoundary, ManifestState
 
 if TYPE_CHECKING:
     from torch_tgb.manifest._boundary import BoundaryView
     from torch_tgb.manifest._cache import VersionCache
+    from torch_tgb.manifest._key_view import KeysView
+    from torch_tgb.manifest.keys import KeyLayout
     from torch_tgb.manifest.records import Version
     from torch_tgb.storage import ObjectStore
 
@@ -35,6 +36,7 @@ class Maintenance:
     snapshot_every: int
     _boundary: BoundaryView
     _versions: VersionCache
+    _keys: KeysView
 
     if TYPE_CHECKING:  # the reads of the Manifest this is mixed into
         @property
@@ -49,6 +51,24 @@ class Maintenance:
         def read_snapshot(self, number: int) -> ManifestState | None: ...
 
         def read_version(self, number: int) -> Version: ...
+
+    def key_layout(self) -> KeyLayout:
+        """Where this namespace's versions and snapshots live: dataset.json says; without one, the layout its
+        versions were found under (probed), and in a namespace without any, the one new namespaces get."""
+        if not self._keys.known:
+            self._keys.current()  # reads dataset.json
+            if not self._keys.known:
+                self.latest_version()  # the probes settle it if any version exists
+        return self._keys.current()
+
+    def version_key(self, number: int) -> str:
+        """The key of version ``number`` in this namespace's layout (:meth:`key_layout`)."""
+        return self.key_layout().version_key(number)
+
+    def slot_key(self, number: int) -> str:
+        """The key a committer creates version ``number`` at, right after probing for the newest: the
+        namespace's layout, or, with neither a dataset.json nor a version found, the one new namespaces get."""
+        return self._keys.current().version_key(number)
 
     def after_commit(self, state: ManifestState, *, others_commit: bool) -> None:
         """What a committer writes after its version ``state.version`` landed: every ``snapshot_every`` versions
@@ -76,7 +96,7 @@ class Maintenance:
             state = self.state_at(number)
         if state.version != number:
             raise ValueError(f"snapshot of version={number} given the state of version={state.version}")
-        _reads.put_snapshot(self.store, state, where=self.where)
+        _reads.put_snapshot(self.store, state, self._keys.current(), where=self.where)
         return state
 
     def advance_gc_boundary(self, version: int, step: int) -> GCBoundary:
@@ -123,7 +143,11 @@ class Maintenance:
 
     def version_keys_below(self, version: int) -> list[str]:
         """Log objects strictly below ``version`` (for the Reclaimer; one LIST)."""
-        return _reads.version_keys_below(self.store, version)
+        return _reads.version_keys_below(self.store, version, self._keys.current())
+
+    def snapshot_keys_below(self, version: int) -> list[str]:
+        """Snapshot objects (parts too) strictly below ``version`` (for the Reclaimer; one LIST)."""
+        return _reads.snapshot_keys_below(self.store, version, self._keys.current())
 
     def delete_version_range(self, low: int, high: int) -> int:
         """Delete log versions ``low .. high - 1`` without listing (the Reclaimer knows everything below ``low``
@@ -132,7 +156,8 @@ class Maintenance:
         if high > boundary.version:
             raise ManifestError(f"{self.where}delete_version_range({low}, {high}) reaches above the GC boundary "
                                 f"version={boundary.version}")
-        keys = [version_key(n) for n in range(max(1, low), high)]
+        layout = self._keys.current()
+        keys = [layout.version_key(n) for n in range(max(1, low), high)]
         if keys:
             self.store.delete(keys)
         self._versions.drop_below(high)

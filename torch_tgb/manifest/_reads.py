@@ -23,10 +23,8 @@ from torch_tgb.manifest.keys import (
     LOG_PREFIX,
     SNAPSHOT_HINT_KEY,
     SNAPSHOT_PREFIX,
+    KeyLayout,
     boundary_of,
-    number_of,
-    snapshot_key,
-    snapshot_part_key,
 )
 from torch_tgb.manifest.records import EMPTY_STATE, FORMAT, GCBoundary, ManifestState
 from torch_tgb.storage import ObjectStore, RangeRequest
@@ -42,6 +40,7 @@ __all__ = [
     "read_hint",
     "read_snapshot",
     "read_state_object",
+    "snapshot_keys_below",
     "within_limit",
     "stored_boundary",
     "version_keys_below",
@@ -81,7 +80,7 @@ def read_hint(store: ObjectStore, *, where: str) -> int:
     return number
 
 
-def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestState | None:
+def read_snapshot(store: ObjectStore, number: int, keys: KeyLayout, *, where: str) -> ManifestState | None:
     """The snapshot of version ``number`` (its parts joined, if any), or ``None`` if none was written.
 
     A part that is gone (the Reclaimer deletes a snapshot below the GC
@@ -90,7 +89,7 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
     it differently, a planted header): a warning names it, and the caller
     starts from an older snapshot and replays the log, as for a missing one.
     """
-    key = snapshot_key(number)
+    key = keys.snapshot_key(number)
     try:
         data = read_bounded(store, key, where=where)
     except ObjectNotFound:
@@ -99,7 +98,7 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
     obj = load_json(data, what=what)
     try:
         count, producers = parts_of(obj, what=what)
-        state = _joined(store, obj, number, count, producers, what=what) if count else None
+        state = _joined(store, obj, number, count, producers, keys, what=what) if count else None
     except ObjectNotFound:
         return None
     except RefusedParts as e:
@@ -113,8 +112,8 @@ def read_snapshot(store: ObjectStore, number: int, *, where: str) -> ManifestSta
     return state
 
 
-def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int, producers: int, *,
-            what: str) -> ManifestState:
+def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int, producers: int, keys: KeyLayout,
+            *, what: str) -> ManifestState:
     """The state of ``header`` and its ``count`` parts, fetched ``PART_WINDOW`` at a time and checked as they come.
 
     :class:`RefusedParts` for parts that do not make that snapshot (anything
@@ -124,8 +123,8 @@ def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int,
     join = PartsJoin(header, version=number, count=count, producers=producers, what=what)
     try:
         for first in range(0, count, PART_WINDOW):
-            keys = [snapshot_part_key(number, k) for k in range(first, min(first + PART_WINDOW, count))]
-            got = store.get_ranges([RangeRequest(k, 0, MAX_METADATA_BYTES + 1) for k in keys])  # failures raise
+            names = [keys.snapshot_part_key(number, k) for k in range(first, min(first + PART_WINDOW, count))]
+            got = store.get_ranges([RangeRequest(k, 0, MAX_METADATA_BYTES + 1) for k in names])  # failures raise
             for k, part in zip(range(first, count), got):
                 assert isinstance(part, bytes)  # without continue_on_error a failure raises
                 join.add(within_limit(part, f"{what} part {k}"))
@@ -136,7 +135,7 @@ def _joined(store: ObjectStore, header: dict[str, Any], number: int, count: int,
         raise RefusedParts(str(e)) from e
 
 
-def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> None:
+def put_snapshot(store: ObjectStore, state: ManifestState, keys: KeyLayout, *, where: str) -> None:
     """Write the snapshot of ``state.version`` (idempotent) and move the hint forward to it.
 
     A snapshot too large for one object goes in parts, written before the
@@ -144,8 +143,8 @@ def put_snapshot(store: ObjectStore, state: ManifestState, *, where: str) -> Non
     """
     header, parts = split_snapshot(state)
     for k, part in enumerate(parts):
-        store.put(snapshot_part_key(state.version, k), part)
-    store.put(snapshot_key(state.version), header)
+        store.put(keys.snapshot_part_key(state.version, k), part)
+    store.put(keys.snapshot_key(state.version), header)
     if read_hint(store, where=where) < state.version:
         put_hint(store, state.version)
 
@@ -155,7 +154,8 @@ def put_hint(store: ObjectStore, version: int) -> None:
     store.put(SNAPSHOT_HINT_KEY, dump_json({"format": FORMAT, "version": version}))
 
 
-def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int, *, where: str) -> ManifestState:
+def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int, keys: KeyLayout, *,
+               where: str) -> ManifestState:
     """The newest snapshot in versions ``boundary.version .. at_most`` that a replay may start from.
 
     The hinted snapshot first, then the boundary's, then a LIST of
@@ -164,12 +164,12 @@ def base_state(store: ObjectStore, at_most: int, boundary: GCBoundary, hint: int
     """
     for candidate in (hint, boundary.version):
         if boundary.version <= candidate <= at_most and candidate > 0:
-            state = read_snapshot(store, candidate, where=where)
+            state = read_snapshot(store, candidate, keys, where=where)
             if state is not None:
                 return state
-    numbers = [n for k in store.list(SNAPSHOT_PREFIX) if (n := number_of(k, SNAPSHOT_PREFIX)) is not None]
+    numbers = [s[0] for k in store.list(SNAPSHOT_PREFIX) if (s := keys.snapshot_of(k)) is not None and s[1] is None]
     for candidate in sorted((n for n in numbers if boundary.version <= n <= at_most), reverse=True):
-        state = read_snapshot(store, candidate, where=where)
+        state = read_snapshot(store, candidate, keys, where=where)
         if state is not None:
             return state
     if boundary.version > 0:
@@ -193,14 +193,14 @@ def stored_boundary(store: ObjectStore, generations: list[tuple[int, int]], *, w
     return GCBoundary.decode(data, what=f"{where}{GC_BOUNDARY_KEY}")
 
 
-def version_keys_below(store: ObjectStore, version: int) -> list[str]:
-    """Log objects strictly below ``version`` (one LIST)."""
-    keys = []
-    for key in store.list(LOG_PREFIX):
-        number = number_of(key, LOG_PREFIX)
-        if number is not None and number < version:
-            keys.append(key)
-    return keys
+def version_keys_below(store: ObjectStore, version: int, keys: KeyLayout) -> list[str]:
+    """Log objects strictly below ``version`` (one LIST of every prefix: the spread ones lie under it)."""
+    return [key for key in store.list(LOG_PREFIX) if (number := keys.version_of(key)) is not None and number < version]
+
+
+def snapshot_keys_below(store: ObjectStore, version: int, keys: KeyLayout) -> list[str]:
+    """Snapshots strictly below ``version``, their parts included (one LIST of every prefix)."""
+    return [key for key in store.list(SNAPSHOT_PREFIX) if (s := keys.snapshot_of(key)) is not None and s[0] < version]
 
 
 def read_state_object(store: ObjectStore, key: str, *, where: str) -> dict[str, object]:

@@ -61,7 +61,6 @@ from torch_tgb.manifest._state import fold
 from torch_tgb.manifest._table import bucket_of
 from torch_tgb.manifest._table_writes import TableWriter
 from torch_tgb.manifest.jobs import SEALER_ID, JobSpec
-from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import (
     ManifestState,
@@ -422,7 +421,7 @@ class Committer:
 
     def _write(self, candidate: Version, *, read_at: float) -> AttemptResult:
         number = candidate.number
-        key = version_key(number)
+        key = self.manifest.slot_key(number)
         data = encode_candidate(self.view, candidate, where=self.manifest.where)
         self._hook("before_commit")
         created, recognised = create_version(self.store, self.manifest, number, data, self._token,

@@ -24,13 +24,14 @@ from torch_tgb.manifest._continuity import Continuity
 from torch_tgb.manifest._maintenance import Maintenance
 from torch_tgb.manifest._cache import VersionCache
 from torch_tgb.manifest._dataset import ensure_dataset, read_dataset
+from torch_tgb.manifest._key_view import KeysView
 from torch_tgb.manifest._producers import ProducerTable, decode_bucket
 from torch_tgb.manifest._reads import Reclaimed
 from torch_tgb.manifest._replacing import ReplacementView
 from torch_tgb.manifest._search import collect_entries, probe_newest, search_step
 from torch_tgb.manifest._state import fold, state_of
 from torch_tgb.manifest._table import bucket_key, state_key
-from torch_tgb.manifest.keys import version_key
+from torch_tgb.manifest.keys import KeyLayout, version_key
 from torch_tgb.manifest.records import DatasetInfo, GCBoundary, ManifestState, ProducerState, TGBEntry, Version
 from torch_tgb.storage import ObjectStore, RangeRequest
 
@@ -69,6 +70,7 @@ class Manifest(Maintenance):
         # a replay fetches versions on threads from a remote store only: a local file answers in microseconds,
         # and starting a pool's threads took milliseconds on a busy machine (a reader's open paid it each time)
         self._fetch_on_threads = store.local_path(version_key(1)) is None and store.max_in_flight > 1
+        self._keys = KeysView(store, where=self.where)  # where the numbered objects live (dataset.json)
         self._boundary = BoundaryView()
         self._continuity = Continuity()  # producers' offsets across the versions read in order (format 2)
         self._lock = threading.Lock()  # guards _state's compare-and-set
@@ -92,11 +94,11 @@ class Manifest(Maintenance):
 
     def dataset(self) -> DatasetInfo | None:
         """The namespace's dataset description, or ``None`` before the first producer created it."""
-        return read_dataset(self.store, where=self.where)
+        return self._keys.saw(read_dataset(self.store, where=self.where))
 
     def ensure_dataset(
         self, layout: Layout | Mapping[str, object], schema: Mapping[str, object],
-        metadata: Mapping[str, object] | None = None,
+        metadata: Mapping[str, object] | None = None, *, keys: KeyLayout | None = None,
     ) -> DatasetInfo:
         """Create ``dataset.json`` once, or check that ours agrees with the stored one.
 
@@ -104,9 +106,13 @@ class Manifest(Maintenance):
         Agreement means the same fingerprint, or the same layout and metadata
         with a schema the stored one accepts (``-1`` in a stored trailing
         shape matches any size). Otherwise :class:`SchemaMismatch` names both
-        fingerprints.
+        fingerprints. ``keys``: where a namespace created here keeps its
+        versions and snapshots (default: spread over 16 prefixes, see
+        docs/protocol.md); a namespace that exists keeps its own.
         """
-        return ensure_dataset(self.store, layout, schema, metadata, read=self.dataset)
+        info = ensure_dataset(self.store, layout, schema, metadata, read=self.dataset, keys=keys)
+        self._keys.saw(info)
+        return info
 
     # --- versions ------------------------------------------------------------
 
@@ -115,14 +121,18 @@ class Manifest(Maintenance):
         cached = self._versions.get(number)
         if cached is not None:
             return cached
-        try:
-            data = _reads.read_bounded(self.store, version_key(number), where=self.where,
-                                       what=f"manifest version={number}")
-        except ObjectNotFound:
+        data = self._keys.find(lambda keys: self._read_or_none(keys.version_key(number), number))
+        if data is None:
             return None
         version = Version.decode(data, number=number, where=self.where)
         self.remember(version)
         return version
+
+    def _read_or_none(self, key: str, number: int) -> bytes | None:
+        try:
+            return _reads.read_bounded(self.store, key, where=self.where, what=f"manifest version={number}")
+        except ObjectNotFound:
+            return None
 
     def read_version(self, number: int) -> Version:
         """Version ``number``; :class:`ObjectNotFound` if it was never committed or was reclaimed."""
@@ -137,15 +147,19 @@ class Manifest(Maintenance):
         return version
 
     def remember(self, version: Version) -> None:
-        """Put a version known to be committed into the cache (the committer's own writes)."""
+        """Put a version known to be committed into the cache (the committer's own writes: they settle the
+        key layout of a namespace that has no dataset.json yet)."""
         self._versions.put(version)
+        self._keys.found(self._keys.current())
 
     def forget(self, number: int) -> None:
         """Drop a cached version (one found to lie in a reclaimed slot)."""
         self._versions.pop(number)
 
     def _exists(self, number: int) -> bool:
-        return number in self._versions or self.store.exists(version_key(number))
+        if number in self._versions:
+            return True
+        return bool(self._keys.find(lambda keys: self.store.exists(keys.version_key(number)) or None))
 
     def latest_version(self) -> int:
         """The newest committed version (0 for an empty namespace), found by probing.
@@ -166,6 +180,7 @@ class Manifest(Maintenance):
         existence check plus this boundary read.
         """
         boundary = self._boundary_seen
+        self._keys.refresh()
         for _ in range(8):
             known = self._versions.newest
             if known > 0 and known >= boundary.version:
@@ -188,7 +203,7 @@ class Manifest(Maintenance):
 
     def read_snapshot(self, number: int) -> ManifestState | None:
         """The snapshot of version ``number``, or ``None`` if none was written."""
-        state = _reads.read_snapshot(self.store, number, where=self.where)
+        state = self._keys.find(lambda keys: _reads.read_snapshot(self.store, number, keys, where=self.where))
         return None if state is None else self.with_loader(state)
 
     def replay(self, state: ManifestState, until: int) -> ManifestState:
@@ -216,6 +231,7 @@ class Manifest(Maintenance):
         mean, and every miss costs a gallop or a bisection.)
         """
         read_at = time.monotonic()
+        self._keys.refresh()
         if at_least > known:
             newest = probe_newest(at_least, self._exists)
         elif expected == 0:
@@ -315,7 +331,7 @@ class Manifest(Maintenance):
         if number < boundary.version:
             raise Reclaimed(f"{self.where}state at version={number} is reclaimed (GC boundary version={boundary.version})")
         hint, self._hint = (self._hint if self._hint is not None else self._read_hint()), None
-        base = _reads.base_state(self.store, number, boundary, hint, where=self.where)
+        base = _reads.base_state(self.store, number, boundary, hint, self._keys.current(), where=self.where)
         return self.with_loader(self._replay_above_boundary(base, number))
 
     def _replay_above_boundary(self, state: ManifestState, number: int) -> ManifestState:

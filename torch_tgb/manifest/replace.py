@@ -35,7 +35,6 @@ from torch_tgb.errors import CommitConflict, ManifestError
 from torch_tgb.manifest._create import create_version, encode_candidate
 from torch_tgb.manifest._replaced import BUCKET_STEPS, ReplacedBucket, ReplacedRef, Superseded, replaced_key
 from torch_tgb.manifest._entry import TGBEntry
-from torch_tgb.manifest.keys import version_key
 from torch_tgb.manifest.manifest import Manifest
 from torch_tgb.manifest.records import ManifestState, Version
 
@@ -112,7 +111,7 @@ def commit_replacements(
                 return number  # ours, and reclaimed right after: the boundary's snapshot holds it
             log.warning("%s: replacement version=%d landed in a slot reclaimed below GC boundary version=%d; "
                         "retrying", manifest.where, number, boundary.version)
-            manifest.store.delete(version_key(number))
+            manifest.store.delete(manifest.version_key(number))
             manifest.forget(number)
             continue
         manifest.remember(candidate)

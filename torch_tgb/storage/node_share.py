@@ -7,7 +7,8 @@ This wrapper answers those requests from a node-local directory
 (:mod:`torch_tgb.storage._node_dir`, ``/dev/shm`` by default) filled by
 whichever process of the node asked the store first:
 
-- **immutable objects** (``_tgb/log/<v>.json``, ``_tgb/snapshots/*``): fetched
+- **immutable objects** (everything under ``_tgb/log/`` and ``_tgb/snapshots/``,
+  flat or spread over prefixes: ``_tgb/log/<p>/<v>.json``): fetched
   once per node, single-flight (a per-key ``flock``; the others wait and read
   the answer). An existence probe of a version is a GET: a version found is
   a version read next;

@@ -21,7 +21,9 @@ from torch_tgb.storage import ObjectInfo, ObjectStore
 from torch_tgb.storage._base import Buffer
 from torch_tgb.storage._wrapper import ForwardingStore
 
-__all__ = ["KEY_CLASSES", "MANIFEST_CLASSES", "REQUEST_TYPES", "CountingStore", "key_class", "merge_reports"]
+__all__ = [
+    "KEY_CLASSES", "MANIFEST_CLASSES", "REQUEST_TYPES", "CountingStore", "key_class", "merge_reports", "prefix_of",
+]
 
 #: classes of keys, as :meth:`CountingStore.report` names them
 KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "data", "watermark", "other")
@@ -55,6 +57,11 @@ def key_class(key: str) -> str:
     return "other"
 
 
+def prefix_of(key: str) -> str:
+    """The prefix S3 may partition ``key``'s requests under: everything up to its last ``/`` (a LIST: its prefix)."""
+    return key[: key.rfind("/") + 1]
+
+
 def _pages(n: int) -> int:
     return max(1, -(-n // _PAGE))
 
@@ -73,14 +80,19 @@ class CountingStore(ForwardingStore):
         self.bytes: Counter[str] = Counter()
         #: bytes written (put, put_if_absent) per key class
         self.written: Counter[str] = Counter()
+        #: the manifest's requests per prefix (:func:`prefix_of`): how many prefixes S3 could spread them over
+        self.prefixes: Counter[str] = Counter()
 
     def _count(self, op: str) -> None:
         with self._lock:
             self.calls[op] += 1
 
     def _request(self, key: str, kind: str, n: int = 1) -> None:
+        cls = key_class(key)
         with self._lock:
-            self.requests[key_class(key), kind] += n
+            self.requests[cls, kind] += n
+            if cls in MANIFEST_CLASSES:
+                self.prefixes[prefix_of(key)] += n
 
     def _returned(self, key: str, nbytes: int) -> None:
         with self._lock:
@@ -93,6 +105,7 @@ class CountingStore(ForwardingStore):
             self.requests.clear()
             self.bytes.clear()
             self.written.clear()
+            self.prefixes.clear()
 
     def range_reads(self, prefix: str = "") -> int:
         """Range reads of keys under ``prefix`` (``"data/"``: the TGB objects) so far."""
@@ -109,10 +122,12 @@ class CountingStore(ForwardingStore):
         ``{"requests": n, "manifest_requests": n, "bytes": n, "written": n, "by_type": {type: n},
         "by_class": {class: {"requests": n, "bytes": n, "written": n, "by_type": {type: n}}}}``
         (``bytes``: returned by reads; ``written``: sent by puts),
-        every class of :data:`KEY_CLASSES` and type of :data:`REQUEST_TYPES` present.
+        every class of :data:`KEY_CLASSES` and type of :data:`REQUEST_TYPES` present; ``manifest_by_prefix``:
+        the manifest's requests per :func:`prefix_of` their key.
         """
         with self._lock:
             requests, nbytes, written = Counter(self.requests), Counter(self.bytes), Counter(self.written)
+            prefixes = dict(self.prefixes)
         by_class = {
             c: {"requests": sum(requests[c, t] for t in REQUEST_TYPES), "bytes": nbytes[c], "written": written[c],
                 "by_type": {t: requests[c, t] for t in REQUEST_TYPES}}
@@ -125,6 +140,7 @@ class CountingStore(ForwardingStore):
             "written": sum(written.values()),
             "by_type": {t: sum(requests[c, t] for c in KEY_CLASSES) for t in REQUEST_TYPES},
             "by_class": by_class,
+            "manifest_by_prefix": prefixes,
         }
 
     def get(self, key: str) -> bytes:
@@ -186,6 +202,9 @@ class CountingStore(ForwardingStore):
         for cls, n in Counter(key_class(k) for k in names).items():
             with self._lock:
                 self.requests[cls, "DELETE"] += _pages(n)
+        for prefix, n in Counter(prefix_of(k) for k in names if key_class(k) in MANIFEST_CLASSES).items():
+            with self._lock:
+                self.prefixes[prefix] += _pages(n)
         self.inner.delete(names)
 
 
