@@ -189,3 +189,9 @@ def test_producers_registering_together_cost_a_constant_number_of_requests_each(
     assert together.calls["put_if_absent"] == 64
     assert together.total == 64 * alone.total, (together.total, alone.total)
     assert alone.total <= 8, alone.calls
+
+
+def test_registrations_count_as_manifest_requests() -> None:
+    from torch_tgb.testing.counting import MANIFEST_CLASSES, key_class
+
+    assert key_class(epoch_key("p0", 3)) == "epochs" and "epochs" in MANIFEST_CLASSES

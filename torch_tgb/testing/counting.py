@@ -31,6 +31,8 @@ MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "
 #: S3 requests: a LIST page holds up to 1,000 keys, a DELETE (DeleteObjects) up to 1,000 keys
 REQUEST_TYPES = ("GET", "range GET", "HEAD", "LIST", "PUT", "DELETE")
 _PAGE = 1000
+#: ``keys.EPOCH_PREFIX``, spelt out: benchmarks/scale.py measures older trees with this module
+_EPOCHS = "_tgb/epochs/"
 
 
 def key_class(key: str) -> str:
@@ -49,7 +51,7 @@ def key_class(key: str) -> str:
         return "table"
     if key.startswith("_tgb/state/"):  # format 2: pipeline states kept out of line (read by their producer only)
         return "state"
-    if key.startswith(keys.EPOCH_PREFIX):  # registrations of producer incarnations (docs/protocol.md, *Registering*)
+    if key.startswith(_EPOCHS):  # registrations of producer incarnations (docs/protocol.md, *Registering*)
         return "epochs"
     if key.startswith("data/"):
         return "data"
