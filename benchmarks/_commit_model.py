@@ -10,6 +10,8 @@ backpressure, ``MAX_VERSION_ENTRIES``) over the commit protocol's requests
 exactly in step, which real ones do not): a read sees the log as it is when
 the request starts, a write lands when it ends. An attempt:
 
+0. **check** that no newer incarnation registered (one HEAD, before the
+   refresh: outside the fragile window);
 1. **refresh**: today's rebase reads versions ``view+1, view+2, ...`` one
    after another until one is missing (a version read back after a conflict
    is cached); ``rebase="constant"`` costs two round trips whatever the gap
@@ -198,7 +200,8 @@ class _Protocol:
     def attempt(self, p: _Producer) -> Sim:
         """Refresh, create the next slot, then read it back (conflict) or the boundary (success)."""
         log = self.log
-        t = self.kernel.now
+        t = self.kernel.now + self.took(1)  # is a newer incarnation registered? (before the refresh)
+        yield t
         reads = 0
         if self.rebase == "per_version":
             while log.newest > p.view:  # versions landed before now: read one after another
@@ -224,11 +227,11 @@ class _Protocol:
             p.cached.add(slot)  # read back (it is not ours): cached for the next refresh
             end = landed + self.took(1)
             yield end
-            return _Outcome(False, end - read_at, reads + 2, reads + 1)
+            return _Outcome(False, end - read_at, reads + 3, reads + 1)
         p.view = slot
         extra = 2 + (3 if slot % self.snapshot_every == 0 else 0)  # boundary LIST + GET; snapshot GET + 2 PUTs
         yield landed + self.took(extra)
-        return _Outcome(True, landed - read_at, reads + 1 + extra, reads)
+        return _Outcome(True, landed - read_at, reads + 2 + extra, reads)
 
 
 def _decide(p: _Producer, now: float, *, max_commit_delay_s: float) -> tuple[float, bool] | None:

@@ -106,8 +106,9 @@ def _write_side(scale: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     for r in _rows(scale, "commit_requests"):
         b, a = _side(r, "before"), _side(r, "after")
         p = r["params"]
+        rerun = f"; re-run {r['run_utc']}" if r.get("run_utc") else ""
         rows.append((f"manifest requests per successful commit, N = {p['producers']} real producers ({p['policy']}, "
-                     "conflict rate)", f"{b['manifest_requests_per_commit']:.1f} ({b['conflict_rate']:.0%})",
+                     f"conflict rate{rerun})", f"{b['manifest_requests_per_commit']:.1f} ({b['conflict_rate']:.0%})",
                      f"{a['manifest_requests_per_commit']:.1f} ({a['conflict_rate']:.0%})", "≤ 10",
                      verdict(a["manifest_requests_per_commit"] <= 10)))
     return rows

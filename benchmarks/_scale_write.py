@@ -32,9 +32,15 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
     batch = {"x": torch.zeros(1, 8, dtype=torch.int32)}
     stats: list[Any] = []
     at_warmup: list[Any] = []
-    start = threading.Barrier(n, action=counting.reset)  # the producers' starts not counted
-    if warmup:
-        threading.Timer(warmup, counting.reset).start()
+    def go() -> None:  # the producers' starts not counted; the warm-up counted from the same moment as their stats
+        counting.reset()
+        if warmup:
+            threading.Timer(warmup, counting.reset).start()
+
+    start = threading.Barrier(n, action=go)
+    ended: list[dict[str, Any]] = []
+    # the window ends when every producer flushed, before their close() commits its mark (not counted in stats)
+    done = threading.Barrier(n, action=lambda: ended.append(counting.report()))
 
     errors: list[BaseException] = []
 
@@ -56,8 +62,10 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
                     time.sleep(period)
                 p.flush()
                 stats.append(p.stats())
+                done.wait()
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
+            done.abort()
     threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
@@ -65,7 +73,7 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
         t.join()
     if errors:
         raise errors[0]
-    report = counting.report()
+    report = ended[0]
     successes = sum(s.successes for s in stats) - sum(s.successes for s in at_warmup)
     attempts = sum(s.attempts for s in stats) - sum(s.attempts for s in at_warmup)
     manifest = report["manifest_requests"]
@@ -73,7 +81,9 @@ def commit_requests(args: dict[str, Any]) -> dict[str, Any]:
             "successes": successes, "attempts": attempts,
             "conflict_rate": (attempts - successes) / attempts if attempts else 0.0,
             "manifest_requests_per_commit": manifest / successes if successes else None,
-            "by_class": {c: v["requests"] for c, v in report["by_class"].items() if v["requests"]}}
+            "by_class": {c: v["requests"] for c, v in report["by_class"].items() if v["requests"]},
+            "by_request": {f"{c} {t}": v for c, by in report["by_class"].items() if c != "data"
+                           for t, v in by.get("by_type", {}).items() if v}}
 
 
 def reclaim(args: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ N - 1 under the 300 s ceiling, a random first gap; registration backoff):
    (today's rebase: one GET per version since the producer's view, one
    after another; and a rebase of a constant 2 round trips, what the
    manifest redesign gives), the log's requests/s against S3's 5,500/s per prefix;
-2. **registration**: N committers calling ``start()`` together: requests,
+2. **registration** by an epoch bump in the log (what ``start()`` did before
+   registration objects: ``_log_bump.py``; ``registration.py`` measures
+   today's against it): N committers calling ``start()`` together: requests,
    bump attempts per producer and seconds until all are in, model
    (both rebases) and measured (real committers, N = 8 and 64);
 3. **validation**: real ``Producer`` threads (N = 8 and 64) on a
@@ -44,9 +46,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _commit_model import CapAfterJitterDAC, ModelConfig, simulate, simulate_registration
 from _common import add_results_arg, results_dir, save
+from _log_bump import LogBumpCommitter
 
 from torch_tgb.layout import Layout
-from torch_tgb.manifest import Committer, Manifest
+from torch_tgb.manifest import Manifest
 from torch_tgb.manifest._backoff import Backoff
 from torch_tgb.producer import CommitPolicy, DACConfig, DACPolicy, Producer
 from torch_tgb.producer.dac import optimal_gap
@@ -168,7 +171,7 @@ def measured_registration(n: int, backoff: Backoff) -> dict[str, Any]:
     memory, store = _counting_store()
 
     def prepare(i: int) -> Callable[[], object]:
-        committer = Committer(Manifest(store), f"p{i:04d}")
+        committer = LogBumpCommitter(Manifest(store), f"p{i:04d}")
         committer.registration_backoff = backoff
         return committer.start
 

@@ -23,7 +23,7 @@ from _common import COMMITTED
 from _report_autoscale import autoscale_section
 from _report_common import rng_m, section_run, verdict, when
 from _report_compression import compression_section
-from _report_dac import dac_scale_section
+from _report_dac import dac_scale_section, registration_section
 from _report_e2e import e2e_section
 from _report_e2e_gpu import e2e_gpu_section
 from _report_ingest import token_rows_section
@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                                 results.get("storage"))
     if "dac_scale" in results:
         lines += dac_scale_section(results["dac_scale"])
+    if "registration" in results:
+        lines += registration_section(results["registration"])
     lines += scale_section(results.get("scale"), results.get("scale_discovery"))
     if "autoscale" in results:
         lines += autoscale_section(results["autoscale"])

@@ -162,7 +162,9 @@ def _namespace_with_a_killed_pass(store: ObjectStore) -> tuple[list[str], str]:
         epoch = p.epoch
     orphan = object_name("p0", epoch, 20, "0000beef")
     store.put(orphan, store.get(Manifest(store).entry(0).key))  # written, never committed
-    Committer(Manifest(store), "p0").start()  # a newer incarnation: the orphan is dead
+    newer = Committer(Manifest(store), "p0")
+    newer.start()
+    assert newer.attempt([], mark="closed").committed  # a newer incarnation's first commit: the orphan is dead
     record_watermark(store, "ck", {"tgb_cursor": {"step": 15, "version": 0}})
     manifest = Manifest(store)
     below = [e.key for e in manifest.entries(0, 10)]

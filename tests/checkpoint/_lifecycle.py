@@ -27,7 +27,7 @@ class Namespace:
         self.restart()
 
     def restart(self) -> None:
-        """A new producer incarnation: its start() commits an epoch bump (a version without entries)."""
+        """A new producer incarnation: its start() registers (no version; its first commit puts its epoch in the log)."""
         self.committer = Committer(Manifest(self.store), self.producer)
         self.committer.start()
 

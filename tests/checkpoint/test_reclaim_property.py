@@ -39,7 +39,7 @@ class Model:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
         self.ns = Namespace(store)
-        self.versions = [(1, 0, 0)]  # (number, first_step, stop_step); version 1 is the epoch bump
+        self.versions = [(0, 0, 0)]  # (number, first_step, stop_step); registration writes no version
         self.gc = (0, 0)  # (version, step)
         self.live: dict[str, int] = {}
         self.orphans: set[str] = set()
@@ -55,8 +55,7 @@ class Model:
             self.ns.commit(op[1], size=8)
             self._add_version(op[1])
         elif kind == "restart":
-            self.ns.restart()
-            self._add_version(0)
+            self.ns.restart()  # registers: no version
         elif kind == "watermark":
             low = self.gc[1]
             step = low + int(op[1] * (self.ns.num_steps - low))

@@ -144,8 +144,10 @@ def test_fate_rule() -> None:
     assert parse_object_name(object_name("p-1.x", 12, 345, "deadbeef")) == ("p-1.x", 12, 345)
 
 
-def test_fenced_zombie_cannot_commit_the_object_the_reclaimer_deleted(tmp_path) -> None:
-    """Epoch e stalled before its create; e+1 starts; the Reclaimer deletes e's object (dead); e resumes: fenced."""
+def test_a_zombie_racing_a_registration_keeps_the_object_it_may_still_commit(tmp_path) -> None:
+    """Epoch e stalled after its registration check, before its create; e+1 registers; the Reclaimer keeps e's
+    object (the log does not know e+1 yet: e may still commit it, and does: its check preceded the registration);
+    e's next attempt is fenced; e+1's first commit puts its epoch in the log, and from then on e's objects are dead."""
     store = LocalStore(tmp_path / "ns", fsync=False)
     stall = Stall()
     zombie = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive",
@@ -154,13 +156,19 @@ def test_fenced_zombie_cannot_commit_the_object_the_reclaimer_deleted(tmp_path) 
     zombie.append(batch(0), offset=0)
     assert stall.reached.wait(30)
     doomed = store.list("data/")
-    successor = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive")  # epoch bump
+    successor = tgb.Producer(store, producer_id="p0", layout=LAYOUT, commit_policy="naive")  # registers epoch 2
     report = tgb.Reclaimer(store, grace_period=0).run_once()
-    assert report.orphans == 1 and not any(store.exists(k) for k in doomed)
+    assert (report.orphans, report.live_orphans) == (0, 1) and all(store.exists(k) for k in doomed)
     stall.release.set()
     with pytest.raises(tgb.FencedError):
         zombie.close()
-    successor.append(batch(0), offset=0)
+    successor.append(batch(0), offset=0)  # re-produced from its resume offset: the zombie's offset 0 stands
+    successor.append(batch(1), offset=1)
     successor.close(seal=True)
-    named = {e.key for e in Manifest(store).entries(0, 1)}
-    assert not named & set(doomed) and read_all(store) == [0.0]
+    head = Manifest(store).head()
+    assert (head.producers["p0"].epoch, head.producers["p0"].next_offset) == (2, 2)
+    assert Manifest(store).entry(0).key in doomed
+    report = tgb.Reclaimer(store, grace_period=0).run_once()
+    assert report.orphans == 1  # the successor's own offset 0, dropped by its rebase
+    assert all(store.exists(k) for k in doomed)  # committed by the zombie's one version: never an orphan
+    assert read_all(store) == [0.0, 1.0]

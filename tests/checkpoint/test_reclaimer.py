@@ -31,9 +31,9 @@ def cursor(step: int) -> dict:
 
 
 def filled(store, versions: int = 10, per_version: int = 3) -> Namespace:
-    ns = Namespace(store)  # version 1: the producer's epoch bump
+    ns = Namespace(store)  # registered: no version
     for _ in range(versions):
-        ns.commit(per_version)  # versions 2..: steps [3(v-2), 3(v-1))
+        ns.commit(per_version)  # versions 1..: steps [3(v-1), 3v)
     return ns
 
 
@@ -51,15 +51,15 @@ def test_deletes_everything_below_the_safe_step(store):
     record_watermark(store, "ck-14", cursor(14))
     record_watermark(store, "ck-20", cursor(20))
     report = Reclaimer(store).run_once()
-    # step 14 is in the version of steps 12..14 (version 6): versions 1..5 go, version 6's
-    # record stays, and the objects of steps 0..13 go -- also steps 12 and 13 inside version 6
-    assert (report.safe_step, report.boundary_step, report.boundary_version) == (14, 14, 6)
+    # step 14 is in the version of steps 12..14 (version 5): versions 1..4 go, version 5's
+    # record stays, and the objects of steps 0..13 go -- also steps 12 and 13 inside version 5
+    assert (report.safe_step, report.boundary_step, report.boundary_version) == (14, 14, 5)
     assert report.objects == 14 and report.bytes == 14 * 64
-    assert report.versions == 5  # versions 1..5
+    assert report.versions == 4  # versions 1..4
     m = Manifest(store)
     keys = m.key_layout()  # what is left under the log and snapshot prefixes, whatever the key layout:
-    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(6, m.latest_version() + 1))
-    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(6)]  # older ones (16 per snapshot_every) gone
+    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(5, m.latest_version() + 1))
+    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(5)]  # older ones (16 per snapshot_every) gone
     assert [k for k in ns.keys if store.exists(k)] == ns.keys[14:]
     assert Manifest(store).gc_boundary().step == 14
     assert_resumable(store, 14, ns.keys)
@@ -112,7 +112,7 @@ def test_all_consumed_keeps_the_newest_version(store):
     record_watermark(store, "end", cursor(ns.num_steps))
     report = Reclaimer(store).run_once()
     # the newest version's record stays (the log must stay readable), none of its objects do
-    assert report.boundary_version == 5 and report.boundary_step == ns.num_steps == 12
+    assert report.boundary_version == 4 and report.boundary_step == ns.num_steps == 12
     assert store.list("data/") == []
     assert_resumable(store, ns.num_steps, ns.keys)
 
@@ -160,7 +160,7 @@ def test_run_forever_stops(store):
     stop.set()
     thread.join(5)
     assert not thread.is_alive()
-    assert Manifest(store).gc_boundary().step == 4  # the watermark itself (inside version 3)
+    assert Manifest(store).gc_boundary().step == 4  # the watermark itself (inside version 2)
 
 
 def scenario(store) -> Namespace:

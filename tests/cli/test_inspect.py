@@ -52,8 +52,13 @@ def test_inspect_tells_closed_producers_from_open_ones(tmp_path, capsys):
     assert "every producer is closed" in text and "p0  closed" in text
     import torch_tgb as tgb
 
-    p1 = tgb.Producer(ns, producer_id="p1", layout=tgb.Layout(dp=2, seq_keys=("input_ids", "labels")))
+    from torch_tgb.cli._produce_impl import synthetic_batch
+
+    p1 = tgb.Producer(ns, producer_id="p1", layout=tgb.Layout(dp=2, seq_keys=("input_ids", "labels")),
+                      commit_policy="naive")
     try:
+        p1.append(synthetic_batch(0, global_batch=4, seq_len=8, vocab_size=100, seed=0), offset=0)
+        p1.flush()  # in the log from its first commit (its registration alone writes no version)
         assert cli_main.main(["inspect", ns]) == 0
         text = capsys.readouterr().out
         assert "1 of 2 producers open: still being written" in text and "p1  open" in text

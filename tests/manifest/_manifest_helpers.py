@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from torch_tgb.manifest import Committer, Manifest, TGBEntry
 from torch_tgb.storage import ObjectStore
 from torch_tgb.testing.counting import CountingStore
@@ -20,6 +22,12 @@ def started(store: ObjectStore, producer: str, **kwargs: object) -> Committer:
     committer = Committer(Manifest(store, **kwargs), producer)  # type: ignore[arg-type]
     committer.start()
     return committer
+
+
+def offsets_in_log(store: ObjectStore) -> Counter:
+    """How often each (producer, offset) is committed, over every step the log holds."""
+    m = Manifest(store)
+    return Counter((e.producer, e.offset) for e in m.entries(0, m.head().num_steps))
 
 
 def commit(committer: Committer, n: int) -> int:
@@ -58,6 +66,11 @@ class HookStore(CountingStore):
         created = super().put_if_absent(key, data)
         self._after("put_if_absent", key)
         return created
+
+    def exists(self, key: str) -> bool:
+        found = super().exists(key)
+        self._after("exists", key)
+        return found
 
 
 def reclaim_to(store: ObjectStore, version: int) -> None:

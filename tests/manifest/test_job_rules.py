@@ -136,15 +136,28 @@ def test_start_refuses_outsiders_and_no_ops_a_done_shard() -> None:
 
 def test_a_job_cannot_join_a_namespace_without_one() -> None:
     store = MemoryStore(uuid.uuid4().hex)
-    Committer(Manifest(store), "p0").start()
+    p0 = Committer(Manifest(store), "p0")
+    p0.start()  # registered only: the log does not know p0 yet, so a job may still declare itself
+    assert p0.attempt(entries("p0", 0, 1)).committed
     with pytest.raises(JobMismatch, match="created without declared shards"):
         _committer(store, 0)
+
+
+def test_a_registered_outsider_is_refused_at_its_first_commit() -> None:
+    """p0 registers (outside the log) before shard 0 declares the job: p0's first commit is refused."""
+    store = MemoryStore(uuid.uuid4().hex)
+    p0 = Committer(Manifest(store), "p0")
+    p0.start()
+    _committer(store, 0)
+    with pytest.raises(JobMismatch, match="'p0' is not one of the declared producers"):
+        p0.attempt(entries("p0", 0, 1))
 
 
 def test_plain_seal_is_refused_force_says_what_it_cuts_off() -> None:
     store = MemoryStore(uuid.uuid4().hex)
     _finish(_committer(store, 0), 2)
-    _committer(store, 1)  # running
+    running = _committer(store, 1)
+    assert running.attempt(entries(running.producer_id, 0, 1)).committed  # running: it committed
     with pytest.raises(ManifestError, match=r"shard 1/3 \(running\), shard 2/3 \(not started\) of job 'tok' .* "
                                             r"are not done.*--force"):
         seal_namespace(Manifest(store))

@@ -7,10 +7,11 @@ import uuid
 from collections import Counter
 
 import pytest
-from _manifest_helpers import HookStore, commit, entries, reclaim_to, started
+from _manifest_helpers import HookStore, commit, entries, offsets_in_log, reclaim_to, started
 
 from torch_tgb.errors import AmbiguousWriteError, FencedError, ManifestError
 from torch_tgb.manifest import Committer, Manifest
+from torch_tgb.manifest.keys import epoch_key
 from torch_tgb.storage import FaultyStore, ForwardingStore, MemoryStore, ObjectStore
 
 from tests._key_layouts import KEY_LAYOUTS, create_namespace
@@ -23,18 +24,13 @@ def store(request) -> MemoryStore:
     s.destroy()
 
 
-def offsets_in_log(store: ObjectStore) -> Counter:
-    m = Manifest(store)
-    return Counter((e.producer, e.offset) for e in m.entries(0, m.head().num_steps))
-
-
 def test_conflict_then_rebase(store) -> None:
-    a, b = started(store, "a"), started(store, "b")  # b's bump is version 2; a has read only version 1
+    a, b = started(store, "a"), started(store, "b")  # registered: no version written
     result = a.attempt(entries("a", 0, 3))
-    assert result.committed and result.version == 3  # read-before-write: a read version 2 first
-    # a stale b writes into slot 3: conflict, nothing written
+    assert result.committed and result.version == 1
+    # a stale b writes into slot 2: conflict, nothing written
     b_view = b.view.version
-    assert b_view == 2
+    assert b_view == 0
     # b refreshes inside attempt, so to force a conflict let a commit between b's read and write
     store_put = b.store.put_if_absent
 
@@ -45,9 +41,9 @@ def test_conflict_then_rebase(store) -> None:
 
     b.store.put_if_absent = racing_put  # type: ignore[method-assign]
     lost = b.attempt(entries("b", 0, 2))
-    assert (lost.committed, lost.conflict, lost.version) == (False, True, 4)
-    won = b.attempt(entries("b", 0, 2))  # rebases on version 4
-    assert won.committed and won.version == 5
+    assert (lost.committed, lost.conflict, lost.version) == (False, True, 2)
+    won = b.attempt(entries("b", 0, 2))  # rebases on version 2
+    assert won.committed and won.version == 3
     m = Manifest(store)
     assert [(e.producer, e.offset) for e in m.entries(0, 10)] == [("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1)]
 
@@ -93,7 +89,7 @@ def test_lost_ack_412_recognised_by_token(store) -> None:
     c = started(store, "p0")
     c.store = LandsButSaysFalse(store)  # type: ignore[assignment]
     result = c.attempt(entries("p0", 0, 3))
-    assert result.committed and result.recognised and result.version == 2
+    assert result.committed and result.recognised and result.version == 1
     assert c.attempt(entries("p0", 0, 3)).wrote is False  # nothing left to write
     assert offsets_in_log(store) == Counter({("p0", o): 1 for o in range(3)})
 
@@ -107,7 +103,7 @@ def test_lost_ack_ambiguous_recognised(store) -> None:
     assert result.committed and result.recognised
     faulty.fail_next("put_if_absent", 1, "timeout")  # does not land: same bytes retried into the same slot
     result = c.attempt(entries("p0", 2, 2))
-    assert result.committed and result.version == 3 and not result.recognised
+    assert result.committed and result.version == 2 and not result.recognised
     assert offsets_in_log(store) == Counter({("p0", o): 1 for o in range(4)})
 
 
@@ -165,10 +161,11 @@ def test_simultaneous_starts_fence_one(store) -> None:
 
 def test_commit_into_reclaimed_slot_is_detected(store) -> None:
     """A writer stalled at version v; versions up to the boundary are deleted; its create of v+1 'succeeds'."""
-    stalled = started(store, "s", snapshot_every=1000)  # version 1
-    other = started(store, "o", snapshot_every=1000)  # version 2
+    other = started(store, "o", snapshot_every=1000)
+    commit(other, 1)  # version 1
+    stalled = started(store, "s", snapshot_every=1000)  # its view: version 1
     for _ in range(10):
-        commit(other, 1)  # versions 3..12
+        commit(other, 1)  # versions 2..11
     stalled_view = stalled.view.version
     assert stalled_view == 1
     m = Manifest(store)
@@ -182,29 +179,30 @@ def test_commit_into_reclaimed_slot_is_detected(store) -> None:
     assert result.reclaimed_slot and not result.committed and result.version == 2
     assert not store.exists(Manifest(store).version_key(2))  # undone
     result = stalled.attempt(entries("s", 0, 2))  # rebased on the boundary's snapshot
-    assert result.committed and result.version == 13
+    assert result.committed and result.version == 12
     head = Manifest(store).head()
     assert head.producers["s"].next_offset == 2
     kept = Manifest(store)
     step0 = kept.read_version(8).first_step
     assert Counter((e.producer, e.offset) for e in kept.entries(step0, head.num_steps)) == Counter(
-        {("o", o): 1 for o in range(step0, 10)} | {("s", 0): 1, ("s", 1): 1}
+        {("o", o): 1 for o in range(step0, 11)} | {("s", 0): 1, ("s", 1): 1}
     )
 
 
 def test_a_stalled_committer_that_expects_others_jumps_to_the_newest_version(store) -> None:
     """Format 2: with no rate yet (or others committing) a stalled committer starts its probe at the hint, so it
     never writes into a reclaimed slot: its first attempt lands after the newest version."""
-    stalled = started(store, "s", snapshot_every=1000)  # version 1
-    other = started(store, "o", snapshot_every=1000)  # version 2
+    other = started(store, "o", snapshot_every=1000)
+    commit(other, 1)  # version 1
+    stalled = started(store, "s", snapshot_every=1000)  # its view: version 1
     for _ in range(10):
-        commit(other, 1)  # versions 3..12
+        commit(other, 1)  # versions 2..11
     m = Manifest(store)
     m.write_snapshot(8)
     m.advance_gc_boundary(8, m.read_version(8).first_step)
     m.delete_versions_below(8)
     result = stalled.attempt(entries("s", 0, 2))
-    assert result.committed and not result.reclaimed_slot and result.version == 13
+    assert result.committed and not result.reclaimed_slot and result.version == 12
 
 
 def test_seal_stops_everyone(store) -> None:
@@ -212,7 +210,7 @@ def test_seal_stops_everyone(store) -> None:
     commit(a, 2)
     sealed = a.attempt(entries("a", 2, 1), seal=True)
     assert sealed.committed and Manifest(store).head().sealed
-    with pytest.raises(ManifestError, match="sealed at version=4"):
+    with pytest.raises(ManifestError, match="sealed at version=2"):
         b.attempt(entries("b", 0, 1))
     assert a.attempt([]).committed  # nothing to do after the seal is fine
     with pytest.raises(ManifestError, match="sealed"):
@@ -242,9 +240,11 @@ def test_snapshot_failure_does_not_fail_commit(store) -> None:
     faulty = SnapshotsFail(store)
     c = Committer(Manifest(faulty, snapshot_every=2), "p0")
     c.start()
-    assert c.attempt(entries("p0", 0, 1)).committed  # version 2: snapshot attempted and failed
+    assert c.attempt(entries("p0", 0, 1)).committed  # version 1
+    assert faulty.failed == 0
+    assert c.attempt(entries("p0", 1, 1)).committed  # version 2: snapshot attempted and failed
     assert faulty.failed == 1
-    assert Manifest(store).head().num_steps == 1
+    assert Manifest(store).head().num_steps == 2
 
 
 def test_commit_that_becomes_the_boundary_is_kept(store) -> None:
@@ -287,21 +287,23 @@ def test_commit_reclaimed_past_right_after_create_counts_as_committed(store) -> 
 
 
 def test_zombie_stalled_past_a_reclamation_is_fenced(store) -> None:
-    """The bump of a newer incarnation is reclaimed away: the old one learns of it from the snapshot."""
+    """The first commit of a newer incarnation is reclaimed away: the old one learns of it from the snapshot."""
     old = started(store, "p0", snapshot_every=1000)
     commit(old, 2)
     new = started(store, "p0")  # epoch 2
+    commit(new, 1)  # epoch 2 in the log
     other = started(store, "o")
     for _ in range(5):
         commit(other, 1)
-    reclaim_to(store, other.view.version - 1)  # the bump version is gone, only the snapshot knows
-    with pytest.raises(FencedError, match="epoch=1 is fenced"):
+    reclaim_to(store, other.view.version - 1)  # new's first commit is gone, only the snapshot knows
+    store.delete(epoch_key("p0", 2))  # (and the registration: so the snapshot is what fences)
+    with pytest.raises(FencedError, match="epoch=1 is fenced: manifest version=.* holds epoch=2"):
         old.attempt(entries("p0", 2, 3))
     m = Manifest(store)
     head = m.head()
-    assert head.producers["p0"].epoch == 2 and head.producers["p0"].next_offset == 2
+    assert head.producers["p0"].epoch == 2 and head.producers["p0"].next_offset == 3
     assert [e.producer for e in m.entries(m.gc_boundary().step, head.num_steps)] == ["o"] * (head.num_steps - m.gc_boundary().step)
-    assert any(new.attempt(entries("p0", 2, 1)).committed for _ in range(3))  # new was stale too: it rebases
+    assert any(new.attempt(entries("p0", 3, 1)).committed for _ in range(3))  # new was stale too: it rebases
 
 
 def test_candidate_that_readers_would_refuse_is_never_written(store) -> None:

@@ -40,7 +40,7 @@ def bare() -> MemoryStore:
 
 
 def build(store, versions: int, per_version: int = 3, snapshot_every: int = 8) -> list[int]:
-    """One producer commits ``versions`` versions of ``per_version`` entries (after its epoch bump)."""
+    """One producer commits ``versions`` versions of ``per_version`` entries (its registration writes none)."""
     c = started(store, "p0", snapshot_every=snapshot_every)
     return [commit(c, per_version) for _ in range(versions)]
 
@@ -60,16 +60,16 @@ def test_latest_version_by_probing_is_logarithmic(bare) -> None:
     build(bare, 200, per_version=1, snapshot_every=10_000)  # no snapshot: probing starts at 0
     counting = CountingStore(bare)
     m = Manifest(counting)
-    assert m.latest_version() == 201
-    # boundary + hint + exponential and binary probing over 201 versions
+    assert m.latest_version() == 200
+    # boundary + hint + exponential and binary probing over 200 versions
     assert counting.calls["exists"] <= 2 * math.ceil(math.log2(201)) + 2
     assert counting.total <= 2 * math.ceil(math.log2(201)) + 4
     counting.reset()
-    assert m.latest_version() == 201  # warm and idle: one probe plus the boundary ...
+    assert m.latest_version() == 200  # warm and idle: one probe plus the boundary ...
     assert counting.total == 3  # ... a LIST of its generations, none yet: also the pre-generation object
     bare.put_if_absent(boundary_key(0, 0), b"{}")  # what creating dataset.json writes
     counting.reset()
-    assert m.latest_version() == 201
+    assert m.latest_version() == 200
     assert counting.calls["exists"] == 1 and counting.calls["list"] == 1 and counting.total == 2
 
 
@@ -78,9 +78,9 @@ def test_hint_bounds_cold_start(store) -> None:
     counting = CountingStore(store)
     m = Manifest(counting)
     head = m.head()
-    assert (head.version, head.num_steps) == (101, 200)
+    assert (head.version, head.num_steps) == (100, 200)
     assert head.producers["p0"].next_offset == 200
-    # boundary, hint, snapshot 96, probes from 96, then replay of 97..101
+    # boundary, hint, snapshot 96, probes from 96, then replay of 97..100
     assert counting.calls["get"] <= 3 + 5 + 2
     assert counting.total <= 20
 
@@ -104,7 +104,7 @@ def test_entry_lookup_cold_is_logarithmic(store) -> None:
 def test_entries_with_empty_versions_between(store) -> None:
     c = started(store, "p0")
     commit(c, 2)
-    started(store, "p1")  # an epoch bump: a version with no entries
+    assert started(store, "p1").attempt([], mark="closed").committed  # a version with no entries
     commit(c, 3)
     m = Manifest(store)
     assert [e.offset for e in m.entries(0, 10)] == [0, 1, 2, 3, 4]
@@ -127,7 +127,7 @@ def test_write_snapshot_any_version_idempotent(store) -> None:
     m = Manifest(store)
     first = m.write_snapshot(5)
     assert m.write_snapshot(5) == first
-    assert first.num_steps == 12  # 4 versions of 3 entries after the bump at version 1
+    assert first.num_steps == 15  # 5 versions of 3 entries (registration writes no version)
     with pytest.raises(ManifestError, match="not committed"):
         m.write_snapshot(50)
 
@@ -135,7 +135,7 @@ def test_write_snapshot_any_version_idempotent(store) -> None:
 def test_corrupt_version_fails_loud_naming_it(store) -> None:
     build(store, 5)
     store.put(Manifest(store).version_key(3), b'{"format": "tgb-manifest/2", "version": 3}')
-    assert Manifest(store).head().version == 6  # format 2: the newest version alone names the state
+    assert Manifest(store).head().version == 5  # format 2: the newest version alone names the state
     with pytest.raises(ManifestError, match="version=3"):
         Manifest(store).entries(0, 100)
 
@@ -189,7 +189,7 @@ def test_gc_boundary_protocol(store) -> None:
 
     cold = Manifest(store)  # hint points below the boundary: start from the boundary's snapshot
     head = cold.head()
-    assert (head.version, head.num_steps) == (21, 40)
+    assert (head.version, head.num_steps) == (20, 40)
     assert cold.entry(first).offset == first
     assert [e.offset for e in cold.entries(first, 40)] == list(range(first, 40))
     with pytest.raises(ManifestError, match="reclaimed"):
@@ -218,8 +218,8 @@ def test_warm_reader_notices_reclamation(store) -> None:
     m.write_snapshot(12)
     m.advance_gc_boundary(12, m.read_version(12).first_step)
     m.delete_versions_below(12)
-    head = reader.head()  # its cached state (version 6) cannot be replayed any more
-    assert (head.version, head.num_steps) == (16, 15)
+    head = reader.head()  # its cached state (version 5) cannot be replayed any more
+    assert (head.version, head.num_steps) == (15, 15)
 
 
 def test_dataset_created_once_and_mismatch_names_both(bare) -> None:
@@ -295,7 +295,7 @@ def test_cold_start_racing_a_reclamation(store) -> None:
         commit(c, 1)
     hooked = HookStore(store, "get", lambda k: k == SNAPSHOT_HINT_KEY, lambda: reclaim_to(store, 10))
     head = Manifest(hooked).head()
-    assert hooked.fired and (head.version, head.num_steps) == (13, 12)
+    assert hooked.fired and (head.version, head.num_steps) == (12, 12)
 
 
 def warm_reader(store, *, later: int) -> Manifest:

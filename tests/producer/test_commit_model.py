@@ -42,18 +42,19 @@ def test_64_producers_started_together_stay_within_the_conflict_budget() -> None
 
 
 def test_request_costs_match_the_committer() -> None:
-    """One producer: 5 requests per commit (missing-version probe, its bucket, create, boundary LIST + GET), 3 more
-    per snapshot. (The model charges format 1's 4: a format-2 commit also writes the writer's bucket.)"""
+    """One producer: 6 requests per commit (registration check, missing-version probe, its bucket, create, boundary
+    LIST + GET), 3 more per snapshot. (The model charges format 1's 5: a format-2 commit also writes the writer's
+    bucket.)"""
     store = CountingStore(MemoryStore(f"model-{uuid.uuid4().hex}"))
     committer = Committer(Manifest(store), "p0")
-    committer.start()  # version 1
+    committer.start()  # registration: no version
     store.reset()
-    for _ in range(31):  # versions 2..32: snapshots at 16 and 32
+    for _ in range(32):  # versions 1..32: snapshots at 16 and 32
         commit(committer, 1)
-    real = store.total / 31
+    real = store.total / 32
     modelled = simulate(ModelConfig(producers=1, window_s=320.0, rebase="per_version"), lambda i: DACPolicy(seed=i))
-    assert real == pytest.approx(5 + 2 * 3 / 31, abs=0.1)  # + the hint read of the first refresh (no rate yet)
-    assert modelled["requests_per_commit"] == pytest.approx(4 + 3 / 16, abs=0.1)
+    assert real == pytest.approx(6 + 2 * 3 / 32, abs=0.1)  # + the hint read of the first refresh (no rate yet)
+    assert modelled["requests_per_commit"] == pytest.approx(5 + 3 / 16, abs=0.1)
     store.inner.destroy()
 
 

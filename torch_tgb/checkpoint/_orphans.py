@@ -54,8 +54,7 @@ def fate_of(state: ManifestState, key: str) -> Fate:
         return Fate.FOREIGN
     producer = state.producers.get(name.producer)
     if producer is None:
-        # Producers write objects only after their epoch bump is committed, and the
-        # object was listed before ``state`` was read: unexpected, so keep it.
+        # Not in the log yet: registered, its first commit still to come (or pending): keep it.
         return Fate.LIVE
     if name.epoch < producer.epoch or name.offset < producer.next_offset:
         return Fate.DEAD

@@ -274,14 +274,14 @@ class Reclaimer:
             stop.wait(interval)
 
     def fence_producer(self, producer_id: str) -> int:
-        """Commit an epoch bump for ``producer_id`` and return the new epoch.
+        """Register a new incarnation of ``producer_id`` and commit its ``closed`` mark; the new epoch.
 
         For a producer that is gone for good: its uncommitted objects stay
-        committable (and are kept) until a newer incarnation starts; after the
-        bump they are dead and the next pass deletes them. A still-running
+        committable (and are kept) until a newer incarnation commits; after
+        that commit they are dead and the next pass deletes them. A still-running
         incarnation of that id fails with ``FencedError`` at its next commit;
         a later ``Producer`` with the id resumes at its committed offset.
-        The bump is followed by the ``closed`` mark: a producer gone for good
+        The mark is ``closed``: a producer gone for good
         does not hold the end of the stream back (see ``Producer.close``).
         """
         committer = Committer(Manifest(self.store), producer_id)

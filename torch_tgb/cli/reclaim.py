@@ -5,7 +5,7 @@ smallest cursor over live checkpoints), uncommitted objects the manifest
 proves can never be committed, and partial writes (temp files, open
 multipart uploads) of writers killed mid-segment whose producer was fenced
 or closed, once older than the grace period. Idempotent; safe to interrupt.
-``--fence ID`` first commits an epoch bump for a producer that is gone for
+``--fence ID`` first registers and closes a new incarnation of a producer that is gone for
 good, so its uncommitted objects and partial writes become deletable.
 """
 
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="PRODUCER_ID",
-        help="commit an epoch bump for this vanished producer first (repeatable); a running one is fenced",
+        help="register and close a new incarnation of this vanished producer first (repeatable); a running one is fenced",
     )
     add_json_flag(p)
     add_storage_option_flag(p)

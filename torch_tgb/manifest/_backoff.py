@@ -1,4 +1,5 @@
-"""Randomised exponential backoff for a committer's registration (its epoch bump) after a conflict.
+"""Randomised exponential backoff after a conflict (used by the benchmarks' model of the registration in the log
+that registration objects replaced, ``manifest/_epochs.py``).
 
 Producers started together all try to write the same log slot; one wins,
 and retrying at once makes every loser try the next slot together again:

@@ -8,7 +8,7 @@ these on the rebased view of each attempt (``commit.py``, steps 1 to 4).
 In a namespace of declared shards (:mod:`torch_tgb.manifest.jobs`) a
 version that marks the last declared shard ``done`` also seals the
 namespace; done marks are final, so whichever shard's done mark lands last
-sees every other one and seals. The first producer's epoch bump declares
+sees every other one and seals. The first producer's start declares
 the job; a producer outside it gets :class:`JobMismatch`, and a shard that
 is already done gets :class:`ShardComplete` at start. Without declared
 shards, a version that marks its producer ``done`` while no other producer

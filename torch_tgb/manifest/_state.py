@@ -74,7 +74,7 @@ def fold(state: ManifestState, version: Version, *, where: str = "") -> Manifest
         if pid not in expected and old is None and new.next_offset != 0:
             raise ManifestError(f"{what}: new producer {pid!r} starts at next_offset={new.next_offset} without entries")
         # The pipeline state belongs to next_offset: a version that appends replaces it,
-        # one that does not (epoch bump, seal) keeps it unless it restates it.
+        # one that does not (a mark, a seal) keeps it unless it restates it.
         kept = new.state if (pid in expected or new.state is not None or old is None) else old.state
         skipped = new.skipped if new.skipped is not None or old is None else old.skipped
         producers[pid] = ProducerState(new.epoch, new.next_offset, new.committed_at, kept, status=new.status,

@@ -31,6 +31,11 @@ state at the newest version it has read. An attempt:
    restart the view from the boundary's snapshot and retry. The boundary
    version itself is never deleted, so creating it means it is ours.
 
+Registration (``start``) writes no version: it creates the object of the
+incarnation's new epoch (``_epochs.py``), and every create above checks first
+that no newer epoch is registered; the first commit of an incarnation puts
+its epoch in the log (docs/protocol.md, *Registering*).
+
 End of stream: each commit carries the producer's mark (``open``; ``closed``
 when it closes, ``done`` when it closes for good). The last ``done`` mark
 seals the namespace, decided on the rebased view of each attempt; a
@@ -53,8 +58,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from torch_tgb.errors import FencedError, ManifestError, NamespaceSealed, StorageError
-from torch_tgb.manifest._backoff import Backoff
 from torch_tgb.manifest._create import create_version, encode_candidate
+from torch_tgb.manifest._epochs import claim_epoch, newer_claimed, registered_unlogged
 from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
@@ -96,9 +101,6 @@ class AttemptResult:
 class Committer:
     """Commits one producer's entries to the log. Not thread-safe: one committer thread."""
 
-    #: start()'s wait after a conflict: random, exponential (``Backoff(0, 0)`` retries at once: O(N²) for N)
-    registration_backoff: Backoff = Backoff()
-
     def __init__(
         self,
         manifest: Manifest,
@@ -119,6 +121,8 @@ class Committer:
         self._bucket_ref = ""  # the reference of that bucket's object ("": not read from one)
         self._taken = 0  # a slot found taken by another writer: the newest version is at least this
         self._token = uuid.uuid4().hex
+        self._previous_token = ""  # the token of our last group known to have landed (ours when the log holds it)
+        self._registered: ProducerState | None = None  # our state in the log when we registered (start())
         self._landed: int | None = None
         self._fenced: FencedError | None = None
         self._crash_hook = crash_hook
@@ -206,10 +210,10 @@ class Committer:
                 self._landed = version.number
             self._view = view
             self._bucket = None
-            self._check_fenced(version.number)
             if view.table is not None:  # a format-2 version: it names everything; jump to the newest
-                self._adopt(self.manifest.with_loader(view))
+                self._adopt(self.manifest.with_loader(view))  # (our bucket read through the store: then fencing)
                 return self.refresh()
+            self._check_fenced(version.number)
 
     def _expected(self) -> int | None:
         """How many versions others most likely wrote since our view (from their rate); ``None``: no rate yet."""
@@ -232,14 +236,63 @@ class Committer:
         self._check_fenced(view.version)
 
     def _check_fenced(self, number: int) -> None:
-        """Raise :class:`FencedError` if the view holds a newer epoch for our producer_id."""
+        """Raise :class:`FencedError` if the view holds a newer epoch for our producer_id, or our epoch
+        written by someone else (an incarnation of older code that bumped to our epoch in the log)."""
         mine = self.state
-        if self.epoch and mine is not None and mine.epoch > self.epoch:
-            self._fenced = FencedError(
-                f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} is fenced: "
-                f"manifest version={number} holds epoch={mine.epoch} (a newer incarnation started)"
+        if not self.epoch or mine is None:
+            return
+        if mine.epoch > self.epoch:
+            self._fence(f"manifest version={number} holds epoch={mine.epoch} (a newer incarnation started)")
+        if mine.epoch == self.epoch and mine.token is not None and mine.token not in (self._token,
+                                                                                      self._previous_token):
+            self._fence(f"manifest version={number} holds epoch={mine.epoch} written by another incarnation")
+
+    def _fence(self, why: str) -> None:
+        self._fenced = FencedError(f"{self.manifest.where}producer_id={self.producer_id!r} epoch={self.epoch} "
+                                   f"is fenced: {why}")
+        raise self._fenced
+
+    @property
+    def _unlogged(self) -> bool:
+        """Whether our epoch is not in the log yet (registered, nothing of this incarnation committed)."""
+        mine = self.state
+        return mine is None or mine.epoch < self.epoch
+
+    def _check_startable(self) -> None:
+        """Refuse to start (or to make the first commit) where the view does not let this producer join."""
+        check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
+        if self.view.sealed:
+            raise NamespaceSealed(
+                f"{self.manifest.where}namespace is sealed at version={self.view.version} (its stream has "
+                f"ended; producers: {marks(self.view)}): producer {self.producer_id!r} cannot start; "
+                "write to a new namespace"
             )
-            raise self._fenced
+
+    def _starting_elsewhere(self) -> bool:
+        """Without declared shards: whether another producer registered but has not committed yet (it holds
+        the seal back, as an open one does)."""
+        if self.view.job is not None:
+            return False
+
+        def logged(pid: str) -> int:
+            state = self.view.producers.get(pid)
+            return 0 if state is None else state.epoch
+
+        return bool(registered_unlogged(self.store, logged, but=self.producer_id))
+
+    def _note_overtaken(self) -> None:
+        """Warn (once) when an older incarnation committed after our registration (docs/protocol.md,
+        *Registering*: at most one version, whose epoch check preceded our claim; rebase drops our own
+        entries for the offsets it committed)."""
+        mine, before = self.state, self._registered
+        if mine is None or (before is not None and (mine.next_offset, mine.token) == (before.next_offset,
+                                                                                      before.token)):
+            return
+        log.warning("%sproducer %r epoch=%d: epoch=%d committed up to offset %d after this incarnation registered "
+                    "(from offset %d); its entries stand, ours below offset %d are dropped",
+                    self.manifest.where, self.producer_id, self.epoch, mine.epoch, mine.next_offset,
+                    0 if before is None else before.next_offset, mine.next_offset)
+        self._registered = mine
 
     def _reset_view(self) -> None:
         # The view jumps (from the boundary's snapshot): a newer epoch may be inside the
@@ -264,54 +317,59 @@ class Committer:
             f"{self.manifest.where}no snapshot found for GC boundary version={boundary_version} after retries"
         )
 
-    # --- start: epoch bump -------------------------------------------------
+    # --- start: registration ----------------------------------------------------
 
     def start(self) -> ProducerState:
-        """Read the log and commit an epoch bump for our producer_id; returns our new state.
+        """Register a new incarnation of our producer_id; returns our state to resume from, with our new epoch.
 
-        After this returns, any older incarnation is fenced: to commit it must
-        first read the bump, and that read stops it. In a namespace of
-        declared shards, a producer outside the job raises
-        :class:`JobMismatch` and a shard already done :class:`ShardComplete`
-        (nothing is written: a finished shard's rerun is a no-op); the first
-        producer of a fresh namespace declares ``self.job`` with its bump.
+        Reads the newest version (O(1) round trips) and creates the
+        registration object of the next epoch (``_epochs.py``); no version is
+        written, so registrations of different producers never contend. From
+        then on an older incarnation stops at its next attempt (it checks for
+        a newer registration before each create: :class:`FencedError`), and
+        our first commit puts the new epoch in the log, which fences it there
+        for good. In a namespace of declared shards, a producer outside the
+        job raises :class:`JobMismatch` and a shard already done
+        :class:`ShardComplete` (nothing is written: a finished shard's rerun
+        is a no-op); the first commit of the first producer of a fresh
+        namespace declares ``self.job``.
         """
         self._reset_view()
-        conflicts = 0
-        while True:
-            self.refresh()
-            check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
-            if self.view.sealed:
-                raise NamespaceSealed(
-                    f"{self.manifest.where}namespace is sealed at version={self.view.version} (its stream has "
-                    f"ended; producers: {marks(self.view)}): producer {self.producer_id!r} cannot start; "
-                    "write to a new namespace"
-                )
-            if self._landed is not None:
-                return self._won_bump()
-            current = self.state
-            target = (0 if current is None else current.epoch) + 1
-            now = time.time()
-            mine = ProducerState(target, self.next_offset, now, status="open",
-                                 skipped=None if current is None else current.skipped)
-            declares = self.job if self.view.job is None else None  # the first producer declares the job
-            candidate = self._candidate((), mine, pipeline=current, sealed=False, now=now, declares=declares)
-            result = self._write(candidate, read_at=time.monotonic())
-            if result.committed:
-                return self._won_bump()
-            conflicts += 1
-            self.registration_backoff.wait(conflicts)  # random, growing: not all losers retry the next slot at once
-
-    def _won_bump(self) -> ProducerState:
-        state = self.state
-        if state is None:
-            raise ManifestError(f"{self.manifest.where}epoch bump of {self.producer_id!r} landed but is not in the view")
-        self.epoch = state.epoch
+        self.refresh()
+        self._check_startable()
+        current = self.state
+        self.epoch = claim_epoch(self.store, self.producer_id, 0 if current is None else current.epoch, self._token,
+                                 where=self.manifest.where)
+        self._registered = current
         self._new_group()
-        return state
+        while self.job is not None and self.view.job is None:  # the first producer of a fresh namespace
+            if self._declare().committed:  # declares the job in the log now: so it refuses an outsider's start
+                break
+            self.refresh()  # another producer's version took the slot: most likely its declaration
+            self._check_startable()
+        if self._landed is not None:  # our declaration, recognised by its token
+            self._new_group()
+        if current is None:
+            return ProducerState(self.epoch, 0, time.time())
+        return replace(current, epoch=self.epoch)
+
+    def _check_registrations(self) -> None:
+        """Fence ourselves if a newer incarnation registered (one existence check; before every create, so an
+        older incarnation lands at most the one version whose check preceded the newer one's claim)."""
+        if newer_claimed(self.store, self.producer_id, self.epoch):
+            self._fence(f"epoch={self.epoch + 1} registered (a newer incarnation started)")
+
+    def _declare(self) -> AttemptResult:
+        """Commit our new epoch with the job declaration (no entries): the one version a start may write."""
+        self._check_registrations()
+        current, now = self.state, time.time()
+        mine = ProducerState(self.epoch, self.next_offset, now, status="open",
+                             skipped=None if current is None else current.skipped)
+        candidate = self._candidate((), mine, pipeline=current, sealed=False, now=now, declares=self.job)
+        return self._write(candidate, read_at=time.monotonic())
 
     def _new_group(self) -> None:
-        self._token = uuid.uuid4().hex
+        self._previous_token, self._token = self._token, uuid.uuid4().hex
         self._landed = None
 
     # --- commit --------------------------------------------------------------
@@ -346,7 +404,11 @@ class Committer:
             raise self._fenced
         if not self.epoch:
             raise RuntimeError("Committer.start() was not called")
+        self._check_registrations()  # before the refresh: outside the fragile window
         read_at = self.refresh()
+        if self._unlogged:  # our first commit: the view may have moved since start()
+            check_joinable(self.view, self.producer_id, self.job, where=self.manifest.where)
+            self._note_overtaken()
         if self._landed is not None:
             landed = self._landed
             self._new_group()
@@ -370,7 +432,8 @@ class Committer:
         current = self.state
         if mark is not None and mark not in ("closed", "done"):
             raise ValueError(f"mark must be 'closed', 'done' or None, got {mark!r}")
-        if not todo and not seal and (mark is None or (current is not None and current.status == status)):
+        if not todo and not seal and (mark is None or (current is not None and current.status == status
+                                                          and not self._unlogged)):
             return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
         if refuse_open:
             still = [pid for pid in unfinished(self.view) if pid != self.producer_id]
@@ -378,14 +441,15 @@ class Committer:
                 raise ManifestError(f"{self.manifest.where}cannot seal at version={self.view.version}: "
                                     f"{unfinished_text(self.view, still)}")
         if mark == "done":
-            seal = seal or done_seals(self.view, self.producer_id)
+            seal = seal or (done_seals(self.view, self.producer_id) and not self._starting_elsewhere())
         now = time.time()
         next_offset = todo[-1].offset + 1 if todo else self.next_offset
         kept = None if current is None else current.skipped
         mine = ProducerState(self.epoch, next_offset, now, status=status,
                              skipped=dict(skipped) if todo and skipped is not None else kept)
         pipeline: ProducerState | Mapping[str, Any] | None = state if todo else current
-        candidate = self._candidate(tuple(todo), mine, pipeline=pipeline, sealed=seal, now=now)
+        candidate = self._candidate(tuple(todo), mine, pipeline=pipeline, sealed=seal, now=now,
+                                    declares=self.job if self.view.job is None else None)
         return self._write(candidate, read_at=read_at)
 
     def _candidate(

@@ -4,14 +4,14 @@ A *job* is the set of producers whose work together is the namespace's
 stream: ``shards`` shards of one ``prefix`` (shard ``i`` is producer
 ``<prefix>-shard<i:05d>-of<shards:05d>``, whoever runs it), or an explicit set
 of producer ids. It is declared by the version that registers the
-namespace's first producer (its epoch bump carries ``"job"``), so it is
+namespace's first producer (its start commits a version carrying ``"job"``), so it is
 manifest state like any other: written with the same conditional create,
 folded by every reader, kept in every snapshot. From then on (``fold``,
 ``manifest/_state.py``):
 
 - only the job's producers (and the operator's sealer, :data:`SEALER_ID`)
   may appear in a version;
-- a shard marked ``done`` stays done: no epoch bump, no entry, no other mark;
+- a shard marked ``done`` stays done: no new epoch, no entry, no other mark;
 - a version after which every declared shard is ``done`` is sealed, and a
   version that seals has every declared shard ``done`` -- unless the
   sealer writes it (``tgb seal --force``, an operator's decision).

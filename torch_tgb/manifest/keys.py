@@ -213,3 +213,12 @@ def parse_object_name(key: str) -> ObjectName | None:
     if match is None:
         return None
     return ObjectName(match.group(1), int(match.group(2)), int(match.group(3)))
+
+
+EPOCH_PREFIX = "_tgb/epochs/"
+
+
+def epoch_key(producer_id: str, epoch: int) -> str:
+    """The registration object of ``producer_id``'s incarnation ``epoch``: created once, never rewritten
+    (docs/protocol.md, *Registering*)."""
+    return f"{EPOCH_PREFIX}{producer_id}/{epoch:010d}.json"

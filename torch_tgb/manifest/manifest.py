@@ -43,6 +43,8 @@ __all__ = ["Manifest"]
 
 #: head() starts again from the new boundary this often when reclamations keep passing its replay
 _HEAD_ATTEMPTS = 8
+#: a committer reads this many versions on from the hint before it gallops with existence checks
+SCAN_READS = 4
 #: most versions ``entries()`` reads ahead concurrently from a remote store
 _ENTRIES_AHEAD = 64
 
@@ -220,29 +222,44 @@ class Manifest(Maintenance):
         """``(when the answer was known, newest version)`` for a committer whose view is at ``known``.
 
         O(1) round trips however many versions others wrote meanwhile:
-        ``at_least``, a version known to exist (the slot our create just
-        found taken), is probed on from; ``expected == 0`` (others are not
-        committing, by their rate) costs one existence check; otherwise the
-        hint, which committers move with each commit while others commit too,
-        and a probe from it (one or two checks: the hint lags only by the
-        commits in flight). No GC-boundary read: the committer reads it after
+        the search starts from ``known`` or ``at_least``, a version known to
+        exist (the slot our create found taken), whichever is newer;
+        ``expected == 0`` (others are not committing, by their rate) costs one
+        read; otherwise from the hint too, which committers move with each
+        commit while others commit, and reads on from it (one or two: the hint
+        lags only by the commits in flight; the read of the newest is the one
+        the committer needs anyway). No GC-boundary read: the committer reads it after
         its create. (A guess from the rate alone, probed around, cost more:
         the count of others' commits in an interval varies as much as its
         mean, and every miss costs a gallop or a bisection.)
         """
         read_at = time.monotonic()
         self._keys.refresh()
-        if at_least > known:
-            newest = probe_newest(at_least, self._exists)
-        elif expected == 0:
-            newest = probe_newest(known, self._exists)
-        else:
+        low = max(known, at_least)
+        if expected == 0:
+            newest = self._scan_newest(low)
+        else:  # (a slot found taken a DAC gap ago is as stale as our view: others commit meanwhile)
             # A hint names a committed version (above the GC boundary, so it exists): the committer reads the
             # version it gets from here and, should it be missing (a hand-made hint), probes again from ``known``.
             hint = self._read_hint()
             read_at = time.monotonic()
-            newest = probe_newest(max(known, hint), self._exists)
+            newest = self._scan_newest(max(low, hint))
         return read_at, self._versions.saw_newest(newest)
+
+    def _scan_newest(self, low: int) -> int:
+        """The newest version at or above ``low`` (which exists, or is 0), for a committer: read ``low + 1``,
+        ``low + 2``, ... (:data:`SCAN_READS` at most, then gallop with existence checks).
+
+        From the hint or a lost slot the newest is a version or two on (the commits in flight), so reading
+        on costs the lag plus one request, and the read that finds the newest is also the read of it that the
+        committer makes next (it is cached): one request per attempt fewer than existence checks and a read.
+        """
+        newest = low
+        for _ in range(SCAN_READS):
+            if self.try_read_version(newest + 1) is None:
+                return newest
+            newest += 1
+        return probe_newest(newest, self._exists)
 
     def state_of(self, version: Version) -> ManifestState:
         """The full state at format-2 ``version`` (no replay: its table names every producer)."""

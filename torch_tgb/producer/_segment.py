@@ -14,7 +14,7 @@ its process, leaving a partial write (a local temp file, an S3 multipart
 upload: ``ObjectStore.list_partial``) that names the segment's key, so the
 incarnation that owned it; a published, uncommitted one is an orphan like
 any uncommitted object. A restarted producer rewrites from its committed
-``next_offset`` under a new key and, once its epoch bump has fenced the
+``next_offset`` under a new key and, once its registration has fenced the
 older incarnations, removes their partial writes
 (:func:`remove_fenced_partials`); the Reclaimer removes those of producers
 that do not come back.

@@ -125,7 +125,7 @@ class Producer:
         self._check_dataset_at_start(schema)
         self._committer = Committer(self.manifest, self.producer_id, job=job, crash_hook=self.config.crash_hook)
         try:
-            state = self._committer.start()  # epoch bump: any older incarnation is fenced from here on
+            state = self._committer.start()  # registration: any older incarnation is fenced from here on
         except BaseException:  # ShardComplete, JobMismatch, NamespaceSealed, ...: nothing was written
             if self._owns_store:
                 self.store.close()

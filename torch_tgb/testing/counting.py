@@ -26,12 +26,15 @@ __all__ = [
 ]
 
 #: classes of keys, as :meth:`CountingStore.report` names them
-KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "data", "watermark", "other")
+KEY_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "epochs", "data", "watermark",
+               "other")
 #: the classes that make up the manifest's requests (what discovery costs)
-MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state")
+MANIFEST_CLASSES = ("log", "snapshot", "hint", "boundary", "dataset", "table", "state", "epochs")
 #: S3 requests: a LIST page holds up to 1,000 keys, a DELETE (DeleteObjects) up to 1,000 keys
 REQUEST_TYPES = ("GET", "range GET", "HEAD", "LIST", "PUT", "DELETE")
 _PAGE = 1000
+#: ``keys.EPOCH_PREFIX``, spelt out: benchmarks/scale.py measures older trees with this module
+_EPOCHS = "_tgb/epochs/"
 
 
 def key_class(key: str) -> str:
@@ -50,6 +53,8 @@ def key_class(key: str) -> str:
         return "table"
     if key.startswith("_tgb/state/"):  # format 2: pipeline states kept out of line (read by their producer only)
         return "state"
+    if key.startswith(_EPOCHS):  # registrations of producer incarnations (docs/protocol.md, *Registering*)
+        return "epochs"
     if key.startswith("data/"):
         return "data"
     if key.startswith((WATERMARK_PREFIX, RETIRED_PREFIX)):
