@@ -73,15 +73,15 @@ def test_old_snapshots_and_versions_go_in_either_key_layout(store):
     filled(store)
     reclaimer = Reclaimer(store)
     record_watermark(store, "ck-6", cursor(6))
-    assert reclaimer.run_once().boundary_version == 4  # steps 6..8
+    assert reclaimer.run_once().boundary_version == 3  # steps 6..8
     retire(store, "ck-6")
     record_watermark(store, "ck-21", cursor(21))
     report = reclaimer.run_once()
-    assert (report.boundary_version, report.versions, report.snapshots) == (9, 5, 1)  # versions 4..8, snapshot 4
+    assert (report.boundary_version, report.versions, report.snapshots) == (8, 5, 1)  # versions 3..7, snapshot 3
     m = Manifest(store)
     keys = m.key_layout()
-    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(9)]
-    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(9, m.latest_version() + 1))
+    assert store.list("_tgb/snapshots/") == [keys.snapshot_key(8)]
+    assert sorted(store.list("_tgb/log/")) == sorted(keys.version_key(v) for v in range(8, m.latest_version() + 1))
 
 
 def test_boundary_follows_retirements_and_never_moves_back(store):

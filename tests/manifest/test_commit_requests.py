@@ -26,11 +26,20 @@ def _log(versions: int) -> MemoryStore:
     return store
 
 
+def _manifest(store: MemoryStore) -> tuple[Manifest, CountingStore]:
+    """A committer's manifest in its steady state: the namespace's key layout known (learnt once per manifest,
+    from dataset.json or the first object found), its requests counted from here."""
+    counting = CountingStore(store)
+    m = Manifest(counting)
+    m.key_layout()
+    counting.reset()
+    return m, counting
+
+
 def test_a_refresh_reads_on_from_the_hint_and_the_newest_is_read_once() -> None:
     store = _log(12)
     put_hint(store, 10)  # lags the newest (12) by two commits in flight
-    counting = CountingStore(store)
-    m = Manifest(counting)
+    m, counting = _manifest(store)
     _, newest = m.newest_for_commit(3, expected=9)
     assert newest == 12
     assert counting.calls["exists"] == 0  # no existence checks: reads of 11, 12 and the missing 13
@@ -46,8 +55,8 @@ def test_a_slot_found_taken_long_ago_starts_from_the_hint() -> None:
     the hint is newer and the refresh reads on from there, not from the old slot."""
     store = _log(30)
     put_hint(store, 29)
-    counting = CountingStore(store)
-    _, newest = Manifest(counting).newest_for_commit(5, expected=20, at_least=6)
+    m, counting = _manifest(store)
+    _, newest = m.newest_for_commit(5, expected=20, at_least=6)
     assert newest == 30
     assert counting.total == 3  # hint, version 30, the missing 31 (before: a gallop of existence checks from 6)
     store.destroy()
@@ -55,7 +64,7 @@ def test_a_slot_found_taken_long_ago_starts_from_the_hint() -> None:
 
 def test_with_others_idle_one_read_settles_it() -> None:
     store = _log(4)
-    counting = CountingStore(store)
-    _, newest = Manifest(counting).newest_for_commit(4, expected=0)
+    m, counting = _manifest(store)
+    _, newest = m.newest_for_commit(4, expected=0)
     assert newest == 4 and counting.total == 1  # the missing version 5
     store.destroy()

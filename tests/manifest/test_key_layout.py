@@ -128,7 +128,7 @@ def test_an_existing_namespace_keeps_its_keys(store) -> None:
     c = started(store, "p0")
     commit(c, 2)
     assert Manifest(store).ensure_dataset(Layout(), SCHEMA, keys=SPREAD).keys == FLAT  # asked for: still flat
-    assert store.exists(version_key(2)) and Manifest(store).head().num_steps == 2
+    assert store.exists(version_key(1)) and Manifest(store).head().num_steps == 2  # registration takes no version
 
 
 def test_a_log_written_before_any_dataset_json_stays_flat(store, monkeypatch) -> None:
@@ -137,7 +137,7 @@ def test_a_log_written_before_any_dataset_json_stays_flat(store, monkeypatch) ->
     with monkeypatch.context() as old:
         new_namespaces(old, "flat")  # what every torch_tgb before spreading wrote
         commit(started(store, "p0"), 3)
-    assert store.exists(version_key(2))
+    assert store.exists(version_key(1))
     reader = Manifest(store)
     assert reader.head().num_steps == 3 and reader.key_layout() == FLAT  # found under the flat keys
     info = Manifest(store).ensure_dataset(Layout(), SCHEMA)
@@ -160,7 +160,7 @@ def test_a_reader_that_starts_before_the_namespace_finds_its_spread_versions(sto
     assert reader.latest_version() == 0
     create_namespace(store, "spread")
     commit(started(store, "p0"), 4)
-    assert reader.latest_version() == 2 and reader.head().num_steps == 4
+    assert reader.latest_version() == 1 and reader.head().num_steps == 4
     assert reader.key_layout() == SPREAD
 
 
@@ -173,7 +173,7 @@ def _probe_costs(keys: str) -> tuple[int, int, int]:
     m = Manifest(counting)
     m.key_layout()  # dataset.json: read once per client whatever the layout (a reader's open reads it anyway)
     counting.reset()
-    assert m.latest_version() == 151
+    assert m.latest_version() == 150
     cold = counting.calls["exists"]
     counting.reset()
     m.latest_version()

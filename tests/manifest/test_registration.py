@@ -24,6 +24,8 @@ from torch_tgb.manifest.keys import EPOCH_PREFIX, LOG_PREFIX, epoch_key
 from torch_tgb.storage import FaultyStore, MemoryStore
 from torch_tgb.testing.counting import CountingStore
 
+from tests._key_layouts import create_namespace
+
 
 @pytest.fixture
 def store() -> MemoryStore:
@@ -155,7 +157,7 @@ def test_a_registered_producer_holds_the_seal_of_a_namespace_without_a_job(store
 
 
 def _register_together(n: int) -> CountingStore:
-    inner = MemoryStore(f"register-{uuid.uuid4().hex}")
+    inner = create_namespace(MemoryStore(f"register-{uuid.uuid4().hex}"), "spread")  # as producers create it
     store = CountingStore(inner)
     barrier = threading.Barrier(n)
     errors: list[BaseException] = []
