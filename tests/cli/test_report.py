@@ -29,8 +29,8 @@ def test_report_draws_the_timeline_and_prints_its_series(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     s = out["series"]
-    # the version that registers p0, one per step (naive policy), the seal
-    assert [p[1] for p in s["committed"]] == [0, 1, 2, 3, 4, 5, 6, 6]
+    # one version per step (naive policy; registering p0 takes none), the seal
+    assert [p[1] for p in s["committed"]] == [1, 2, 3, 4, 5, 6, 6]
     assert [p[1] for p in s["consumed"]] == [2, 5] and s["max_lag"] == 4
     assert s["lead"][-1][1] == 6 - 5  # committed minus the newest checkpoint
     assert s["steps"] == list(range(6)) and s["tokens"] == [4 * 8] * 6 and s["imbalance"] == [1.0] * 6

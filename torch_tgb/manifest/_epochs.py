@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from torch_tgb.errors import AmbiguousWriteError, CorruptObject, ObjectNotFound, StorageError
 from torch_tgb.manifest.keys import EPOCH_PREFIX, epoch_key
+from torch_tgb.manifest.records import ManifestState
 from torch_tgb.storage import ObjectStore
 
 __all__ = ["EPOCH_FORMAT", "claim_epoch", "claimant", "newer_claimed", "registered_unlogged"]
@@ -112,3 +113,16 @@ def registered_unlogged(store: ObjectStore, logged_epoch: Callable[[str], int], 
             pid, epoch = match.group(1), int(match.group(2))
             newest[pid] = max(epoch, newest.get(pid, 0))
     return sorted(pid for pid, epoch in newest.items() if epoch > logged_epoch(pid))
+
+
+def starting(store: ObjectStore, state: ManifestState, *, but: str) -> list[str]:
+    """Without declared shards: the producers (other than ``but``) registered on ``store`` but not in ``state``'s
+    log yet. They hold a seal back as open ones do (a plain ``tgb seal``, a ``done`` mark that would seal)."""
+    if state.job is not None:
+        return []
+
+    def logged(pid: str) -> int:
+        producer = state.producers.get(pid)
+        return 0 if producer is None else producer.epoch
+
+    return registered_unlogged(store, logged, but=but)

@@ -59,7 +59,7 @@ from typing import Any
 
 from torch_tgb.errors import FencedError, ManifestError, NamespaceSealed, StorageError
 from torch_tgb.manifest._create import create_version, encode_candidate
-from torch_tgb.manifest._epochs import claim_epoch, newer_claimed, registered_unlogged
+from torch_tgb.manifest._epochs import claim_epoch, newer_claimed, starting
 from torch_tgb.manifest._rate import VersionRate
 from torch_tgb.manifest._rules import check_joinable, done_seals, holds_commit, marks, unfinished, unfinished_text
 from torch_tgb.manifest._state import fold
@@ -271,14 +271,7 @@ class Committer:
     def _starting_elsewhere(self) -> bool:
         """Without declared shards: whether another producer registered but has not committed yet (it holds
         the seal back, as an open one does)."""
-        if self.view.job is not None:
-            return False
-
-        def logged(pid: str) -> int:
-            state = self.view.producers.get(pid)
-            return 0 if state is None else state.epoch
-
-        return bool(registered_unlogged(self.store, logged, but=self.producer_id))
+        return bool(starting(self.store, self.view, but=self.producer_id))
 
     def _note_overtaken(self) -> None:
         """Warn (once) when an older incarnation committed after our registration (docs/protocol.md,
@@ -437,6 +430,7 @@ class Committer:
             return AttemptResult(True, False, self.view.version, 0.0, wrote=False)
         if refuse_open:
             still = [pid for pid in unfinished(self.view) if pid != self.producer_id]
+            still += starting(self.store, self.view, but=self.producer_id)  # registered, nothing committed yet
             if still:
                 raise ManifestError(f"{self.manifest.where}cannot seal at version={self.view.version}: "
                                     f"{unfinished_text(self.view, still)}")

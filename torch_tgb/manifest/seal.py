@@ -7,6 +7,7 @@ would cut off.
 from __future__ import annotations
 
 from torch_tgb.errors import ManifestError
+from torch_tgb.manifest._epochs import starting
 from torch_tgb.manifest._rules import unfinished, unfinished_text
 from torch_tgb.manifest.commit import Committer
 from torch_tgb.manifest.jobs import SEALER_ID
@@ -31,7 +32,7 @@ def seal_namespace(manifest: Manifest, *, force: bool = False) -> int:
     head = manifest.head()
     if head.sealed:
         return head.version
-    still = unfinished(head)
+    still = unfinished(head) + starting(manifest.store, head, but=SEALER_ID)  # open, or registered and not logged
     if still and not force:
         raise ManifestError(f"{manifest.where}cannot seal at version={head.version}: {unfinished_text(head, still)}")
     committer = Committer(manifest, SEALER_ID)
